@@ -1,0 +1,101 @@
+// Parameter and FLOP accounting for dense, X-MoD and MoD decoders (DESIGN.md §1),
+// and the sizing and budget arithmetic built on it. Torch-free: the orchestrator
+// uses it to resolve jobs and the worker's tests check the modules against it.
+//
+// Conventions (all per token, forward pass, matmul FLOPs, as DESIGN.md defines):
+//   dense layer   2·(4d² + 3·d·d_ff) + 4·T·d
+//   routed layer  ρ·2·(4d² + 3·d·d_ff) + ρ²·4·T·d + 2d,  ρ = k/T with k = max(1, round(ρ_nominal·T))
+//   output head   2·d·V
+// Training FLOPs per token are three times the forward FLOPs. Parameters:
+//   N_total  = every parameter except the token embedding and the output head
+//              (attention, MLP, both RMSNorms of each layer, routers, gates, final norm);
+//   N_active = N_dense(L0) · F_model / F_dense(L0), the FLOP-equivalent dense size.
+// All functions are pure and thread-safe.
+#ifndef XMOD_COMMON_ACCOUNTING_H_
+#define XMOD_COMMON_ACCOUNTING_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace xmod {
+
+enum class Family { kDense, kXmod, kMod };
+
+// "dense", "xmod", "mod".
+std::string_view FamilyName(Family family);
+// Inverse of FamilyName; INVALID_ARGUMENT naming the known families otherwise, and
+// saying so for the literature baselines that are not specified yet (moe, deco, mol).
+absl::StatusOr<Family> ParseFamily(std::string_view name);
+
+// The shape of one decoder, as the worker builds it.
+struct ModelShape {
+  Family family = Family::kDense;
+  int64_t d_model = 0;
+  int64_t n_heads = 0;
+  int64_t n_layers = 0;
+  int64_t d_ff = 0;        // SwiGLU hidden width
+  int64_t vocab_size = 0;
+  int64_t context = 0;     // T, tokens per sequence
+  int64_t stride = 1;      // anchor stride s: layer l is dense when l % s == 0
+  double capacity = 1.0;   // nominal ρ = 1 − σ of routed layers
+};
+
+// round_up(8/3 · d, 16), the SwiGLU width that keeps the MLP at 8d² parameters.
+int64_t DefaultDff(int64_t d_model);
+
+// True when layer `layer` (0-based) of a model with anchor stride `stride` is dense.
+inline bool IsAnchorLayer(int64_t layer, int64_t stride) { return layer % stride == 0; }
+
+// Number of routed layers; 0 for dense models.
+int64_t NumRoutedLayers(const ModelShape& shape);
+
+// Tokens a routed layer processes per sequence: max(1, round(capacity · context)).
+int64_t RoutedTokens(double capacity, int64_t context);
+
+// k / T: the capacity the routed layers really run at.
+double EffectiveCapacity(const ModelShape& shape);
+
+struct ParamCount {
+  int64_t non_embedding = 0;  // N_total
+  int64_t embedding = 0;      // token embedding, V·d
+  int64_t head = 0;           // untied output head, d·V
+  int64_t all() const { return non_embedding + embedding + head; }
+};
+
+// Exactly the parameters the worker's module holds for `shape`.
+ParamCount CountParams(const ModelShape& shape);
+
+// Forward matmul FLOPs per token (layers + head), as defined above.
+double ForwardFlopsPerToken(const ModelShape& shape);
+
+// 3 × ForwardFlopsPerToken.
+double TrainFlopsPerToken(const ModelShape& shape);
+
+// The dense model with the same width, heads, d_ff, vocabulary and context as
+// `shape`, with `dense_layers` layers.
+ModelShape DenseReference(const ModelShape& shape, int64_t dense_layers);
+
+// N_dense(L0) · F_shape / F_dense(L0), rounded to the nearest integer.
+int64_t ActiveParams(const ModelShape& shape, int64_t dense_layers);
+
+// The layer count L ≥ 1 of `shape` (its own n_layers is ignored) whose forward
+// FLOPs per token are closest to `target_flops`; ties go to the smaller L.
+// INVALID_ARGUMENT when no L up to `max_layers` reaches half the target.
+absl::StatusOr<int64_t> LayersMatchingFlops(const ModelShape& shape, double target_flops,
+                                            int64_t max_layers = 100000);
+
+enum class BudgetKind { kTokensPerParam, kFlops, kTokens };
+std::string_view BudgetKindName(BudgetKind kind);  // "tokens_per_param", "flops", "tokens"
+
+// Training tokens for a budget: r·N_active, C / training FLOPs per token, or D;
+// rounded to the nearest token and at least 1.
+int64_t BudgetTokens(BudgetKind kind, double value, int64_t n_active, double train_flops_per_token);
+
+// ceil(tokens / batch_tokens). Precondition: batch_tokens > 0.
+int64_t StepsFor(int64_t tokens, int64_t batch_tokens);
+
+}  // namespace xmod
+
+#endif  // XMOD_COMMON_ACCOUNTING_H_

@@ -1,0 +1,127 @@
+#include "common/accounting.h"
+
+#include <gtest/gtest.h>
+
+namespace xmod {
+namespace {
+
+ModelShape Tiny(Family family, int64_t layers, int64_t stride, double capacity, int64_t context) {
+  ModelShape s;
+  s.family = family;
+  s.d_model = 64;
+  s.n_heads = 4;
+  s.n_layers = layers;
+  s.d_ff = DefaultDff(64);
+  s.vocab_size = 256;
+  s.context = context;
+  s.stride = stride;
+  s.capacity = capacity;
+  return s;
+}
+
+TEST(Accounting, DefaultDffRoundsEightThirdsUpToSixteen) {
+  EXPECT_EQ(DefaultDff(64), 176);    // 170.67 -> 176
+  EXPECT_EQ(DefaultDff(256), 688);   // 682.67 -> 688
+  EXPECT_EQ(DefaultDff(768), 2048);  // exactly 2048
+  EXPECT_EQ(DefaultDff(48), 128);    // exactly 128
+}
+
+// Dense, d=64, 4 heads, 2 layers, d_ff=176, V=256, T=128.
+//   per layer params: 4·64² = 16384, 3·64·176 = 33792, norms 2·64 = 128  -> 50304
+//   N_total = 2·50304 + final norm 64 = 100672; embedding = head = 256·64 = 16384
+//   per layer FLOPs: 2·(16384 + 33792) = 100352, attention 4·128·64 = 32768 -> 133120
+//   forward = 2·133120 + head 2·64·256 = 32768 -> 299008; training = 897024
+TEST(Accounting, DenseTwoLayerModelMatchesHandCount) {
+  const ModelShape s = Tiny(Family::kDense, 2, 1, 1.0, 128);
+  const ParamCount p = CountParams(s);
+  EXPECT_EQ(p.non_embedding, 100672);
+  EXPECT_EQ(p.embedding, 16384);
+  EXPECT_EQ(p.head, 16384);
+  EXPECT_DOUBLE_EQ(ForwardFlopsPerToken(s), 299008.0);
+  EXPECT_DOUBLE_EQ(TrainFlopsPerToken(s), 897024.0);
+  EXPECT_EQ(ActiveParams(s, 2), 100672);
+}
+
+// X-MoD, 4 layers, stride 2 (layers 0, 2 anchors; 1, 3 routed), capacity 0.25, T=128:
+//   k = 32, ρ = 0.25
+//   routed layer FLOPs: 0.25·100352 = 25088, 0.0625·32768 = 2048, router 2·64 = 128 -> 27264
+//   forward = 2·133120 + 2·27264 + 32768 = 353536
+//   params = 4·50304 + 2·(router 64 + gate 1) + final norm 64 = 201410
+//   N_active (L0 = 2) = 100672 · 353536 / 299008 = 119031.2... -> 119031
+TEST(Accounting, XmodStrideTwoQuarterCapacityMatchesHandCount) {
+  const ModelShape s = Tiny(Family::kXmod, 4, 2, 0.25, 128);
+  EXPECT_EQ(NumRoutedLayers(s), 2);
+  EXPECT_EQ(RoutedTokens(0.25, 128), 32);
+  EXPECT_EQ(CountParams(s).non_embedding, 201410);
+  EXPECT_DOUBLE_EQ(ForwardFlopsPerToken(s), 353536.0);
+  EXPECT_EQ(ActiveParams(s, 2), 119031);
+}
+
+// MoD, 4 layers, stride 2, capacity 0.125, T=64: k = 8
+//   dense layer FLOPs: 100352 + 4·64·64 = 116736
+//   routed layer FLOPs: 0.125·100352 = 12544, 0.015625·16384 = 256, router 128 -> 12928
+//   forward = 2·116736 + 2·12928 + 32768 = 292096
+//   params = 4·50304 + 2·64 (routers, no gate) + 64 = 201408
+TEST(Accounting, ModHasRoutersButNoGatesAndMatchesHandCount) {
+  const ModelShape s = Tiny(Family::kMod, 4, 2, 0.125, 64);
+  EXPECT_EQ(CountParams(s).non_embedding, 201408);
+  EXPECT_DOUBLE_EQ(ForwardFlopsPerToken(s), 292096.0);
+}
+
+// Stride 3 with 7 layers: anchors at 0, 3, 6 -> 4 routed layers.
+TEST(Accounting, AnchorsFallOnMultiplesOfTheStride) {
+  ModelShape s = Tiny(Family::kXmod, 7, 3, 0.5, 64);
+  EXPECT_EQ(NumRoutedLayers(s), 4);
+  EXPECT_TRUE(IsAnchorLayer(0, 3));
+  EXPECT_FALSE(IsAnchorLayer(1, 3));
+  EXPECT_TRUE(IsAnchorLayer(6, 3));
+  s.stride = 1;
+  EXPECT_EQ(NumRoutedLayers(s), 0);
+}
+
+TEST(Accounting, RoutedTokensNeverDropsBelowOne) {
+  EXPECT_EQ(RoutedTokens(0.001, 64), 1);
+  EXPECT_EQ(RoutedTokens(0.125, 256), 32);
+  EXPECT_EQ(RoutedTokens(0.3, 10), 3);
+}
+
+TEST(Accounting, FlopMatchingPicksTheClosestLayerCount) {
+  const ModelShape dense = Tiny(Family::kDense, 4, 1, 1.0, 128);
+  const double target = ForwardFlopsPerToken(dense);
+  ModelShape sparse = Tiny(Family::kXmod, 0, 2, 0.125, 128);
+  auto layers = LayersMatchingFlops(sparse, target);
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  sparse.n_layers = *layers;
+  const double here = std::abs(ForwardFlopsPerToken(sparse) - target);
+  for (int64_t other : {*layers - 1, *layers + 1}) {
+    ModelShape o = sparse;
+    o.n_layers = other;
+    EXPECT_LE(here, std::abs(ForwardFlopsPerToken(o) - target)) << "layers " << other;
+  }
+  EXPECT_GT(*layers, 4);  // a sparse model needs more layers for the same compute
+}
+
+TEST(Accounting, FlopMatchingOfADenseShapeReturnsItsOwnDepth) {
+  const ModelShape dense = Tiny(Family::kDense, 6, 1, 1.0, 128);
+  auto layers = LayersMatchingFlops(dense, ForwardFlopsPerToken(dense));
+  ASSERT_TRUE(layers.ok());
+  EXPECT_EQ(*layers, 6);
+}
+
+TEST(Accounting, BudgetsTurnIntoTokensAndSteps) {
+  EXPECT_EQ(BudgetTokens(BudgetKind::kTokensPerParam, 20, 1000, 6000.0), 20000);
+  EXPECT_EQ(BudgetTokens(BudgetKind::kFlops, 6e9, 1000, 6000.0), 1000000);
+  EXPECT_EQ(BudgetTokens(BudgetKind::kTokens, 12345, 1000, 6000.0), 12345);
+  EXPECT_EQ(StepsFor(20000, 4096), 5);  // 4.88 -> 5
+  EXPECT_EQ(StepsFor(8192, 4096), 2);
+}
+
+TEST(Accounting, UnknownAndUnspecifiedFamiliesAreRejected) {
+  EXPECT_EQ(ParseFamily("xmod").value(), Family::kXmod);
+  EXPECT_FALSE(ParseFamily("moe").ok());
+  EXPECT_NE(ParseFamily("moe").status().message().find("not specified"), std::string::npos);
+  EXPECT_NE(ParseFamily("dens").status().message().find("unknown family"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace xmod

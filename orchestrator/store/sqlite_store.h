@@ -1,0 +1,157 @@
+// The SQLite store: the only code in xmod that speaks SQL. It owns one
+// connection, applies the numbered migrations of schema/ on open, and enforces
+// the job state machine of common/job_state.h on every status change.
+//
+// Writes run in BEGIN IMMEDIATE transactions with prepared statements; a batch
+// (a submitted sweep, a metric batch) is one transaction, so a failure anywhere
+// in it leaves the database as it was. The file runs in WAL mode with
+// synchronous=NORMAL: a crash loses at most the last commits before it, never a
+// half-written batch.
+//
+// Thread-safe: one mutex serializes all calls on a store. Processes that only read
+// open their own store with read_only = true.
+#ifndef XMOD_ORCHESTRATOR_STORE_SQLITE_STORE_H_
+#define XMOD_ORCHESTRATOR_STORE_SQLITE_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/job_state.h"
+#include "orchestrator/store/write_faults.h"
+#include "orchestrator/sweep/expand.h"
+#include "orchestrator/sweep/spec.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace xmod {
+
+// A cell of a query result: NULL, integer, real or text.
+using Value = std::variant<std::monostate, int64_t, double, std::string>;
+
+struct QueryResult {
+  std::vector<std::string> columns;
+  std::vector<std::vector<Value>> rows;
+};
+
+struct SubmitResult {
+  int64_t jobs_in_spec = 0;  // distinct jobs the expansion produced
+  int64_t new_jobs = 0;      // jobs that did not exist in the database before
+  int64_t linked_jobs = 0;   // jobs that existed (e.g. in another sweep) and now belong to this one
+  bool sweep_created = false;
+};
+
+struct StateCounts {
+  std::string sweep;
+  std::map<JobState, int64_t> counts;  // every state present, zero where none
+  int64_t total = 0;
+};
+
+// One metric value at one step of one job.
+struct MetricPoint {
+  std::string job_id;
+  std::string name;
+  int64_t step = 0;
+  double value = 0.0;
+  int64_t tokens = 0;   // tokens seen by the job up to and including this step
+  double flops = 0.0;   // training FLOPs spent up to and including this step
+  int64_t attempt = 0;
+  double wall_time = 0.0;  // seconds since the epoch
+};
+
+class SqliteStore {
+ public:
+  struct Options {
+    std::string path;            // a file, or ":memory:"
+    bool read_only = false;      // open existing file only; refuse every write statement
+    WriteFaults* faults = nullptr;  // not owned; must outlive the store
+    int busy_timeout_ms = 10000;
+    std::function<double()> now;  // seconds since the epoch; wall clock when empty
+  };
+
+  // Opens (creating unless read_only) and migrates. NOT_FOUND: read_only and no
+  // file. FAILED_PRECONDITION: the file's schema is newer than this binary, or
+  // (read_only) older. INTERNAL: SQLite refused.
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(Options options);
+  ~SqliteStore();
+  SqliteStore(const SqliteStore&) = delete;
+  SqliteStore& operator=(const SqliteStore&) = delete;
+
+  // PRAGMA user_version.
+  absl::StatusOr<int> SchemaVersion();
+
+  // Records the sweep (creating it, or updating its text when it changed) and
+  // inserts every job not yet present, in one transaction. Jobs already present
+  // are left as they are (status, metrics) and linked to the sweep.
+  absl::StatusOr<SubmitResult> SubmitSweep(const SweepSpec& spec,
+                                           const std::vector<ResolvedJob>& jobs);
+
+  // Jobs per state, one entry per sweep (all sweeps when `sweep` is empty), by name.
+  // NOT_FOUND for a named sweep that does not exist.
+  absl::StatusOr<std::vector<StateCounts>> CountStates(const std::string& sweep);
+
+  // Rows of the job_results view for one sweep, cheapest job first.
+  absl::StatusOr<QueryResult> JobResults(const std::string& sweep);
+
+  // Rows of the job_curves view for one job, by step. NOT_FOUND for an unknown job.
+  absl::StatusOr<QueryResult> JobCurve(const std::string& job_id);
+
+  // The job's current state. NOT_FOUND for an unknown job.
+  absl::StatusOr<JobState> GetJobState(const std::string& job_id);
+
+  // Moves one job to `to`. NOT_FOUND: unknown job. FAILED_PRECONDITION: the move
+  // is not allowed from the job's current state (nothing is written).
+  absl::Status TransitionJob(const std::string& job_id, JobState to, const std::string& reason);
+
+  // Failed and cancelled jobs of the sweep back to pending; returns how many.
+  absl::StatusOr<int64_t> ResumeSweep(const std::string& sweep);
+  // Pending, leased and running jobs of the sweep (or the one job whose id is
+  // `sweep_or_job`) to cancelled; returns how many.
+  absl::StatusOr<int64_t> Cancel(const std::string& sweep_or_job);
+
+  // Inserts a batch in one transaction. A point already stored for (job, name,
+  // step) is replaced when the new one comes from the same or a later attempt.
+  // NOT_FOUND when a job does not exist (nothing is written).
+  absl::Status AppendMetrics(const std::vector<MetricPoint>& points);
+
+  // Runs one read-only statement. INVALID_ARGUMENT when the statement would
+  // write, or does not parse.
+  absl::StatusOr<QueryResult> Query(const std::string& sql);
+
+ private:
+  class Statement;
+  explicit SqliteStore(Options options);
+
+  absl::Status Init();
+  absl::Status MigrateLocked();
+  absl::StatusOr<Statement*> PrepareLocked(const std::string& sql);
+  // Runs `body` inside BEGIN IMMEDIATE ... COMMIT, rolling back on any error.
+  absl::Status TransactionLocked(const std::function<absl::Status()>& body);
+  absl::Status ExecLocked(const std::string& sql);
+  // Consults the fault seam, then steps a write statement to completion.
+  absl::Status WriteLocked(Statement* statement, std::string_view what);
+  absl::StatusOr<int64_t> SweepIdLocked(const std::string& sweep);
+  absl::StatusOr<QueryResult> CollectLocked(Statement* statement);
+  absl::StatusOr<int64_t> MoveJobsLocked(const std::vector<std::string>& job_ids,
+                                         const std::vector<JobState>& from, JobState to,
+                                         const std::string& reason);
+  absl::Status SqlError(const std::string& context);
+  double Now() const;
+
+  Options options_;
+  std::mutex mu_;
+  sqlite3* db_ = nullptr;  // guarded by mu_
+  std::map<std::string, std::unique_ptr<Statement>> statements_;  // guarded by mu_
+};
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_STORE_SQLITE_STORE_H_

@@ -1,0 +1,239 @@
+#include "orchestrator/sweep/expand.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "common/id.h"
+#include "common/status_macros.h"
+
+namespace xmod {
+
+nlohmann::json ResolvedJob::CanonicalConfig() const {
+  nlohmann::json data_json = data.synthetic
+                                 ? nlohmann::json{{"synthetic", true},
+                                                  {"seed", data.synthetic_seed},
+                                                  {"vocab_size", data.vocab_size}}
+                                 : nlohmann::json{{"path", data.path},
+                                                  {"vocab_size", data.vocab_size}};
+  return nlohmann::json{
+      {"family", FamilyName(shape.family)},
+      {"d_model", shape.d_model},
+      {"n_heads", shape.n_heads},
+      {"n_layers", shape.n_layers},
+      {"d_ff", shape.d_ff},
+      {"vocab_size", shape.vocab_size},
+      {"context", shape.context},
+      {"stride", shape.stride},
+      {"capacity", shape.capacity},
+      {"routed_tokens", routed_tokens},
+      {"gate", gate},
+      {"balance_coef", balance_coef},
+      {"router_coef", router_coef},
+      {"tokens", tokens},
+      {"steps", steps},
+      {"batch_tokens", batch_tokens},
+      {"batch_size", batch_size},
+      {"micro_batch_size", micro_batch_size},
+      {"lr", lr},
+      {"min_lr", min_lr},
+      {"warmup_steps", warmup_steps},
+      {"schedule", ScheduleName(schedule)},
+      {"decay_steps", decay_steps},
+      {"weight_decay", weight_decay},
+      {"grad_clip", grad_clip},
+      {"beta1", beta1},
+      {"beta2", beta2},
+      {"eval_interval", eval_interval},
+      {"eval_tokens", eval_tokens},
+      {"checkpoint_interval", checkpoint_interval},
+      {"log_interval", log_interval},
+      {"seed", seed},
+      {"precision", precision},
+      {"data", data_json},
+  };
+}
+
+nlohmann::json ResolvedJob::ToJson() const {
+  nlohmann::json j = CanonicalConfig();
+  j["id"] = id;
+  j["scale"] = scale;
+  j["sparsity"] = sparsity;
+  j["dense_layers"] = dense_layers;
+  j["match"] = MatchModeName(match);
+  j["n_params_total"] = n_params_total;
+  j["n_params_active"] = n_params_active;
+  j["n_params_embedding"] = n_params_embedding;
+  j["flops_per_token"] = flops_per_token;
+  j["dense_flops_per_token"] = dense_flops_per_token;
+  j["flops_ratio"] = flops_ratio();
+  j["budget_kind"] = BudgetKindName(budget_kind);
+  j["budget_value"] = budget_value;
+  j["train_flops"] = train_flops;
+  j["ranks"] = ranks;
+  j["max_attempts"] = max_attempts;
+  j["priority"] = priority;
+  return j;
+}
+
+namespace {
+
+// One point before sizing: which family, at what capacity and stride.
+struct Point {
+  Family family;
+  double sparsity;
+  int64_t stride;
+};
+
+absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const ScaleSpec& scale,
+                                    int64_t context, double budget_value, Point point) {
+  const TrainSpec& t = spec.train;
+  ResolvedJob job;
+  job.scale = scale.name;
+  job.dense_layers = scale.n_layers;
+  job.match = spec.match;
+  // Stride 1 has no routed layer: whatever the family, it is the dense model.
+  if (point.stride <= 1) point = Point{Family::kDense, 0.0, 1};
+  job.sparsity = point.sparsity;
+
+  ModelShape& s = job.shape;
+  s.family = point.family;
+  s.d_model = scale.d_model;
+  s.n_heads = scale.n_heads;
+  s.d_ff = scale.d_ff;
+  s.vocab_size = spec.data.vocab_size;
+  s.context = context;
+  s.stride = point.stride;
+  s.capacity = 1.0 - point.sparsity;
+  s.n_layers = scale.n_layers;
+
+  const ModelShape dense = DenseReference(s, scale.n_layers);
+  const double dense_forward = ForwardFlopsPerToken(dense);
+  if (s.family != Family::kDense && spec.match == MatchMode::kFlops) {
+    auto layers = LayersMatchingFlops(s, dense_forward);
+    if (!layers.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "scale ", scale.name, ", context ", context, ", sparsity ", point.sparsity,
+          ", stride ", point.stride, ": ", layers.status().message()));
+    }
+    s.n_layers = *layers;
+  }
+
+  switch (s.family) {
+    case Family::kDense:
+      job.gate = "none";
+      break;
+    case Family::kXmod:
+      job.gate = "variance_scaled";
+      job.balance_coef = t.balance_coef;
+      job.router_coef = t.router_coef;
+      break;
+    case Family::kMod:
+      job.gate = "sigmoid";
+      job.router_coef = t.router_coef;
+      break;
+  }
+  job.routed_tokens = s.family == Family::kDense ? context : RoutedTokens(s.capacity, context);
+
+  const ParamCount params = CountParams(s);
+  job.n_params_total = params.non_embedding;
+  job.n_params_embedding = params.embedding + params.head;
+  job.n_params_active = ActiveParams(s, scale.n_layers);
+  job.flops_per_token = TrainFlopsPerToken(s);
+  job.dense_flops_per_token = 3.0 * dense_forward;
+
+  job.budget_kind = spec.budget_kind;
+  job.budget_value = budget_value;
+  job.tokens = BudgetTokens(spec.budget_kind, budget_value, job.n_params_active,
+                            job.flops_per_token);
+  job.batch_tokens = t.batch_tokens;
+  job.batch_size = t.batch_tokens / context;
+  job.steps = StepsFor(job.tokens, t.batch_tokens);
+  job.train_flops = job.flops_per_token * static_cast<double>(job.steps) *
+                    static_cast<double>(t.batch_tokens);
+
+  const int64_t per_rank = job.batch_size / spec.resources.ranks;
+  job.micro_batch_size =
+      t.micro_batch_tokens > 0 ? std::min(per_rank, t.micro_batch_tokens / context) : per_rank;
+  // Micro-batches must tile the per-rank batch exactly; take the largest divisor that fits.
+  while (job.micro_batch_size > 1 && per_rank % job.micro_batch_size != 0) --job.micro_batch_size;
+  job.micro_batch_size = std::max<int64_t>(1, job.micro_batch_size);
+
+  job.lr = t.lr;
+  job.min_lr = t.lr * t.min_lr_ratio;
+  job.warmup_steps = t.warmup_steps >= 0
+                         ? std::min(t.warmup_steps, job.steps)
+                         : std::llround(t.warmup_fraction * static_cast<double>(job.steps));
+  job.schedule = t.schedule;
+  job.decay_steps = t.schedule == Schedule::kWsd
+                        ? std::llround(t.decay_fraction * static_cast<double>(job.steps))
+                        : 0;
+  job.weight_decay = t.weight_decay;
+  job.grad_clip = t.grad_clip;
+  job.beta1 = t.beta1;
+  job.beta2 = t.beta2;
+  job.eval_interval = t.eval_interval > 0
+                          ? std::min(t.eval_interval, job.steps)
+                          : std::max<int64_t>(1, (job.steps + 9) / 10);
+  // Validation windows are whole sequences of this context.
+  job.eval_tokens = std::max<int64_t>(1, t.eval_tokens / context) * context;
+  job.checkpoint_interval = t.checkpoint_interval > 0 ? std::min(t.checkpoint_interval, job.steps)
+                                                      : job.steps;
+  job.log_interval = t.log_interval;
+  job.seed = t.seed;
+  job.precision = t.precision;
+  job.data = spec.data;
+  job.ranks = spec.resources.ranks;
+  job.max_attempts = spec.resources.max_attempts;
+  job.priority = spec.resources.priority;
+  job.id = HexId(job.CanonicalConfig().dump());
+  return job;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec) {
+  std::vector<Point> points;
+  switch (spec.family) {
+    case Family::kXmod:
+      for (double sparsity : spec.grid_sparsity) {
+        for (int64_t stride : spec.grid_stride) {
+          points.push_back({Family::kXmod, sparsity, stride});
+        }
+      }
+      break;
+    case Family::kDense:
+      points.push_back({Family::kDense, 0.0, 1});
+      break;
+    case Family::kMod:
+      points.push_back({Family::kMod, 0.875, 2});
+      break;
+  }
+  for (Family baseline : spec.baselines) {
+    if (baseline == Family::kDense) points.push_back({Family::kDense, 0.0, 1});
+    if (baseline == Family::kMod) points.push_back({Family::kMod, 0.875, 2});
+  }
+
+  std::vector<ResolvedJob> jobs;
+  jobs.reserve(spec.grid_scales.size() * spec.grid_context.size() * spec.budget_values.size() *
+               points.size());
+  std::unordered_set<std::string> seen;
+  for (const std::string& scale_name : spec.grid_scales) {
+    const ScaleSpec* scale = spec.FindScale(scale_name);
+    if (scale == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("undefined scale '", scale_name, "'"));
+    }
+    for (int64_t context : spec.grid_context) {
+      for (double budget : spec.budget_values) {
+        for (const Point& point : points) {
+          ASSIGN_OR_RETURN(ResolvedJob job, Resolve(spec, *scale, context, budget, point));
+          if (seen.insert(job.id).second) jobs.push_back(std::move(job));
+        }
+      }
+    }
+  }
+  return jobs;
+}
+
+}  // namespace xmod

@@ -1,0 +1,86 @@
+// Expansion of a validated SweepSpec into fully resolved jobs: every number the
+// worker needs (shape, capacity, batch, steps, schedule, seed) is decided here, so
+// a worker builds exactly what it is told. A job's id is a hash of its canonical
+// resolved config, so expanding twice gives the same ids and identical points
+// (e.g. an X-MoD point at stride 1 and the dense baseline) are one job.
+#ifndef XMOD_ORCHESTRATOR_SWEEP_EXPAND_H_
+#define XMOD_ORCHESTRATOR_SWEEP_EXPAND_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "common/accounting.h"
+#include "orchestrator/sweep/spec.h"
+
+namespace xmod {
+
+struct ResolvedJob {
+  std::string id;           // HexId of CanonicalConfig()
+  // Axes.
+  std::string scale;        // the scale's name (not part of the id; its shape is)
+  double sparsity = 0.0;    // σ as written (0 for dense)
+  int64_t dense_layers = 0; // L0 of the scale
+  ModelShape shape;         // family, widths, layers, context, stride, capacity
+  int64_t routed_tokens = 0;  // k per sequence (context for dense models)
+  std::string gate;         // "variance_scaled" (X-MoD), "sigmoid" (MoD), "none" (dense)
+  double balance_coef = 0.0;
+  double router_coef = 0.0;
+  MatchMode match = MatchMode::kFlops;
+  // Sizes.
+  int64_t n_params_total = 0;
+  int64_t n_params_active = 0;
+  int64_t n_params_embedding = 0;   // embedding + head
+  double flops_per_token = 0.0;     // training FLOPs per token (3 × forward)
+  double dense_flops_per_token = 0.0;  // same, for the FLOP-matched dense job
+  // Budget.
+  BudgetKind budget_kind = BudgetKind::kTokensPerParam;
+  double budget_value = 0.0;
+  int64_t tokens = 0;               // D the budget asks for
+  int64_t steps = 0;                // ceil(tokens / batch_tokens)
+  double train_flops = 0.0;         // flops_per_token × steps × batch_tokens
+  // Training.
+  int64_t batch_tokens = 0;
+  int64_t batch_size = 0;           // sequences per step, all ranks together
+  int64_t micro_batch_size = 0;     // sequences per forward on one rank
+  double lr = 0.0;
+  double min_lr = 0.0;
+  int64_t warmup_steps = 0;
+  Schedule schedule = Schedule::kCosine;
+  int64_t decay_steps = 0;          // wsd only; 0 otherwise
+  double weight_decay = 0.0;
+  double grad_clip = 0.0;
+  double beta1 = 0.0;
+  double beta2 = 0.0;
+  int64_t eval_interval = 0;
+  int64_t eval_tokens = 0;
+  int64_t checkpoint_interval = 0;
+  int64_t log_interval = 1;
+  uint64_t seed = 0;
+  std::string precision;
+  DataSpec data;
+  // Scheduling (not part of the id).
+  int64_t ranks = 1;
+  int64_t max_attempts = 1;
+  int64_t priority = 0;
+
+  double flops_ratio() const { return flops_per_token / dense_flops_per_token; }
+
+  // Everything that decides the training result, as JSON with sorted keys.
+  nlohmann::json CanonicalConfig() const;
+  // CanonicalConfig plus id, scale name and scheduling fields: the job file the
+  // worker and `xmod-train --job` read.
+  nlohmann::json ToJson() const;
+};
+
+// Resolves every grid point and baseline of `spec`. Jobs come out in grid order
+// (scale, context, budget, then sparsity and stride), each id once.
+// INVALID_ARGUMENT when a point cannot be sized (e.g. no layer count matches).
+absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec);
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_SWEEP_EXPAND_H_

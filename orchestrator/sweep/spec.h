@@ -1,0 +1,99 @@
+// A sweep specification: the YAML file a researcher writes (documented field by
+// field in sweeps/README.md), parsed and validated into plain structs. Parsing
+// either returns a complete, valid SweepSpec or rejects the whole file with every
+// problem found, each as "file:line: field: what is wrong".
+#ifndef XMOD_ORCHESTRATOR_SWEEP_SPEC_H_
+#define XMOD_ORCHESTRATOR_SWEEP_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/accounting.h"
+
+namespace xmod {
+
+struct ScaleSpec {
+  std::string name;
+  int64_t d_model = 0;
+  int64_t n_heads = 0;
+  int64_t n_layers = 0;  // L0, the dense depth the scale is defined by
+  int64_t d_ff = 0;      // 0 in the file means DefaultDff(d_model); resolved on parse
+};
+
+struct DataSpec {
+  // Exactly one of a dataset folder (path) or the built-in synthetic source.
+  std::string path;
+  bool synthetic = false;
+  uint64_t synthetic_seed = 0;
+  int64_t vocab_size = 256;
+};
+
+enum class MatchMode { kFlops, kLayers };
+enum class Schedule { kCosine, kConstant, kWsd };
+std::string_view MatchModeName(MatchMode mode);
+std::string_view ScheduleName(Schedule schedule);
+
+struct TrainSpec {
+  int64_t batch_tokens = 0;          // tokens per optimizer step, across all ranks
+  int64_t micro_batch_tokens = 0;    // per-rank forward size; 0 = no accumulation
+  double lr = 3e-3;
+  double min_lr_ratio = 0.1;
+  int64_t warmup_steps = -1;         // -1: use warmup_fraction
+  double warmup_fraction = 0.05;
+  Schedule schedule = Schedule::kCosine;
+  double decay_fraction = 0.2;       // wsd: final fraction of steps spent decaying
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  int64_t eval_interval = 0;         // steps; 0 = ten evaluations per run
+  int64_t eval_tokens = 65536;       // validation tokens per evaluation
+  int64_t checkpoint_interval = 0;   // steps; 0 = only at the end
+  int64_t log_interval = 1;
+  uint64_t seed = 1234;
+  std::string precision = "fp32";    // fp32 | bf16 (bf16 on GPUs only)
+  double balance_coef = 0.01;        // λ_bal, X-MoD only
+  double router_coef = 0.01;         // λ_c, routed families
+};
+
+struct ResourceSpec {
+  int64_t ranks = 1;
+  int64_t max_attempts = 3;
+  int64_t priority = 0;
+};
+
+struct SweepSpec {
+  std::string name;
+  std::string description;
+  std::string source;     // the file name errors refer to
+  std::string yaml_text;  // the text as submitted, kept with the sweep
+  DataSpec data;
+  Family family = Family::kXmod;
+  MatchMode match = MatchMode::kFlops;
+  std::vector<ScaleSpec> scales;  // in file order
+  // The grid. For dense and mod families sparsity and stride are fixed (0/1 and 0.875/2).
+  std::vector<std::string> grid_scales;
+  std::vector<double> grid_sparsity;
+  std::vector<int64_t> grid_stride;
+  std::vector<int64_t> grid_context;
+  std::vector<Family> baselines;
+  BudgetKind budget_kind = BudgetKind::kTokensPerParam;
+  std::vector<double> budget_values;
+  TrainSpec train;
+  ResourceSpec resources;
+
+  const ScaleSpec* FindScale(const std::string& name) const;
+};
+
+// Parses and validates `text`; `source` names the file in messages. On failure the
+// status is INVALID_ARGUMENT and its message holds one line per problem.
+absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text, const std::string& source);
+
+// Reads `path` and parses it. NOT_FOUND when the file cannot be read.
+absl::StatusOr<SweepSpec> LoadSweepSpec(const std::string& path);
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_SWEEP_SPEC_H_
