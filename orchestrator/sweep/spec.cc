@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -180,6 +181,9 @@ class SpecParser {
   }
 
   void ParseTop(const YAML::Node& root, SweepSpec* spec) {
+    for (auto it = root.begin(); it != root.end(); ++it) {
+      key_lines_.emplace(it->first.Scalar(), Line(it->first));
+    }
     CheckKeys(root, "", {"name", "description", "data", "family", "match", "scales", "grid",
                          "baselines", "budget", "train", "resources"});
     if (root["name"]) {
@@ -250,6 +254,12 @@ class SpecParser {
     if (root["resources"]) ParseResources(root["resources"], spec);
   }
 
+  // The line of a top-level key ("data:"), where section-wide problems point.
+  int KeyLine(const std::string& key) const {
+    auto it = key_lines_.find(key);
+    return it == key_lines_.end() ? 1 : it->second;
+  }
+
   void ParseData(const YAML::Node& node, SweepSpec* spec) {
     if (!ExpectMap(node, "data")) return;
     CheckKeys(node, "data", {"path", "synthetic", "seed", "vocab_size"});
@@ -265,9 +275,9 @@ class SpecParser {
       Error(Line(node["vocab_size"]), "data.vocab_size", "must be at least 2");
     }
     if (!d.path.empty() && d.synthetic) {
-      Error(Line(node), "data", "give either data.path or data.synthetic: true, not both");
+      Error(KeyLine("data"), "data", "give either data.path or data.synthetic: true, not both");
     } else if (d.path.empty() && !d.synthetic) {
-      Error(Line(node), "data", "missing data; give data.path or data.synthetic: true");
+      Error(KeyLine("data"), "data", "missing data; give data.path or data.synthetic: true");
     }
   }
 
@@ -328,7 +338,7 @@ class SpecParser {
   void ParseGrid(const YAML::Node& node, SweepSpec* spec) {
     if (!ExpectMap(node, "grid")) return;
     CheckKeys(node, "grid", {"scale", "sparsity", "stride", "context"});
-    grid_line_ = Line(node);
+    grid_line_ = KeyLine("grid");
     if (node["scale"]) {
       Axis(node["scale"], "grid.scale", &spec->grid_scales,
            [&](const YAML::Node& n, const std::string& f, std::string* v) {
@@ -417,9 +427,10 @@ class SpecParser {
            });
     }
     if (given == 0) {
-      Error(Line(node), "budget", "no budget; give one of tokens_per_param, flops or tokens");
+      Error(KeyLine("budget"), "budget",
+            "no budget; give one of tokens_per_param, flops or tokens");
     } else if (given > 1) {
-      Error(Line(node), "budget",
+      Error(KeyLine("budget"), "budget",
             "two budgets given; keep exactly one of tokens_per_param, flops or tokens");
     }
   }
@@ -584,6 +595,7 @@ class SpecParser {
 
   std::string source_;
   std::vector<std::string> errors_;
+  std::map<std::string, int> key_lines_;
   int grid_line_ = 1;
   bool has_sparsity_ = false;
   bool has_stride_ = false;

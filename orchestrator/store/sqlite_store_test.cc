@@ -1,0 +1,366 @@
+#include "orchestrator/store/sqlite_store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+namespace xmod {
+namespace {
+
+using ::testing::HasSubstr;
+
+SweepSpec Smoke() {
+  auto spec = LoadSweepSpec(std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+std::vector<ResolvedJob> Expand(const SweepSpec& spec) {
+  auto jobs = ExpandSweep(spec);
+  EXPECT_TRUE(jobs.ok()) << jobs.status();
+  return *jobs;
+}
+
+std::unique_ptr<SqliteStore> OpenMemory(WriteFaults* faults = nullptr) {
+  SqliteStore::Options options;
+  options.path = ":memory:";
+  options.faults = faults;
+  options.now = [] { return 1000.0; };
+  auto store = SqliteStore::Open(options);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return std::move(*store);
+}
+
+// Every row of every table, as text: two equal dumps mean an untouched database.
+std::string Dump(SqliteStore& store) {
+  std::ostringstream out;
+  for (const char* table :
+       {"sweeps", "jobs", "sweep_jobs", "attempts", "metrics", "checkpoints", "workers", "fits"}) {
+    auto rows = store.Query(std::string("SELECT * FROM ") + table + " ORDER BY 1, 2");
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    out << table << ":" << rows->rows.size() << "\n";
+    for (const auto& row : rows->rows) {
+      for (const Value& v : row) {
+        std::visit([&](const auto& x) {
+          if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) out << x;
+        }, v);
+        out << "|";
+      }
+      out << "\n";
+    }
+  }
+  return out.str();
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("xmod_store_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path path_;
+};
+
+TEST(SqliteStore, MigratesANewFileToTheLatestSchemaVersion) {
+  TempDir dir;
+  SqliteStore::Options options;
+  options.path = dir.File("x.db");
+  auto store = SqliteStore::Open(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->SchemaVersion().value(), 1);
+  store->reset();
+  // The journal mode is a property of the file; read it back with SQLite itself.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(options.path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &stmt, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "wal");
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+}
+
+TEST(SqliteStore, RefusesADatabaseFromANewerXmod) {
+  TempDir dir;
+  SqliteStore::Options options;
+  options.path = dir.File("x.db");
+  ASSERT_TRUE(SqliteStore::Open(options).ok());
+  // Pretend a newer xmod migrated the file (the test talks to SQLite directly).
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(options.path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version=99", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto store = SqliteStore::Open(options);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(store.status().message()), HasSubstr("newer than this xmod"));
+}
+
+TEST(SqliteStore, ReadOnlyOpenOfAMissingFileIsNotFoundAndCreatesNothing) {
+  TempDir dir;
+  SqliteStore::Options options;
+  options.path = dir.File("missing.db");
+  options.read_only = true;
+  auto store = SqliteStore::Open(options);
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(options.path));
+}
+
+TEST(SqliteStore, SubmittingTheSameSweepTwiceChangesNothing) {
+  auto store = OpenMemory();
+  const SweepSpec spec = Smoke();
+  auto first = store->SubmitSweep(spec, Expand(spec));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->sweep_created);
+  EXPECT_EQ(first->new_jobs, 8);
+  const std::string before = Dump(*store);
+  auto second = store->SubmitSweep(spec, Expand(spec));
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(second->sweep_created);
+  EXPECT_EQ(second->new_jobs, 0);
+  EXPECT_EQ(second->linked_jobs, 0);
+  EXPECT_EQ(Dump(*store), before);
+}
+
+TEST(SqliteStore, AWiderGridAddsOnlyTheNewJobs) {
+  auto store = OpenMemory();
+  SweepSpec spec = Smoke();
+  ASSERT_TRUE(store->SubmitSweep(spec, Expand(spec)).ok());
+  ASSERT_TRUE(store->TransitionJob(Expand(spec)[0].id, JobState::kLeased, "test").ok());
+  spec.grid_stride = {2, 4};
+  spec.yaml_text += "\n# wider\n";
+  auto wider = store->SubmitSweep(spec, Expand(spec));
+  ASSERT_TRUE(wider.ok()) << wider.status();
+  EXPECT_EQ(wider->jobs_in_spec, 12);  // + 2 sparsities at stride 4, per scale
+  EXPECT_EQ(wider->new_jobs, 4);
+  // The job that was already running keeps its state.
+  EXPECT_EQ(store->GetJobState(Expand(spec)[0].id).value(), JobState::kLeased);
+}
+
+TEST(SqliteStore, ASecondSweepSharesExistingJobs) {
+  auto store = OpenMemory();
+  SweepSpec spec = Smoke();
+  ASSERT_TRUE(store->SubmitSweep(spec, Expand(spec)).ok());
+  spec.name = "smoke-copy";
+  auto copy = store->SubmitSweep(spec, Expand(spec));
+  ASSERT_TRUE(copy.ok());
+  EXPECT_EQ(copy->new_jobs, 0);
+  EXPECT_EQ(copy->linked_jobs, 8);
+  auto counts = store->CountStates("");
+  ASSERT_TRUE(counts.ok());
+  ASSERT_EQ(counts->size(), 2u);
+  EXPECT_EQ((*counts)[1].counts.at(JobState::kPending), 8);
+}
+
+TEST(SqliteStore, LegalTransitionsWalkAJobToSucceeded) {
+  auto store = OpenMemory();
+  const SweepSpec spec = Smoke();
+  ASSERT_TRUE(store->SubmitSweep(spec, Expand(spec)).ok());
+  const std::string id = Expand(spec)[0].id;
+  for (JobState to : {JobState::kLeased, JobState::kRunning, JobState::kPending,
+                      JobState::kLeased, JobState::kRunning, JobState::kSucceeded}) {
+    ASSERT_TRUE(store->TransitionJob(id, to, "test").ok()) << JobStateName(to);
+    EXPECT_EQ(store->GetJobState(id).value(), to);
+  }
+}
+
+// One test per illegal move out of each state: refused, and nothing written.
+class IllegalTransition
+    : public ::testing::TestWithParam<std::tuple<std::vector<JobState>, JobState>> {};
+
+TEST_P(IllegalTransition, IsRefusedAndLeavesTheJobAsItWas) {
+  auto store = OpenMemory();
+  const SweepSpec spec = Smoke();
+  ASSERT_TRUE(store->SubmitSweep(spec, Expand(spec)).ok());
+  const std::string id = Expand(spec)[0].id;
+  const auto& [path, illegal] = GetParam();
+  for (JobState to : path) ASSERT_TRUE(store->TransitionJob(id, to, "setup").ok());
+  const JobState before = store->GetJobState(id).value();
+  const std::string dump = Dump(*store);
+  absl::Status s = store->TransitionJob(id, illegal, "test");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(std::string("illegal transition ") + std::string(JobStateName(before)) +
+                        " -> " + std::string(JobStateName(illegal))));
+  EXPECT_EQ(Dump(*store), dump);
+}
+
+using S = JobState;
+INSTANTIATE_TEST_SUITE_P(
+    EveryState, IllegalTransition,
+    ::testing::Values(
+        std::make_tuple(std::vector<S>{}, S::kRunning),
+        std::make_tuple(std::vector<S>{}, S::kSucceeded),
+        std::make_tuple(std::vector<S>{}, S::kFailed),
+        std::make_tuple(std::vector<S>{S::kLeased}, S::kSucceeded),
+        std::make_tuple(std::vector<S>{S::kLeased}, S::kLeased),
+        std::make_tuple(std::vector<S>{S::kLeased, S::kRunning}, S::kLeased),
+        std::make_tuple(std::vector<S>{S::kLeased, S::kRunning, S::kSucceeded}, S::kPending),
+        std::make_tuple(std::vector<S>{S::kLeased, S::kRunning, S::kSucceeded}, S::kCancelled),
+        std::make_tuple(std::vector<S>{S::kLeased, S::kFailed}, S::kRunning),
+        std::make_tuple(std::vector<S>{S::kLeased, S::kFailed}, S::kSucceeded),
+        std::make_tuple(std::vector<S>{S::kCancelled}, S::kLeased),
+        std::make_tuple(std::vector<S>{S::kCancelled}, S::kFailed)));
+
+TEST(SqliteStore, TransitionOfAnUnknownJobIsNotFound) {
+  auto store = OpenMemory();
+  EXPECT_EQ(store->TransitionJob("0000000000000000", JobState::kLeased, "x").code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(SqliteStore, ResumeAndCancelMoveOnlyTheRightJobs) {
+  auto store = OpenMemory();
+  const SweepSpec spec = Smoke();
+  const auto jobs = Expand(spec);
+  ASSERT_TRUE(store->SubmitSweep(spec, jobs).ok());
+  ASSERT_TRUE(store->TransitionJob(jobs[0].id, S::kLeased, "").ok());
+  ASSERT_TRUE(store->TransitionJob(jobs[0].id, S::kRunning, "").ok());
+  ASSERT_TRUE(store->TransitionJob(jobs[0].id, S::kSucceeded, "").ok());
+  ASSERT_TRUE(store->TransitionJob(jobs[1].id, S::kLeased, "").ok());
+  ASSERT_TRUE(store->TransitionJob(jobs[1].id, S::kFailed, "diverged").ok());
+  EXPECT_EQ(store->Cancel(jobs[2].id).value(), 1);
+  EXPECT_EQ(store->ResumeSweep("smoke").value(), 2);  // the failed and the cancelled job
+  EXPECT_EQ(store->GetJobState(jobs[0].id).value(), S::kSucceeded);
+  EXPECT_EQ(store->Cancel("smoke").value(), 7);        // everything but the succeeded job
+  EXPECT_EQ(store->Cancel("no-such-thing").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->ResumeSweep("no-such-sweep").status().code(), absl::StatusCode::kNotFound);
+}
+
+// A failure at any write of a submit leaves the database exactly as it was.
+TEST(SqliteStore, AFailedWriteAnywhereInASubmitLeavesTheDatabaseAsItWas) {
+  WriteFaults faults;
+  auto store = OpenMemory(&faults);
+  SweepSpec spec = Smoke();
+  ASSERT_TRUE(store->SubmitSweep(spec, Expand(spec)).ok());
+  spec.grid_stride = {2, 4};
+  spec.yaml_text += "\n# wider\n";
+  const auto wider = Expand(spec);
+  const std::string before = Dump(*store);
+
+  // Count the writes a clean submit of the wider grid makes, on a scratch store.
+  WriteFaults counter;
+  auto scratch = OpenMemory(&counter);
+  ASSERT_TRUE(scratch->SubmitSweep(Smoke(), Expand(Smoke())).ok());
+  counter.Clear();
+  ASSERT_TRUE(scratch->SubmitSweep(spec, wider).ok());
+  const int64_t writes = counter.writes();
+  ASSERT_GT(writes, 20);
+
+  for (int64_t n = 1; n <= writes; ++n) {
+    faults.FailNthWrite(n);
+    auto result = store->SubmitSweep(spec, wider);
+    ASSERT_FALSE(result.ok()) << "write " << n;
+    EXPECT_THAT(std::string(result.status().message()), HasSubstr("injected fault"));
+    faults.Clear();
+    ASSERT_EQ(Dump(*store), before) << "after a failure at write " << n;
+  }
+  faults.FailWritesAfter(writes / 2);
+  EXPECT_FALSE(store->SubmitSweep(spec, wider).ok());
+  faults.Clear();
+  EXPECT_EQ(Dump(*store), before);
+  // And with the faults gone, the same submit goes through.
+  auto ok = store->SubmitSweep(spec, wider);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->new_jobs, 4);
+}
+
+TEST(SqliteStore, MetricsFeedTheResultsAndCurveViews) {
+  auto store = OpenMemory();
+  const SweepSpec spec = Smoke();
+  const auto jobs = Expand(spec);
+  ASSERT_TRUE(store->SubmitSweep(spec, jobs).ok());
+  auto results = store->JobResults("smoke");
+  ASSERT_TRUE(results.ok());
+  ASSERT_EQ(results->rows.size(), 8u);
+  const auto col = [&](const std::string& name) {
+    return std::find(results->columns.begin(), results->columns.end(), name) -
+           results->columns.begin();
+  };
+  // Losses are empty until jobs run.
+  for (const auto& row : results->rows) {
+    EXPECT_TRUE(std::holds_alternative<std::monostate>(row[col("final_val_loss")]));
+  }
+  const std::string id = jobs[0].id;
+  std::vector<MetricPoint> batch;
+  for (int step = 1; step <= 4; ++step) {
+    batch.push_back({id, "train_loss", step, 5.0 - step, step * 1024, step * 1e6, 1, 0.0});
+    if (step % 2 == 0) batch.push_back({id, "val_loss", step, 4.5 - step, step * 1024, step * 1e6, 1, 0.0});
+  }
+  ASSERT_TRUE(store->AppendMetrics(batch).ok());
+  // A later attempt replaces a step; an older attempt's late write does not.
+  ASSERT_TRUE(store->AppendMetrics({{id, "val_loss", 4, 0.25, 4096, 4e6, 2, 0.0}}).ok());
+  ASSERT_TRUE(store->AppendMetrics({{id, "val_loss", 4, 9.0, 4096, 4e6, 1, 0.0}}).ok());
+  results = store->JobResults("smoke");
+  ASSERT_TRUE(results.ok());
+  bool found = false;
+  for (const auto& row : results->rows) {
+    if (std::get<std::string>(row[col("job_id")]) != id) continue;
+    found = true;
+    EXPECT_DOUBLE_EQ(std::get<double>(row[col("final_val_loss")]), 0.25);
+    EXPECT_DOUBLE_EQ(std::get<double>(row[col("best_val_loss")]), 0.25);
+    EXPECT_EQ(std::get<int64_t>(row[col("last_step")]), 4);
+  }
+  EXPECT_TRUE(found);
+  auto curve = store->JobCurve(id);
+  ASSERT_TRUE(curve.ok());
+  ASSERT_EQ(curve->rows.size(), 4u);
+  EXPECT_EQ(std::get<int64_t>(curve->rows[3][1]), 4);     // step
+  EXPECT_EQ(std::get<int64_t>(curve->rows[3][2]), 4096);  // tokens
+  EXPECT_EQ(store->JobCurve("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SqliteStore, MetricsForAnUnknownJobAreRefusedWhole) {
+  auto store = OpenMemory();
+  const SweepSpec spec = Smoke();
+  const auto jobs = Expand(spec);
+  ASSERT_TRUE(store->SubmitSweep(spec, jobs).ok());
+  const std::string before = Dump(*store);
+  absl::Status s = store->AppendMetrics({{jobs[0].id, "train_loss", 1, 1.0, 1, 1.0, 1, 0.0},
+                                         {"ffffffffffffffff", "train_loss", 1, 1.0, 1, 1.0, 1, 0.0}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_EQ(Dump(*store), before);
+}
+
+TEST(SqliteStore, QueryRefusesStatementsThatWrite) {
+  auto store = OpenMemory();
+  for (const char* sql : {"DELETE FROM jobs", "INSERT INTO workers VALUES ('w', 'h', 1, 0, 0)",
+                          "DROP TABLE jobs", "PRAGMA user_version=5"}) {
+    auto r = store->Query(sql);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << sql;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("would write")) << sql;
+  }
+  EXPECT_EQ(store->Query("SELEC 1").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Query("SELECT 1; DELETE FROM jobs").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(store->Query("SELECT COUNT(*) FROM job_results").ok());
+}
+
+TEST(SqliteStore, AReadOnlyStoreRefusesEveryWrite) {
+  TempDir dir;
+  SqliteStore::Options options;
+  options.path = dir.File("x.db");
+  {
+    auto writer = SqliteStore::Open(options);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->SubmitSweep(Smoke(), Expand(Smoke())).ok());
+  }
+  options.read_only = true;
+  auto reader = SqliteStore::Open(options);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_FALSE((*reader)->Cancel("smoke").ok());
+  EXPECT_EQ((*reader)->CountStates("smoke").value()[0].counts.at(JobState::kPending), 8);
+}
+
+}  // namespace
+}  // namespace xmod
