@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <set>
 
@@ -93,18 +94,10 @@ TEST(Expand, ResolvesScheduleBatchAndRouting) {
 }
 
 TEST(Expand, TenThousandJobGridTakesWellUnderASecond) {
-  SweepSpec spec = Load("xmod-cluster");
-  spec.grid_sparsity.clear();
-  for (int i = 0; i < 50; ++i) spec.grid_sparsity.push_back(0.01 * (i + 1));
-  spec.grid_stride = {2, 3, 4, 5, 6, 8, 10, 12, 16, 20};
-  spec.baselines.clear();
-  spec.budget_kind = BudgetKind::kTokensPerParam;
-  spec.budget_values = {5, 10, 20, 40, 80};
-  // 4 scales x 3 contexts... trimmed to exactly 10,000 points: 50 x 10 x 5 x 4 scales.
-  spec.grid_context = {512};
-  ASSERT_EQ(spec.grid_scales.size(), 4u);
+  auto spec = LoadSweepSpec(std::string(XMOD_SOURCE_DIR) + "/bench/grid-10k.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
   const auto start = std::chrono::steady_clock::now();
-  auto jobs = ExpandSweep(spec);
+  auto jobs = ExpandSweep(*spec);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(jobs.ok()) << jobs.status();

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Configures and builds xmod into ./build (or $XMOD_BUILD_DIR) with Ninja and ccache.
+# Run deploy/install-deps.sh first on a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir="${XMOD_BUILD_DIR:-build}"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${XMOD_BUILD_TYPE:-RelWithDebInfo}" "$@" >/dev/null
+cmake --build "$build_dir" -j "$(nproc)"
