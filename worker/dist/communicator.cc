@@ -1,0 +1,154 @@
+#include "worker/dist/communicator.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace xmod {
+
+absl::Status ForEachBucket(std::vector<torch::Tensor>& tensors, int64_t bucket_bytes,
+                           const std::function<absl::Status(torch::Tensor&)>& fn) {
+  size_t begin = 0;
+  while (begin < tensors.size()) {
+    size_t end = begin;
+    int64_t bytes = 0;
+    while (end < tensors.size() &&
+           (end == begin || bytes + tensors[end].nbytes() <= static_cast<size_t>(bucket_bytes))) {
+      bytes += tensors[end].nbytes();
+      ++end;
+    }
+    std::vector<torch::Tensor> views;
+    for (size_t i = begin; i < end; ++i) views.push_back(tensors[i].reshape({-1}));
+    torch::Tensor flat = torch::cat(views);
+    RETURN_IF_ERROR(fn(flat));
+    int64_t offset = 0;
+    for (size_t i = begin; i < end; ++i) {
+      const int64_t n = tensors[i].numel();
+      tensors[i].copy_(flat.narrow(0, offset, n).view_as(tensors[i]));
+      offset += n;
+    }
+    begin = end;
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+std::string HostName() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+class SingleProcess : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  absl::Status Broadcast(std::string*, int) override { return absl::OkStatus(); }
+  absl::Status Broadcast(std::vector<torch::Tensor>&, int) override { return absl::OkStatus(); }
+  absl::Status AllReduceSum(std::vector<torch::Tensor>&) override { return absl::OkStatus(); }
+  absl::Status Barrier() override { return absl::OkStatus(); }
+  std::string Where() const override { return HostName() + ":0"; }
+};
+
+MPI_Datatype MpiType(torch::ScalarType type) {
+  switch (type) {
+    case torch::kFloat32: return MPI_FLOAT;
+    case torch::kFloat64: return MPI_DOUBLE;
+    case torch::kInt64: return MPI_INT64_T;
+    case torch::kInt32: return MPI_INT32_T;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+class Mpi : public Communicator {
+ public:
+  Mpi(int rank, int size, int64_t bucket_bytes)
+      : rank_(rank), size_(size), bucket_bytes_(bucket_bytes), host_(HostName()) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string Where() const override { return absl::StrCat(host_, ":", rank_); }
+
+  absl::Status Broadcast(std::string* bytes, int root) override {
+    int64_t n = static_cast<int64_t>(bytes->size());
+    RETURN_IF_ERROR(Check(MPI_Bcast(&n, 1, MPI_INT64_T, root, MPI_COMM_WORLD), "broadcast"));
+    bytes->resize(static_cast<size_t>(n));
+    return Check(MPI_Bcast(bytes->data(), static_cast<int>(n), MPI_CHAR, root, MPI_COMM_WORLD),
+                 "broadcast");
+  }
+
+  absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override {
+    return ForEachBucket(tensors, bucket_bytes_, [&](torch::Tensor& flat) {
+      RETURN_IF_ERROR(CheckType(flat));
+      return Check(MPI_Bcast(flat.data_ptr(), static_cast<int>(flat.numel()),
+                             MpiType(flat.scalar_type()), root, MPI_COMM_WORLD),
+                   "broadcast");
+    });
+  }
+
+  absl::Status AllReduceSum(std::vector<torch::Tensor>& tensors) override {
+    if (size_ == 1) return absl::OkStatus();
+    return ForEachBucket(tensors, bucket_bytes_, [&](torch::Tensor& flat) {
+      RETURN_IF_ERROR(CheckType(flat));
+      return Check(MPI_Allreduce(MPI_IN_PLACE, flat.data_ptr(), static_cast<int>(flat.numel()),
+                                 MpiType(flat.scalar_type()), MPI_SUM, MPI_COMM_WORLD),
+                   "all-reduce");
+    });
+  }
+
+  absl::Status Barrier() override { return Check(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+
+ private:
+  absl::Status Check(int rc, const char* what) const {
+    if (rc == MPI_SUCCESS) return absl::OkStatus();
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    return absl::UnavailableError(absl::StrCat(Where(), ": MPI ", what, ": ", std::string(text, len)));
+  }
+  absl::Status CheckType(const torch::Tensor& t) const {
+    if (t.is_cuda() || MpiType(t.scalar_type()) == MPI_DATATYPE_NULL) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(), ": the MPI communicator takes CPU float32/float64/int32/int64 tensors"));
+    }
+    return absl::OkStatus();
+  }
+
+  int rank_;
+  int size_;
+  int64_t bucket_bytes_;
+  std::string host_;
+};
+
+void FinalizeMpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> MakeSingleProcessCommunicator() {
+  return std::make_unique<SingleProcess>();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(int64_t bucket_bytes) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+      return absl::FailedPreconditionError(absl::StrCat(HostName(), ": MPI_Init failed"));
+    }
+    std::atexit(FinalizeMpi);
+  }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return std::unique_ptr<Communicator>(new Mpi(rank, size, bucket_bytes));
+}
+
+}  // namespace xmod

@@ -1,0 +1,217 @@
+#include "worker/model/model.h"
+
+#include <cmath>
+
+namespace xmod {
+
+namespace F = torch::nn::functional;
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_) * weight;
+}
+
+AttentionImpl::AttentionImpl(int64_t d_model, int64_t n_heads) : n_heads_(n_heads) {
+  qkv = register_module("qkv", torch::nn::Linear(
+                                   torch::nn::LinearOptions(d_model, 3 * d_model).bias(false)));
+  proj = register_module(
+      "proj", torch::nn::Linear(torch::nn::LinearOptions(d_model, d_model).bias(false)));
+}
+
+namespace {
+
+// Rotates the two halves of the head dimension by the angles of each position.
+// x [B, H, N, hd]; cos, sin [B or 1, N, hd/2].
+torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const torch::Tensor x1 = x.narrow(-1, 0, half);
+  const torch::Tensor x2 = x.narrow(-1, half, half);
+  const torch::Tensor c = cos.unsqueeze(1);
+  const torch::Tensor s = sin.unsqueeze(1);
+  return torch::cat({x1 * c - x2 * s, x1 * s + x2 * c}, -1);
+}
+
+}  // namespace
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                     const torch::Tensor& sin, const torch::Tensor& allowed) {
+  const int64_t b = x.size(0), n = x.size(1), d = x.size(2);
+  const int64_t hd = d / n_heads_;
+  // [B, N, 3d] -> 3 x [B, H, N, hd]
+  auto parts = qkv(x).view({b, n, 3, n_heads_, hd}).permute({2, 0, 3, 1, 4}).unbind(0);
+  const torch::Tensor q = Rotate(parts[0], cos, sin);
+  const torch::Tensor k = Rotate(parts[1], cos, sin);
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd)));
+  if (allowed.defined()) {
+    scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+  } else {
+    // Tokens come in increasing position order, so causal means j <= i.
+    const torch::Tensor future =
+        torch::ones({n, n}, torch::dtype(torch::kBool).device(x.device())).triu(1);
+    scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+  }
+  const torch::Tensor out = torch::matmul(torch::softmax(scores, -1), parts[2]);  // [B, H, N, hd]
+  return proj(out.transpose(1, 2).reshape({b, n, d}));
+}
+
+MlpImpl::MlpImpl(int64_t d_model, int64_t d_ff) {
+  w13 = register_module(
+      "w13", torch::nn::Linear(torch::nn::LinearOptions(d_model, 2 * d_ff).bias(false)));
+  w2 = register_module("w2",
+                       torch::nn::Linear(torch::nn::LinearOptions(d_ff, d_model).bias(false)));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  auto gate_up = w13(x).chunk(2, -1);
+  return w2(torch::silu(gate_up[0]) * gate_up[1]);
+}
+
+BlockImpl::BlockImpl(int64_t d_model, int64_t n_heads, int64_t d_ff) {
+  norm1 = register_module("norm1", RMSNorm(d_model));
+  attn = register_module("attn", Attention(d_model, n_heads));
+  norm2 = register_module("norm2", RMSNorm(d_model));
+  mlp = register_module("mlp", Mlp(d_model, d_ff));
+}
+
+torch::Tensor BlockImpl::Delta(const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin, const torch::Tensor& allowed) {
+  const torch::Tensor a = attn(norm1(x), cos, sin, allowed);
+  return a + mlp(norm2(x + a));
+}
+
+LayerImpl::LayerImpl(const DecoderOptions& o, int64_t index) {
+  block = register_module("block", Block(o.d_model(), o.n_heads(), o.d_ff()));
+  if (o.IsRouted(index)) {
+    router = register_module(
+        "router", torch::nn::Linear(torch::nn::LinearOptions(o.d_model(), 1).bias(false)));
+    if (o.family() == Family::kXmod) {
+      gamma = register_parameter("gamma", torch::ones({1}));
+      gate_scale = 1.0 / std::sqrt(static_cast<double>(o.stride() - 1));
+    }
+  }
+}
+
+DecoderImpl::DecoderImpl(DecoderOptions options) : options_(std::move(options)) {
+  const auto& o = options_;
+  tok_emb = register_module("tok_emb", torch::nn::Embedding(o.vocab_size(), o.d_model()));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t l = 0; l < o.n_layers(); ++l) layers->push_back(Layer(o, l));
+  norm = register_module("norm", RMSNorm(o.d_model()));
+  head = register_module(
+      "head", torch::nn::Linear(torch::nn::LinearOptions(o.d_model(), o.vocab_size()).bias(false)));
+  const int64_t half = o.d_model() / o.n_heads() / 2;
+  const torch::Tensor inv_freq =
+      torch::pow(o.rope_theta(), -torch::arange(half, torch::kFloat64) / double(half));
+  const torch::Tensor angles =
+      torch::outer(torch::arange(o.context(), torch::kFloat64), inv_freq);  // [T, half]
+  rope_cos_ = register_buffer("rope_cos", angles.cos().to(torch::kFloat32));
+  rope_sin_ = register_buffer("rope_sin", angles.sin().to(torch::kFloat32));
+  reset_parameters();
+}
+
+void DecoderImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  const double std = options_.init_std();
+  const double out_std = std / std::sqrt(2.0 * static_cast<double>(options_.n_layers()));
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    if (name.find("norm") != std::string::npos && name.find("weight") != std::string::npos) {
+      p.fill_(1.0);
+    } else if (name.find("gamma") != std::string::npos) {
+      p.fill_(1.0);
+    } else if (name.find("proj") != std::string::npos || name.find(".w2.") != std::string::npos) {
+      p.normal_(0.0, out_std);
+    } else {
+      p.normal_(0.0, std);
+    }
+  }
+}
+
+DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing) {
+  const auto& o = options_;
+  const int64_t b = tokens.size(0), t = tokens.size(1), d = o.d_model();
+  TORCH_CHECK(t <= o.context(), "sequence of ", t, " tokens exceeds the context ", o.context());
+  const torch::Tensor cos = rope_cos_.narrow(0, 0, t).unsqueeze(0);  // [1, T, half]
+  const torch::Tensor sin = rope_sin_.narrow(0, 0, t).unsqueeze(0);
+  const int64_t half = cos.size(-1);
+  // A sequence shorter than the context keeps the trained capacity ρ = k / context.
+  const int64_t k = std::max<int64_t>(
+      1, std::min<int64_t>(t, std::llround(double(o.routed_tokens()) * t / o.context())));
+  const double rho = double(k) / double(t);
+
+  torch::Tensor x = tok_emb(tokens);
+  std::vector<torch::Tensor> router_probs;  // sigmoid(r) per routed layer, [B, T]
+  torch::Tensor router_loss = torch::zeros({}, x.options());
+  torch::Tensor layers_used = torch::zeros({b, t}, x.options());
+  int64_t routed_layers = 0;
+  torch::Tensor causal;  // threshold routing: causal mask [1, 1, T, T], built on first use
+
+  for (const auto& module : *layers) {
+    auto layer = std::dynamic_pointer_cast<LayerImpl>(module);
+    if (!layer->routed()) {
+      x = x + layer->block->Delta(x, cos, sin);
+      layers_used = layers_used + 1.0;
+      continue;
+    }
+    ++routed_layers;
+    const torch::Tensor r = layer->router(x.to(torch::kFloat32)).squeeze(-1);  // [B, T], fp32
+    const torch::Tensor gate_scale =
+        layer->gamma.defined() ? layer->gamma * layer->gate_scale : torch::ones({1}, x.options());
+    router_probs.push_back(torch::sigmoid(r));
+    if (routing == Routing::kTopK) {
+      // Top-k per sequence, re-sorted by position so that causal order is kept.
+      const torch::Tensor idx = std::get<0>(std::get<1>(r.topk(k, -1)).sort(-1));  // [B, k]
+      const torch::Tensor idx_d = idx.unsqueeze(-1).expand({b, k, d});
+      const torch::Tensor x_sel = x.gather(1, idx_d);                  // [B, k, d]
+      const torch::Tensor flat = idx.reshape({-1});
+      const torch::Tensor cos_sel = cos[0].index_select(0, flat).view({b, k, half});
+      const torch::Tensor sin_sel = sin[0].index_select(0, flat).view({b, k, half});
+      const torch::Tensor delta = layer->block->Delta(x_sel, cos_sel, sin_sel);  // [B, k, d]
+      const torch::Tensor weight = torch::sigmoid(r.gather(1, idx)) * gate_scale;  // [B, k]
+      x = x.scatter_add(1, idx_d, weight.unsqueeze(-1).to(x.dtype()) * delta);
+      const torch::Tensor chosen = torch::zeros({b, t}, r.options()).scatter(1, idx, 1.0);
+      router_loss = router_loss + F::binary_cross_entropy_with_logits(r, chosen);
+      layers_used = layers_used + chosen;
+    } else {
+      // Each token decides alone (r > 0): keys are the chosen tokens up to the query
+      // (plus itself, so that an unchosen query has a defined, discarded output).
+      const torch::Tensor chosen = r > 0;  // [B, T]
+      if (!causal.defined()) {
+        causal = torch::ones({t, t}, torch::dtype(torch::kBool).device(x.device())).tril();
+      }
+      const torch::Tensor eye = torch::eye(t, torch::dtype(torch::kBool).device(x.device()));
+      const torch::Tensor allowed =
+          (causal & chosen.unsqueeze(1)).logical_or(eye).unsqueeze(1);  // [B, 1, T, T]
+      const torch::Tensor delta = layer->block->Delta(x, cos, sin, allowed);
+      const torch::Tensor weight =
+          torch::sigmoid(r) * gate_scale * chosen.to(r.dtype());  // [B, T]
+      x = x + weight.unsqueeze(-1).to(x.dtype()) * delta;
+      router_loss = router_loss + F::binary_cross_entropy_with_logits(r, chosen.to(r.dtype()));
+      layers_used = layers_used + chosen.to(x.dtype());
+    }
+  }
+
+  DecoderOutput out;
+  out.logits = head(norm(x));
+  out.router_loss = routed_layers > 0 ? router_loss / double(routed_layers) : router_loss;
+  out.balance_loss = torch::zeros({}, x.options());
+  if (!router_probs.empty() && rho < 1.0 && o.family() == Family::kXmod) {
+    const torch::Tensor u = torch::stack(router_probs).mean(0);  // [B, T]
+    out.balance_loss = (u - rho).pow(2).mean() / (rho * (1.0 - rho));
+  }
+  out.aux_loss = o.balance_coef() * out.balance_loss + o.router_coef() * out.router_loss;
+  out.depth_fraction = (layers_used / double(o.n_layers())).mean().detach();
+  return out;
+}
+
+int64_t CountModuleParameters(torch::nn::Module& module) {
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace xmod

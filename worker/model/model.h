@@ -1,0 +1,151 @@
+// LibTorch decoders for the three families of DESIGN.md §1: dense (pre-norm,
+// RMSNorm, RoPE, causal attention, SwiGLU, untied head), X-MoD (anchors every
+// `stride` layers, routed blocks with variance-scaled gates, depth-wise balancing
+// and causal router losses) and MoD (stride 2, sigmoid gate only).
+//
+// Routed layers really shrink: the block runs on the gathered [B, k, d] tokens.
+// Submodule names are the checkpoint format: layers.{l}.block.{attn,mlp,norm1,norm2},
+// layers.{l}.router, layers.{l}.gamma, tok_emb, norm, head.
+// Modules do no I/O and choose no device.
+#ifndef XMOD_WORKER_MODEL_MODEL_H_
+#define XMOD_WORKER_MODEL_MODEL_H_
+
+#include <torch/torch.h>
+
+#include "common/accounting.h"
+
+namespace xmod {
+
+struct DecoderOptions {
+  DecoderOptions(int64_t vocab_size, int64_t d_model, int64_t n_heads, int64_t n_layers,
+                 int64_t d_ff, int64_t context)
+      : vocab_size_(vocab_size),
+        d_model_(d_model),
+        n_heads_(n_heads),
+        n_layers_(n_layers),
+        d_ff_(d_ff),
+        context_(context),
+        routed_tokens_(context) {}
+  TORCH_ARG(int64_t, vocab_size);
+  TORCH_ARG(int64_t, d_model);
+  TORCH_ARG(int64_t, n_heads);
+  TORCH_ARG(int64_t, n_layers);
+  TORCH_ARG(int64_t, d_ff);
+  TORCH_ARG(int64_t, context);
+  TORCH_ARG(Family, family) = Family::kDense;
+  TORCH_ARG(int64_t, stride) = 1;
+  TORCH_ARG(int64_t, routed_tokens);  // k per sequence of `context` tokens
+  TORCH_ARG(double, balance_coef) = 0.0;
+  TORCH_ARG(double, router_coef) = 0.0;
+  TORCH_ARG(double, rope_theta) = 10000.0;
+  TORCH_ARG(double, init_std) = 0.02;
+
+ public:
+  bool IsRouted(int64_t layer) const {
+    return family_ != Family::kDense && stride_ > 1 && !IsAnchorLayer(layer, stride_);
+  }
+};
+
+// x · rsqrt(mean(x²) + eps) · weight, over the last dimension.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  explicit RMSNormImpl(int64_t dim, double eps = 1e-5);
+  torch::Tensor forward(const torch::Tensor& x);  // [..., dim] -> [..., dim]
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Causal multi-head self-attention with rotary embeddings. The tokens of a call
+// may be any subset of a sequence in increasing position order; `cos`/`sin` hold
+// the rotary angles of their original positions.
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(int64_t d_model, int64_t n_heads);
+  // x [B, N, d]; cos, sin [B or 1, N, head_dim / 2]; allowed (optional, bool
+  // [B, 1, N, N], true where query i may attend key j) replaces the causal mask.
+  // Returns [B, N, d].
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& allowed = {});
+  torch::nn::Linear qkv{nullptr}, proj{nullptr};
+
+ private:
+  int64_t n_heads_;
+};
+TORCH_MODULE(Attention);
+
+// SwiGLU: w2(silu(w1 x) · w3 x), with w1 and w3 fused into one matmul.
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(int64_t d_model, int64_t d_ff);
+  torch::Tensor forward(const torch::Tensor& x);  // [..., d] -> [..., d]
+  torch::nn::Linear w13{nullptr}, w2{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+// Pre-norm transformer block. Delta() is what the block adds to its input:
+// attn(norm1(x)) + mlp(norm2(x + attn(...))).
+class BlockImpl : public torch::nn::Module {
+ public:
+  BlockImpl(int64_t d_model, int64_t n_heads, int64_t d_ff);
+  torch::Tensor Delta(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                      const torch::Tensor& allowed = {});
+  RMSNorm norm1{nullptr}, norm2{nullptr};
+  Attention attn{nullptr};
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+enum class Routing {
+  kTopK,       // top-k per sequence, as trained
+  kThreshold,  // sigmoid(r) > 0.5 per token: causal, for generation-honest evaluation
+};
+
+// One layer: a block, plus for routed layers a router (d -> 1) and, for X-MoD, γ.
+class LayerImpl : public torch::nn::Module {
+ public:
+  LayerImpl(const DecoderOptions& options, int64_t index);
+  bool routed() const { return !router.is_empty(); }
+  Block block{nullptr};
+  torch::nn::Linear router{nullptr};
+  torch::Tensor gamma;  // undefined unless X-MoD routed
+  double gate_scale = 1.0;  // 1 / sqrt(stride − 1) for X-MoD
+};
+TORCH_MODULE(Layer);
+
+struct DecoderOutput {
+  torch::Tensor logits;        // [B, T, V]
+  torch::Tensor aux_loss;      // scalar: λ_bal·L_bal + λ_c·L_causal (0 for dense)
+  torch::Tensor balance_loss;  // scalar, unweighted (0 when not applicable)
+  torch::Tensor router_loss;   // scalar, unweighted BCE (0 for dense)
+  torch::Tensor depth_fraction;  // scalar: mean fraction of layers a token passes through
+};
+
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(DecoderOptions options);
+  // tokens [B, T] int64 with T <= context. Returns logits and auxiliary losses.
+  DecoderOutput forward(const torch::Tensor& tokens, Routing routing = Routing::kTopK);
+  // Re-initialises every parameter from the global LibTorch generator.
+  void reset_parameters();
+  const DecoderOptions& options() const { return options_; }
+
+  torch::nn::Embedding tok_emb{nullptr};
+  torch::nn::ModuleList layers;
+  RMSNorm norm{nullptr};
+  torch::nn::Linear head{nullptr};
+
+ private:
+  DecoderOptions options_;
+  torch::Tensor rope_cos_, rope_sin_;  // [context, head_dim / 2]
+};
+TORCH_MODULE(Decoder);
+
+// Number of parameters a module holds (all of them, embeddings included).
+int64_t CountModuleParameters(torch::nn::Module& module);
+
+}  // namespace xmod
+
+#endif  // XMOD_WORKER_MODEL_MODEL_H_

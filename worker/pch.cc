@@ -1,0 +1,1 @@
+// Compiled once to build the precompiled LibTorch header the worker targets reuse.

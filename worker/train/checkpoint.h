@@ -1,0 +1,39 @@
+// Checkpoints of a training run: RUN_DIR/checkpoints/step_00000123/ holding
+// model.pt, optimizer.pt and meta.json (step, job id, FNV-1a checksum of each
+// file). A checkpoint is written into a ".tmp" folder and renamed when complete,
+// so a crash never leaves a half checkpoint that looks whole; checksums are
+// verified on load, and a damaged newest checkpoint falls back to the one before.
+#ifndef XMOD_WORKER_TRAIN_CHECKPOINT_H_
+#define XMOD_WORKER_TRAIN_CHECKPOINT_H_
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/model/model.h"
+
+namespace xmod {
+
+// Writes the checkpoint of `step` and removes all but the newest `keep` ones.
+absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_id, int64_t step,
+                            Decoder& model, torch::optim::Optimizer& optimizer, int keep = 2);
+
+struct LoadedCheckpoint {
+  int64_t step = 0;
+  std::string path;
+  std::vector<std::string> skipped;  // damaged checkpoints passed over, with the reason
+};
+
+// Loads the newest checkpoint of `job_id` whose checksums verify. NOT_FOUND when
+// there is none (damaged ones are listed in the message).
+absl::StatusOr<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& run_dir,
+                                                      const std::string& job_id, Decoder& model,
+                                                      torch::optim::Optimizer& optimizer);
+
+// FNV-1a 64 of a file's bytes as 16 hex digits; NOT_FOUND when unreadable.
+absl::StatusOr<std::string> FileChecksum(const std::string& path);
+
+}  // namespace xmod
+
+#endif  // XMOD_WORKER_TRAIN_CHECKPOINT_H_

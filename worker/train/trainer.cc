@@ -1,0 +1,345 @@
+#include "worker/train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/model/model.h"
+#include "worker/train/checkpoint.h"
+
+namespace xmod {
+
+absl::StatusOr<std::unique_ptr<TokenSource>> OpenJobData(const TrainJob& job) {
+  if (job.data_path.empty()) {
+    return MakeSyntheticSource(job.synthetic_seed, job.shape.vocab_size);
+  }
+  return OpenDatasetSource(job.data_path, job.shape.vocab_size);
+}
+
+namespace {
+
+DecoderOptions ModelOptionsFor(const TrainJob& job) {
+  const ModelShape& s = job.shape;
+  return DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context)
+      .family(s.family)
+      .stride(s.stride)
+      .routed_tokens(job.routed_tokens)
+      .balance_coef(job.balance_coef)
+      .router_coef(job.router_coef);
+}
+
+// AdamW with weight decay on matrices only (embeddings, projections, head, routers).
+std::unique_ptr<torch::optim::AdamW> MakeOptimizer(const TrainJob& job, Decoder& model) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  // The schedule sets every group's rate before each step; this one is a placeholder.
+  auto base = torch::optim::AdamWOptions(1e-3).betas({job.beta1, job.beta2}).eps(1e-8);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
+                                 torch::optim::AdamWOptions(base).weight_decay(job.weight_decay)));
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
+                                    torch::optim::AdamWOptions(base).weight_decay(0.0)));
+  return std::make_unique<torch::optim::AdamW>(std::move(groups), base);
+}
+
+void SetLearningRate(torch::optim::AdamW& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  }
+}
+
+int DefaultThreads(int ranks) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, ranks));
+}
+
+// Rewrites metrics.jsonl without the rows past `step` (an earlier attempt's tail).
+void TruncateMetrics(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::vector<std::string> keep;
+  std::string line;
+  while (std::getline(in, line)) {
+    try {
+      if (nlohmann::json::parse(line).value("step", int64_t{0}) <= step) keep.push_back(line);
+    } catch (const nlohmann::json::exception&) {
+      // A torn last line from a crash: drop it.
+    }
+  }
+  in.close();
+  std::ofstream out(path + ".tmp", std::ios::trunc);
+  for (const std::string& l : keep) out << l << "\n";
+  out.close();
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+class Run {
+ public:
+  Run(const TrainJob& job, const TokenSource& data, Communicator& comm, const TrainerOptions& o)
+      : job_(job), data_(data), comm_(comm), o_(o), device_(o.device) {}
+
+  absl::StatusOr<TrainResult> Go() {
+    const int world = comm_.size();
+    if (job_.batch_size % world != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("job ", job_.id, ": ", job_.batch_size,
+                                                     " sequences do not split over ", world,
+                                                     " ranks"));
+    }
+    if (data_.train_size() <= job_.shape.context + 1 || data_.val_size() <= job_.shape.context + 1) {
+      return absl::InvalidArgumentError(absl::StrCat("job ", job_.id, ": the data is shorter than one window of ",
+                                                     job_.shape.context + 1, " tokens"));
+    }
+    torch::set_num_threads(o_.threads > 0 ? o_.threads : DefaultThreads(world));
+    rows_per_rank_ = job_.batch_size / world;
+    micro_ = std::max<int64_t>(1, std::min(job_.micro_batch_size, rows_per_rank_));
+    val_starts_ = ValWindowStarts(data_.val_size(), job_.shape.context,
+                                  std::max<int64_t>(1, job_.eval_tokens / job_.shape.context));
+
+    std::vector<torch::Tensor> params;
+    try {
+      torch::manual_seed(job_.seed);
+      model_ = Decoder(ModelOptionsFor(job_));
+      model_->to(device_);
+      for (auto& p : model_->parameters()) params.push_back(p.data());
+      optimizer_ = MakeOptimizer(job_, model_);
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("job ", job_.id, " on ", comm_.Where(),
+                                              ": building the model: ", e.what_without_backtrace()));
+    }
+    // Ranks build identical weights from the seed; the broadcast makes it certain.
+    RETURN_IF_ERROR(comm_.Broadcast(params, 0));
+
+    TrainResult result;
+    int64_t start = 0;
+    const std::string metrics_path = o_.run_dir + "/metrics.jsonl";
+    if (comm_.rank() == 0) std::filesystem::create_directories(o_.run_dir);
+    if (o_.resume) {
+      auto loaded = LoadLatestCheckpoint(o_.run_dir, job_.id, model_, *optimizer_);
+      if (loaded.ok()) {
+        start = loaded->step;
+        for (const std::string& s : loaded->skipped) {
+          std::cerr << comm_.Where() << ": skipped damaged checkpoint " << s << "\n";
+        }
+      } else if (!absl::IsNotFound(loaded.status())) {
+        return loaded.status();
+      }
+    }
+    result.resumed_from = start;
+    if (comm_.rank() == 0) {
+      if (start > 0) {
+        TruncateMetrics(metrics_path, start);
+      } else {
+        std::ofstream(metrics_path, std::ios::trunc);
+      }
+    }
+    RETURN_IF_ERROR(comm_.Barrier());
+
+    const auto t0 = std::chrono::steady_clock::now();
+    auto last_report = t0;
+    int64_t last_report_step = start;
+    for (int64_t step = start + 1; step <= job_.steps; ++step) {
+      const double lr = LearningRate(job_, step);
+      SetLearningRate(*optimizer_, lr);
+      if (o_.fault_before_step) o_.fault_before_step(step, *model_);
+      ASSIGN_OR_RETURN(StepStats stats, TrainStep(step));
+      const int64_t tokens = step * job_.tokens_per_step();
+      const double flops = static_cast<double>(tokens) * job_.flops_per_token;
+      if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm)) {
+        result.outcome = TrainOutcome::kDiverged;
+        result.step = step;
+        result.message = absl::StrCat("job ", job_.id, ": diverged at step ", step, " (loss ",
+                                      stats.loss, ", grad norm ", stats.grad_norm, ")");
+        return result;
+      }
+      result.train_losses.push_back(stats.loss);
+      result.step = step;
+
+      std::vector<Metric> metrics;
+      const bool last = step == job_.steps;
+      if (step % job_.log_interval == 0 || last) {
+        const auto now = std::chrono::steady_clock::now();
+        const double seconds = std::chrono::duration<double>(now - last_report).count();
+        const double tps = seconds > 0 ? double((step - last_report_step) * job_.tokens_per_step()) / seconds : 0.0;
+        last_report = now;
+        last_report_step = step;
+        metrics.push_back({"train_loss", step, stats.loss, tokens, flops});
+        metrics.push_back({"lr", step, lr, tokens, flops});
+        metrics.push_back({"grad_norm", step, stats.grad_norm, tokens, flops});
+        metrics.push_back({"tokens_per_s", step, tps, tokens, flops});
+        if (job_.shape.family != Family::kDense) {
+          metrics.push_back({"balance_loss", step, stats.balance, tokens, flops});
+          metrics.push_back({"router_loss", step, stats.router, tokens, flops});
+          metrics.push_back({"depth_fraction", step, stats.depth, tokens, flops});
+        }
+      }
+      if (step % job_.eval_interval == 0 || last) {
+        ASSIGN_OR_RETURN(result.val_loss, Evaluate(Routing::kTopK));
+        metrics.push_back({"val_loss", step, result.val_loss, tokens, flops});
+        if (job_.shape.family != Family::kDense) {
+          ASSIGN_OR_RETURN(result.val_loss_causal, Evaluate(Routing::kThreshold));
+          metrics.push_back({"val_loss_causal", step, result.val_loss_causal, tokens, flops});
+        } else {
+          result.val_loss_causal = result.val_loss;
+        }
+      }
+      // Nothing non-finite is ever reported: such a value ends the run as diverged.
+      for (const Metric& m : metrics) {
+        if (!std::isfinite(m.value)) {
+          result.outcome = TrainOutcome::kDiverged;
+          result.message = absl::StrCat("job ", job_.id, ": diverged at step ", step, " (", m.name,
+                                        " is ", m.value, ")");
+          return result;
+        }
+      }
+      if (comm_.rank() == 0 && !metrics.empty()) Report(metrics_path, metrics);
+
+      // Stop requests are decided by rank 0 and shared, so every rank stops together.
+      std::string stop = (comm_.rank() == 0 && ((o_.stop_after_step > 0 && step >= o_.stop_after_step) ||
+                                                (o_.preempt && o_.preempt())))
+                             ? "1" : "0";
+      RETURN_IF_ERROR(comm_.Broadcast(&stop, 0));
+      const bool stopping = stop == "1" && !last;
+      if (step % job_.checkpoint_interval == 0 || last || stopping) {
+        if (comm_.rank() == 0) {
+          RETURN_IF_ERROR(SaveCheckpoint(o_.run_dir, job_.id, step, model_, *optimizer_));
+        }
+        RETURN_IF_ERROR(comm_.Barrier());
+      }
+      if (stopping) {
+        result.outcome = TrainOutcome::kStopped;
+        result.message = absl::StrCat("job ", job_.id, ": stopped after step ", step);
+        return result;
+      }
+    }
+    result.outcome = TrainOutcome::kSucceeded;
+    return result;
+  }
+
+ private:
+  struct StepStats {
+    double loss = 0.0, balance = 0.0, router = 0.0, depth = 0.0, grad_norm = 0.0;
+  };
+
+  // One optimizer update over this rank's rows of the step, in micro-batches.
+  absl::StatusOr<StepStats> TrainStep(int64_t step) {
+    StepStats stats;
+    try {
+      model_->train();
+      optimizer_->zero_grad();
+      // Sums over this rank's micro-batches, each weighted by its share of the global batch.
+      torch::Tensor sums = torch::zeros({4}, torch::kFloat64);
+      const int64_t row0 = comm_.rank() * rows_per_rank_;
+      for (int64_t r = 0; r < rows_per_rank_; r += micro_) {
+        const int64_t rows = std::min(micro_, rows_per_rank_ - r);
+        Batch batch = TrainBatch(data_, job_.seed, step, row0 + r, row0 + r + rows, job_.shape.context);
+        const torch::Tensor inputs = batch.inputs.to(device_);
+        const torch::Tensor targets = batch.targets.to(device_);
+        DecoderOutput out = model_->forward(inputs, Routing::kTopK);
+        const torch::Tensor ce = torch::nn::functional::cross_entropy(
+            out.logits.reshape({-1, out.logits.size(-1)}), targets.reshape({-1}));
+        const double share = double(rows) / double(job_.batch_size);
+        ((ce + out.aux_loss) * share).backward();
+        sums += torch::stack({ce.detach(), out.balance_loss.detach(), out.router_loss.detach(),
+                              out.depth_fraction})
+                    .to(torch::kCPU, torch::kFloat64) * share;
+      }
+      std::vector<torch::Tensor> grads;
+      for (auto& p : model_->parameters()) {
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+        grads.push_back(p.grad());
+      }
+      RETURN_IF_ERROR(comm_.AllReduceSum(grads));
+      std::vector<torch::Tensor> stat_list{sums};
+      RETURN_IF_ERROR(comm_.AllReduceSum(stat_list));
+      stats.loss = sums[0].item<double>();
+      stats.balance = sums[1].item<double>();
+      stats.router = sums[2].item<double>();
+      stats.depth = sums[3].item<double>();
+      stats.grad_norm = job_.grad_clip > 0
+                            ? torch::nn::utils::clip_grad_norm_(model_->parameters(), job_.grad_clip)
+                            : torch::nn::utils::clip_grad_norm_(model_->parameters(),
+                                                                std::numeric_limits<double>::infinity());
+      if (std::isfinite(stats.loss) && std::isfinite(stats.grad_norm)) optimizer_->step();
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("job ", job_.id, " step ", step, " on ",
+                                              comm_.Where(), ": ", e.what_without_backtrace()));
+    }
+    return stats;
+  }
+
+  // Mean cross-entropy over the fixed validation windows, split over the ranks.
+  absl::StatusOr<double> Evaluate(Routing routing) {
+    torch::Tensor sums = torch::zeros({2}, torch::kFloat64);  // loss sum, token count
+    try {
+      torch::NoGradGuard no_grad;
+      model_->eval();
+      const int64_t n = static_cast<int64_t>(val_starts_.size());
+      const int64_t per_rank = (n + comm_.size() - 1) / comm_.size();
+      const int64_t begin = std::min(n, comm_.rank() * per_rank);
+      const int64_t end = std::min(n, begin + per_rank);
+      for (int64_t i = begin; i < end; i += micro_) {
+        const int64_t stop = std::min(end, i + micro_);
+        Batch batch = ValBatch(data_, val_starts_, i, stop, job_.shape.context);
+        DecoderOutput out = model_->forward(batch.inputs.to(device_), routing);
+        const torch::Tensor loss = torch::nn::functional::cross_entropy(
+            out.logits.reshape({-1, out.logits.size(-1)}), batch.targets.to(device_).reshape({-1}),
+            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+        sums[0] += loss.to(torch::kCPU, torch::kFloat64);
+        sums[1] += static_cast<double>(batch.targets.numel());
+      }
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("job ", job_.id, " evaluation on ", comm_.Where(),
+                                              ": ", e.what_without_backtrace()));
+    }
+    std::vector<torch::Tensor> list{sums};
+    RETURN_IF_ERROR(comm_.AllReduceSum(list));
+    return sums[0].item<double>() / sums[1].item<double>();
+  }
+
+  void Report(const std::string& path, const std::vector<Metric>& metrics) {
+    std::ofstream out(path, std::ios::app);
+    for (const Metric& m : metrics) {
+      out << nlohmann::json{{"step", m.step}, {"name", m.name}, {"value", m.value},
+                            {"tokens", m.tokens}, {"flops", m.flops}}
+                 .dump()
+          << "\n";
+    }
+    if (o_.on_metrics) o_.on_metrics(metrics);
+    if (o_.print_progress) {
+      std::string line = fmt::format("step {}/{}", metrics[0].step, job_.steps);
+      for (const Metric& m : metrics) line += fmt::format("  {} {:.4g}", m.name, m.value);
+      std::cout << line << std::endl;
+    }
+  }
+
+  const TrainJob& job_;
+  const TokenSource& data_;
+  Communicator& comm_;
+  const TrainerOptions& o_;
+  torch::Device device_;
+  Decoder model_{nullptr};
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  int64_t rows_per_rank_ = 0;
+  int64_t micro_ = 0;
+  std::vector<int64_t> val_starts_;
+};
+
+}  // namespace
+
+absl::StatusOr<TrainResult> Train(const TrainJob& job, const TokenSource& data,
+                                  Communicator& comm, const TrainerOptions& options) {
+  return Run(job, data, comm, options).Go();
+}
+
+}  // namespace xmod

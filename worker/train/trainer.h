@@ -1,0 +1,66 @@
+// The training loop of one job on one worker group: data -> forward/backward ->
+// all-reduce -> clip -> step -> schedule -> report -> evaluate -> checkpoint.
+// Every rank runs it in lockstep; rank 0 reports and writes checkpoints. On CPU
+// the losses are bit-for-bit reproducible, across a stop and a resume included.
+#ifndef XMOD_WORKER_TRAIN_TRAINER_H_
+#define XMOD_WORKER_TRAIN_TRAINER_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/data/batches.h"
+#include "worker/dist/communicator.h"
+#include "worker/train/job.h"
+
+namespace xmod {
+
+struct Metric {
+  std::string name;
+  int64_t step = 0;
+  double value = 0.0;
+  int64_t tokens = 0;  // tokens trained on up to this step
+  double flops = 0.0;  // training FLOPs spent up to this step
+};
+
+struct TrainerOptions {
+  std::string run_dir;     // checkpoints/ and metrics.jsonl go here (shared by the ranks)
+  bool resume = false;     // continue from the newest valid checkpoint of the job, if any
+  int threads = 0;         // LibTorch intra-op threads; 0: cores / ranks on this host
+  std::string device = "cpu";  // "cpu" or "cuda:N"
+  // Stop after this step (0: never) with a checkpoint, as a preemption would.
+  int64_t stop_after_step = 0;
+  // Polled on rank 0 at every step boundary; true stops like stop_after_step.
+  std::function<bool()> preempt;
+  // Called on rank 0 with the metrics of each step that reports any.
+  std::function<void(const std::vector<Metric>&)> on_metrics;
+  bool print_progress = false;  // a line per logged step on stdout (rank 0)
+  // Fault injection for tests: called before each step with the model.
+  std::function<void(int64_t step, torch::nn::Module& model)> fault_before_step;
+};
+
+enum class TrainOutcome { kSucceeded, kDiverged, kStopped };
+
+struct TrainResult {
+  TrainOutcome outcome = TrainOutcome::kSucceeded;
+  int64_t step = 0;           // last completed step (the diverging one for kDiverged)
+  int64_t resumed_from = 0;   // checkpoint step the run started from (0: fresh)
+  double val_loss = 0.0;      // last evaluation
+  double val_loss_causal = 0.0;
+  std::vector<double> train_losses;  // per completed step of this run, from resumed_from + 1
+  std::string message;
+};
+
+// Trains `job` to its last step (or until stopped). Errors: INVALID_ARGUMENT for a
+// job that cannot be split over the ranks; INTERNAL for a LibTorch failure, naming
+// the job, host and rank; collective failures as the communicator reports them.
+absl::StatusOr<TrainResult> Train(const TrainJob& job, const TokenSource& data,
+                                  Communicator& comm, const TrainerOptions& options);
+
+// Builds the data source a job names: its dataset folder or the synthetic source.
+absl::StatusOr<std::unique_ptr<TokenSource>> OpenJobData(const TrainJob& job);
+
+}  // namespace xmod
+
+#endif  // XMOD_WORKER_TRAIN_TRAINER_H_

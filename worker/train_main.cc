@@ -1,0 +1,83 @@
+// `xmod-train --job JOB.json [--run-dir DIR] [--resume]`: trains one job without a
+// coordinator, printing progress and writing metrics as JSON lines. Under mpirun
+// every rank runs it and the ranks train data-parallel.
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
+
+#include "worker/dist/communicator.h"
+#include "worker/train/trainer.h"
+
+namespace {
+
+bool UnderMpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"xmod-train: train one resolved job (a row of `xmod expand --format json`)"};
+  std::string job_path, run_dir = "runs";
+  xmod::TrainerOptions options;
+  bool quiet = false;
+  app.add_option("--job", job_path, "Job file (JSON)")->required();
+  app.add_option("--run-dir", run_dir, "Where checkpoints/ and metrics.jsonl go (per job: DIR/ID)")
+      ->capture_default_str();
+  app.add_flag("--resume", options.resume, "Continue from the newest valid checkpoint");
+  app.add_option("--threads", options.threads, "LibTorch threads per rank (0: cores / ranks)");
+  app.add_option("--stop-after-step", options.stop_after_step,
+                 "Checkpoint and stop after this step, as a preemption would");
+  app.add_flag("--quiet", quiet, "No progress lines");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+
+  auto job = xmod::LoadTrainJob(job_path);
+  if (!job.ok()) {
+    std::cerr << job.status().message() << "\n";
+    return 2;
+  }
+  std::unique_ptr<xmod::Communicator> comm;
+  if (UnderMpi()) {
+    auto mpi = xmod::MakeMpiCommunicator();
+    if (!mpi.ok()) {
+      std::cerr << mpi.status().message() << "\n";
+      return 1;
+    }
+    comm = std::move(*mpi);
+  } else {
+    comm = xmod::MakeSingleProcessCommunicator();
+  }
+  auto data = xmod::OpenJobData(*job);
+  if (!data.ok()) {
+    std::cerr << comm->Where() << ": job " << job->id << ": " << data.status().message() << "\n";
+    return 2;
+  }
+  options.run_dir = run_dir + "/" + job->id;
+  options.print_progress = !quiet && comm->rank() == 0;
+  auto result = xmod::Train(*job, **data, *comm, options);
+  if (!result.ok()) {
+    std::cerr << result.status().message() << "\n";
+    return 1;
+  }
+  if (comm->rank() == 0) {
+    switch (result->outcome) {
+      case xmod::TrainOutcome::kSucceeded:
+        std::cout << "job " << job->id << ": finished " << result->step << " steps, val_loss "
+                  << result->val_loss << ", val_loss_causal " << result->val_loss_causal << "\n";
+        break;
+      case xmod::TrainOutcome::kStopped:
+        std::cout << result->message << " (resume with --resume)\n";
+        break;
+      case xmod::TrainOutcome::kDiverged:
+        std::cerr << result->message << "\n";
+        return 1;
+    }
+  }
+  return 0;
+}
