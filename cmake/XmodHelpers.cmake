@@ -21,6 +21,7 @@ function(xmod_test name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_options(${name} PRIVATE ${XMOD_WARNINGS})
   target_compile_definitions(${name} PRIVATE
     XMOD_SOURCE_DIR="${PROJECT_SOURCE_DIR}" XMOD_BINARY_DIR="${PROJECT_BINARY_DIR}")

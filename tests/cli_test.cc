@@ -2,65 +2,25 @@
 // what it leaves in the database.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "orchestrator/store/sqlite_store.h"
 #include "tests/fixtures.h"
+#include "tests/process.h"
 
 namespace xmod {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct CommandResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using testing::CommandResult;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-class Cli : public ::testing::Test {
+class Cli : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("xmod_cli_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-
-  static std::string Quote(const std::string& s) {
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-  }
-
-  CommandResult Xmod(const std::vector<std::string>& args) {
-    std::string command = XMOD_BIN;
-    for (const std::string& a : args) command += " " + Quote(a);
-    command += " >" + Path("stdout") + " 2>" + Path("stderr");
-    CommandResult r;
-    const int status = std::system(command.c_str());
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = Slurp(Path("stdout"));
-    r.err = Slurp(Path("stderr"));
-    return r;
-  }
+  CommandResult Xmod(const std::vector<std::string>& args) { return Command(XMOD_BIN, args); }
 
   // Every row of every table, read through a read-only store.
   std::string Dump(const std::string& db) {
@@ -89,8 +49,6 @@ class Cli : public ::testing::Test {
   static std::string Sweep(const std::string& name) {
     return std::string(XMOD_SOURCE_DIR) + "/sweeps/" + name + ".yaml";
   }
-
-  std::filesystem::path dir_;
 };
 
 class CliMalformedSpec : public Cli, public ::testing::WithParamInterface<std::string> {};
@@ -150,7 +108,7 @@ TEST_F(Cli, SubmitTwiceChangesNothingAndAWiderGridSaysWhatItAdded) {
   EXPECT_THAT(r.out, HasSubstr("nothing changed"));
   EXPECT_EQ(Dump(db), before);
 
-  std::string wider = Slurp(Sweep("smoke"));
+  std::string wider = testing::Slurp(Sweep("smoke"));
   const std::string from = "stride: [2]";
   wider.replace(wider.find(from), from.size(), "stride: [2, 4]");
   std::ofstream(Path("wider.yaml")) << wider;

@@ -172,6 +172,20 @@ absl::Status DataPrepare(const Flags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
+absl::Status DataStats(const Flags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
+  ASSIGN_OR_RETURN(std::unique_ptr<TokenDataset> ds, TokenDataset::Open(f.prepare.output_dir, 0));
+  const TokenMeta& m = ds->meta();
+  QueryResult t;
+  t.columns = {"split", "tokens", "vocab_size", "tokenizer", "unigram_entropy_nats"};
+  t.rows.push_back({std::string("train"), m.train_tokens, m.vocab_size, m.tokenizer,
+                    UnigramEntropy(ds->train(), m.vocab_size)});
+  t.rows.push_back({std::string("val"), m.val_tokens, m.vocab_size, m.tokenizer,
+                    UnigramEntropy(ds->val(), m.vocab_size)});
+  PrintResult(t, format, out);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -235,6 +249,10 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
                       "Fraction of the bytes (at the end) kept for validation")
       ->capture_default_str();
 
+  auto* stats = data->add_subcommand("stats", "Token counts and unigram entropy of a dataset");
+  stats->add_option("dir", f.prepare.output_dir, "Dataset folder")->required();
+  add_format(stats);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -275,6 +293,9 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   } else if (prepare->parsed()) {
     name = "data prepare";
     result = DataPrepare(f, out);
+  } else if (stats->parsed()) {
+    name = "data stats";
+    result = DataStats(f, out);
   }
   if (!result.ok()) {
     err << result.message() << "\n";

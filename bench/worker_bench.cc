@@ -1,0 +1,192 @@
+// Worker benchmarks, each a ratio of two measurements taken side by side in one
+// run (the machine is shared and noisy; absolute times mean little):
+//   1. X-MoD vs dense training-step time at the same width and depth, against
+//      the FLOP ratio (target: step ratio <= FLOP ratio + 0.03);
+//   2. achieved matmul FLOP/s of a dense training step vs torch::mm on the same
+//      threads (target >= 0.6);
+//   3. the C++ training step vs the same dense model stepped from Python with
+//      Debian's python3-torch (same LibTorch 1.13).
+// Usage: worker_bench [--threads N] [--repeats N] [--python /usr/bin/python3]
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "worker/model/model.h"
+
+namespace xmod {
+namespace {
+
+constexpr int64_t kD = 256, kHeads = 4, kLayers = 8, kVocab = 256, kContext = 256, kBatch = 8;
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+ModelShape Shape(Family family, int64_t stride, double capacity) {
+  ModelShape s;
+  s.family = family;
+  s.d_model = kD;
+  s.n_heads = kHeads;
+  s.n_layers = kLayers;
+  s.d_ff = DefaultDff(kD);
+  s.vocab_size = kVocab;
+  s.context = kContext;
+  s.stride = stride;
+  s.capacity = capacity;
+  return s;
+}
+
+// One model with its optimizer and a fixed batch; Step() is one training step.
+struct Stepper {
+  explicit Stepper(const ModelShape& s)
+      : model(DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context)
+                  .family(s.family)
+                  .stride(s.stride)
+                  .routed_tokens(RoutedTokens(s.capacity, s.context))
+                  .balance_coef(s.family == Family::kXmod ? 0.01 : 0.0)
+                  .router_coef(s.family == Family::kDense ? 0.0 : 0.01)),
+        optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3).betas({0.9, 0.95})),
+        tokens(torch::randint(0, kVocab, {kBatch, kContext})),
+        targets(torch::randint(0, kVocab, {kBatch, kContext})),
+        flops_per_step(TrainFlopsPerToken(s) * kBatch * kContext) {}
+
+  double Step() {
+    const auto start = std::chrono::steady_clock::now();
+    optimizer.zero_grad();
+    DecoderOutput out = model->forward(tokens);
+    const torch::Tensor loss = torch::nn::functional::cross_entropy(
+                                   out.logits.reshape({-1, kVocab}), targets.reshape({-1})) +
+                               out.aux_loss;
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+    optimizer.step();
+    return Seconds(start);
+  }
+
+  Decoder model;
+  torch::optim::AdamW optimizer;
+  torch::Tensor tokens, targets;
+  double flops_per_step;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Interleaves the steppers so that every one sees the same machine conditions.
+std::vector<double> MedianStepTimes(std::vector<Stepper*> steppers, int repeats) {
+  for (Stepper* s : steppers) s->Step(), s->Step();  // warm-up
+  std::vector<std::vector<double>> times(steppers.size());
+  for (int r = 0; r < repeats; ++r) {
+    for (size_t i = 0; i < steppers.size(); ++i) times[i].push_back(steppers[i]->Step());
+  }
+  std::vector<double> medians;
+  for (auto& t : times) medians.push_back(Median(t));
+  return medians;
+}
+
+double MmFlops(int repeats) {
+  // The MLP's up-projection shape of the dense model: [B·T, d] x [d, 2·d_ff].
+  const int64_t m = kBatch * kContext, k = kD, n = 2 * DefaultDff(kD);
+  const torch::Tensor a = torch::randn({m, k}), b = torch::randn({k, n});
+  torch::Tensor c = torch::mm(a, b);
+  std::vector<double> times;
+  for (int r = 0; r < repeats * 4; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    c = torch::mm(a, b);
+    times.push_back(Seconds(start));
+  }
+  return 2.0 * m * k * n / Median(times);
+}
+
+}  // namespace
+}  // namespace xmod
+
+int main(int argc, char** argv) {
+  using namespace xmod;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int repeats = 15;
+  std::string python = "/usr/bin/python3";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--repeats")) repeats = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--python")) python = argv[i + 1];
+  }
+  torch::set_num_threads(threads);
+  torch::manual_seed(0);
+  std::printf("worker_bench: d=%lld heads=%lld layers=%lld T=%lld batch=%lld, %d threads, median of %d\n",
+              (long long)kD, (long long)kHeads, (long long)kLayers, (long long)kContext,
+              (long long)kBatch, threads, repeats);
+
+  // 1. Step time vs FLOPs, same width and depth (match: layers).
+  Stepper dense(Shape(Family::kDense, 1, 1.0));
+  struct Case {
+    int64_t stride;
+    double capacity;
+  };
+  std::vector<Case> cases = {{2, 0.125}, {4, 0.5}, {4, 0.125}};
+  std::vector<std::unique_ptr<Stepper>> sparse;
+  std::vector<Stepper*> all = {&dense};
+  for (const Case& c : cases) {
+    sparse.push_back(std::make_unique<Stepper>(Shape(Family::kXmod, c.stride, c.capacity)));
+    all.push_back(sparse.back().get());
+  }
+  const std::vector<double> t = MedianStepTimes(all, repeats);
+  std::printf("\n1. X-MoD vs dense step time (same width and layers)\n");
+  std::printf("   %-22s %10s %10s %10s %s\n", "config", "step ms", "time ratio", "FLOP ratio", "target");
+  std::printf("   %-22s %10.2f\n", "dense", t[0] * 1e3);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const double flop_ratio = all[i + 1]->flops_per_step / dense.flops_per_step;
+    const double time_ratio = t[i + 1] / t[0];
+    char name[64];
+    std::snprintf(name, sizeof(name), "capacity %.3f stride %lld", cases[i].capacity,
+                  (long long)cases[i].stride);
+    std::printf("   %-22s %10.2f %10.3f %10.3f %s\n", name, t[i + 1] * 1e3, time_ratio, flop_ratio,
+                i == 0 ? (time_ratio <= flop_ratio + 0.03 ? "<= FLOP ratio + 0.03: met"
+                                                          : "<= FLOP ratio + 0.03: MISSED")
+                       : "");
+  }
+
+  // 2. Achieved FLOP/s of the dense step vs torch::mm.
+  const double mm = MmFlops(repeats);
+  const double achieved = dense.flops_per_step / t[0];
+  std::printf("\n2. dense step %.2f GFLOP/s vs torch::mm %.2f GFLOP/s: ratio %.3f (target >= 0.6: %s)\n",
+              achieved / 1e9, mm / 1e9, achieved / mm, achieved / mm >= 0.6 ? "met" : "MISSED");
+
+  // 3. C++ vs Python, same model and threads, in alternating rounds.
+  const std::string script = std::string(XMOD_SOURCE_DIR) + "/bench/dense_step.py";
+  char command[1024];
+  const int per_round = std::max(3, repeats / 3);
+  std::snprintf(command, sizeof(command), "%s %s %lld %lld %lld %lld %lld %lld %lld %d %d 2>&1",
+                python.c_str(), script.c_str(), (long long)kD, (long long)kHeads,
+                (long long)kLayers, (long long)DefaultDff(kD), (long long)kVocab,
+                (long long)kContext, (long long)kBatch, threads, per_round);
+  std::vector<double> cpp_times, py_times;
+  for (int round = 0; round < 3; ++round) {
+    cpp_times.push_back(MedianStepTimes({&dense}, per_round)[0]);
+    FILE* pipe = popen(command, "r");
+    std::string text;
+    char buffer[512];
+    while (pipe && fgets(buffer, sizeof(buffer), pipe)) text += buffer;
+    const int rc = pipe ? pclose(pipe) : -1;
+    const size_t brace = text.find('{');
+    if (rc != 0 || brace == std::string::npos) {
+      std::printf("\n3. the Python comparison could not run (%s): %s\n", python.c_str(),
+                  text.c_str());
+      return 1;
+    }
+    py_times.push_back(nlohmann::json::parse(text.substr(brace))["median_s"].get<double>());
+  }
+  const double cpp = Median(cpp_times), py = Median(py_times);
+  std::printf("\n3. C++ step %.2f ms vs Python step %.2f ms (median of 3 alternating rounds): "
+              "C++/Python time ratio %.3f\n",
+              cpp * 1e3, py * 1e3, cpp / py);
+  return 0;
+}

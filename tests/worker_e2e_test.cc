@@ -1,0 +1,119 @@
+// The worker binary end to end: jobs resolved by `xmod expand`, trained by
+// `xmod-train` alone and under `mpirun -np 2`, on the synthetic source and on a
+// real text dataset prepared by `xmod data prepare`.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "tests/process.h"
+
+namespace xmod {
+namespace {
+
+using testing::CommandResult;
+
+class WorkerE2e : public testing::TempDirTest {
+ protected:
+  // The jobs of a sweep file, as `xmod expand --format json` resolves them.
+  nlohmann::json Expand(const std::string& spec) {
+    CommandResult r = Command(XMOD_BIN, {"expand", spec, "--format", "json"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return nlohmann::json::parse(r.out);
+  }
+
+  std::string WriteJob(const nlohmann::json& job, const std::string& name) {
+    std::ofstream(Path(name)) << job.dump(2);
+    return Path(name);
+  }
+
+  // (name, step) -> value from a run's metrics.jsonl.
+  std::map<std::pair<std::string, int64_t>, double> Metrics(const std::string& run_dir,
+                                                           const std::string& id) {
+    std::map<std::pair<std::string, int64_t>, double> m;
+    std::ifstream in(run_dir + "/" + id + "/metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line);
+      m[{j["name"], j["step"]}] = j["value"];
+    }
+    return m;
+  }
+};
+
+TEST_F(WorkerE2e, TwoRanksTrainTheSameCurveAsOneRank) {
+  const auto jobs = Expand(std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml");
+  for (int index : {0, 2}) {  // an X-MoD job and the dense job of the first scale
+    const nlohmann::json& job = jobs[index];
+    const std::string id = job["id"];
+    const std::string file = WriteJob(job, id + ".json");
+    CommandResult one = Command(XMOD_TRAIN_BIN, {"--job", file, "--run-dir", Path("one"),
+                                                 "--threads", "1", "--quiet"});
+    ASSERT_EQ(one.code, 0) << one.err;
+    CommandResult two = Command(MPIEXEC, {"-np", "2", "--allow-run-as-root", "--oversubscribe",
+                                          XMOD_TRAIN_BIN, "--job", file, "--run-dir", Path("two"),
+                                          "--threads", "1", "--quiet"});
+    ASSERT_EQ(two.code, 0) << two.err;
+    const auto a = Metrics(Path("one"), id);
+    const auto b = Metrics(Path("two"), id);
+    int compared = 0;
+    for (const auto& [key, value] : a) {
+      if (key.first != "train_loss" && key.first != "val_loss") continue;
+      ASSERT_EQ(b.count(key), 1u) << key.first << " " << key.second;
+      EXPECT_NEAR(b.at(key), value, 1e-5 * std::abs(value)) << key.first << " " << key.second;
+      ++compared;
+    }
+    EXPECT_EQ(compared, job["steps"].get<int>() + 4) << id;  // every step + 4 evaluations
+  }
+}
+
+TEST_F(WorkerE2e, TrainingOnRealTextBeatsTheUnigramEntropy) {
+  // The project's own documentation is real English text that ships with it.
+  std::vector<std::string> args = {"data", "prepare", "--output", Path("text"),
+                                   "--val-fraction", "0.1", "--input"};
+  for (const char* doc : {"README.md", "sweeps/README.md", "schema/README.md",
+                          "tests/fixtures/README.md"}) {
+    args.push_back(std::string(XMOD_SOURCE_DIR) + "/" + doc);
+  }
+  CommandResult prepared = Command(XMOD_BIN, args);
+  ASSERT_EQ(prepared.code, 0) << prepared.err;
+  CommandResult stats = Command(XMOD_BIN, {"data", "stats", Path("text"), "--format", "json"});
+  ASSERT_EQ(stats.code, 0) << stats.err;
+  const double entropy = nlohmann::json::parse(stats.out)[1]["unigram_entropy_nats"];
+
+  std::ofstream(Path("text.yaml")) << "name: text\n"
+                                      "data: {path: " << Path("text") << "}\n"
+                                      "family: dense\n"
+                                      "scales: {s: {d_model: 64, n_heads: 4, n_layers: 2}}\n"
+                                      "grid: {context: [64]}\n"
+                                      "budget: {tokens: 600000}\n"
+                                      "train: {batch_tokens: 4096, lr: 1.0e-2, eval_tokens: 8192}\n";
+  const auto jobs = Expand(Path("text.yaml"));
+  ASSERT_EQ(jobs.size(), 1u);
+  const std::string file = WriteJob(jobs[0], "job.json");
+  CommandResult trained = Command(XMOD_TRAIN_BIN, {"--job", file, "--run-dir", Path("runs")});
+  ASSERT_EQ(trained.code, 0) << trained.err;
+  const auto metrics = Metrics(Path("runs"), jobs[0]["id"]);
+  const double val = metrics.at({"val_loss", jobs[0]["steps"].get<int64_t>()});
+  std::printf("text: unigram entropy %.4f nats, val_loss after %lld steps %.4f\n", entropy,
+              static_cast<long long>(jobs[0]["steps"].get<int64_t>()), val);
+  EXPECT_LT(val, entropy - 0.3);
+}
+
+TEST_F(WorkerE2e, BadJobFilesAndDataAreClearErrors) {
+  std::ofstream(Path("bad.json")) << R"({"id": "x", "family": "xmod"})";
+  CommandResult r = Command(XMOD_TRAIN_BIN, {"--job", Path("bad.json")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("missing field 'd_model'"));
+  auto jobs = Expand(std::string(XMOD_SOURCE_DIR) + "/sweeps/demo.yaml");
+  jobs[0]["data"]["path"] = Path("no-such-dataset");
+  r = Command(XMOD_TRAIN_BIN, {"--job", WriteJob(jobs[0], "job.json")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("no-such-dataset/meta.json"));
+}
+
+}  // namespace
+}  // namespace xmod
