@@ -7,6 +7,7 @@
 //   3. the C++ training step vs the same dense model stepped from Python with
 //      Debian's python3-torch (same LibTorch 1.13).
 // Usage: worker_bench [--threads N] [--repeats N] [--python /usr/bin/python3]
+// Exits 1 when target 1 or 2 is missed (or the Python side cannot run).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -139,12 +140,14 @@ int main(int argc, char** argv) {
     all.push_back(sparse.back().get());
   }
   const std::vector<double> t = MedianStepTimes(all, repeats);
+  bool met = true;
   std::printf("\n1. X-MoD vs dense step time (same width and layers)\n");
   std::printf("   %-22s %10s %10s %10s %s\n", "config", "step ms", "time ratio", "FLOP ratio", "target");
   std::printf("   %-22s %10.2f\n", "dense", t[0] * 1e3);
   for (size_t i = 0; i < cases.size(); ++i) {
     const double flop_ratio = all[i + 1]->flops_per_step / dense.flops_per_step;
     const double time_ratio = t[i + 1] / t[0];
+    if (i == 0) met &= time_ratio <= flop_ratio + 0.03;
     char name[64];
     std::snprintf(name, sizeof(name), "capacity %.3f stride %lld", cases[i].capacity,
                   (long long)cases[i].stride);
@@ -157,6 +160,7 @@ int main(int argc, char** argv) {
   // 2. Achieved FLOP/s of the dense step vs torch::mm.
   const double mm = MmFlops(repeats);
   const double achieved = dense.flops_per_step / t[0];
+  met &= achieved / mm >= 0.6;
   std::printf("\n2. dense step %.2f GFLOP/s vs torch::mm %.2f GFLOP/s: ratio %.3f (target >= 0.6: %s)\n",
               achieved / 1e9, mm / 1e9, achieved / mm, achieved / mm >= 0.6 ? "met" : "MISSED");
 
@@ -188,5 +192,9 @@ int main(int argc, char** argv) {
   std::printf("\n3. C++ step %.2f ms vs Python step %.2f ms (median of 3 alternating rounds): "
               "C++/Python time ratio %.3f\n",
               cpp * 1e3, py * 1e3, cpp / py);
+  if (!met) {
+    std::printf("\nworker_bench: a target was missed\n");
+    return 1;
+  }
   return 0;
 }
