@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -100,6 +101,35 @@ TEST_F(WorkerE2e, TrainingOnRealTextBeatsTheUnigramEntropy) {
   const double val = metrics.at({"val_loss", jobs[0]["steps"].get<int64_t>()});
   std::printf("text: unigram entropy %.4f nats, val_loss after %lld steps %.4f\n", entropy,
               static_cast<long long>(jobs[0]["steps"].get<int64_t>()), val);
+  EXPECT_LT(val, entropy - 0.3);
+}
+
+// The acceptance check of the demo: its cheapest job, trained on the prepared
+// Brown corpus (deploy/prepare-demo-data.sh, run by deploy/test.sh), ends well
+// below the corpus's unigram entropy.
+TEST_F(WorkerE2e, CheapestDemoJobOnTheBrownCorpusBeatsTheUnigramEntropy) {
+  const std::string brown = std::string(XMOD_SOURCE_DIR) + "/data/brown";
+  if (!std::filesystem::exists(brown + "/meta.json")) {
+    GTEST_SKIP() << "data/brown is not prepared (bash deploy/prepare-demo-data.sh)";
+  }
+  CommandResult stats = Command(XMOD_BIN, {"data", "stats", brown, "--format", "json"});
+  ASSERT_EQ(stats.code, 0) << stats.err;
+  const double entropy = nlohmann::json::parse(stats.out)[1]["unigram_entropy_nats"];
+  auto jobs = Expand(std::string(XMOD_SOURCE_DIR) + "/sweeps/demo.yaml");
+  nlohmann::json cheapest = jobs[0];
+  for (const auto& j : jobs) {
+    if (j["train_flops"].get<double>() < cheapest["train_flops"].get<double>()) cheapest = j;
+  }
+  cheapest["data"]["path"] = brown;
+  CommandResult trained =
+      Command(XMOD_TRAIN_BIN, {"--job", WriteJob(cheapest, "job.json"), "--run-dir", Path("runs")});
+  ASSERT_EQ(trained.code, 0) << trained.err;
+  const auto metrics = Metrics(Path("runs"), cheapest["id"]);
+  const int64_t steps = cheapest["steps"];
+  const double val = metrics.at({"val_loss", steps});
+  std::printf("brown: unigram entropy %.4f nats; %s job %s, %lld steps: val_loss %.4f\n", entropy,
+              cheapest["family"].get<std::string>().c_str(),
+              cheapest["id"].get<std::string>().c_str(), static_cast<long long>(steps), val);
   EXPECT_LT(val, entropy - 0.3);
 }
 
