@@ -493,4 +493,337 @@ absl::StatusOr<QueryResult> SqliteStore::Query(const std::string& sql) {
   return CollectLocked(&statement);
 }
 
+// ---- Leases ---------------------------------------------------------------------
+
+absl::Status SqliteStore::UpsertWorker(const std::string& worker_id, const std::string& host,
+                                       int64_t ranks, double now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return TransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(Statement * s,
+                     PrepareLocked("INSERT INTO workers (worker_id, host, ranks, registered_at, "
+                                   "last_seen) VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (worker_id) "
+                                   "DO UPDATE SET last_seen = excluded.last_seen"));
+    s->Bind(1, worker_id).Bind(2, host).Bind(3, ranks).Bind(4, now);
+    return WriteLocked(s, "registering a worker");
+  });
+}
+
+absl::StatusOr<int64_t> SqliteStore::WorkerRanks(const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Statement * s, PrepareLocked("SELECT ranks FROM workers WHERE worker_id = ?1"));
+  s->Bind(1, worker_id);
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+  if (rows.rows.empty()) {
+    return absl::NotFoundError(absl::StrCat("unknown worker '", worker_id, "'; register first"));
+  }
+  return std::get<int64_t>(rows.rows[0][0]);
+}
+
+absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::string& worker_id,
+                                                                    int64_t group_ranks,
+                                                                    double now, double ttl) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<LeaseGrant> grant;
+  RETURN_IF_ERROR(TransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(Statement * pick,
+                     PrepareLocked("SELECT job_id, config_json, attempt FROM jobs "
+                                   "WHERE status = 'pending' AND (batch_tokens / context) % ?1 = 0 "
+                                   "ORDER BY priority DESC, train_flops, job_id LIMIT 1"));
+    pick->Bind(1, group_ranks);
+    ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(pick));
+    if (rows.rows.empty()) return absl::OkStatus();
+    LeaseGrant g;
+    g.job_id = std::get<std::string>(rows.rows[0][0]);
+    g.config_json = std::get<std::string>(rows.rows[0][1]);
+    g.attempt = std::get<int64_t>(rows.rows[0][2]) + 1;
+
+    ASSIGN_OR_RETURN(Statement * bump, PrepareLocked("UPDATE counters SET value = value + 1 "
+                                                     "WHERE name = 'fencing_token' RETURNING value"));
+    if (options_.faults != nullptr) RETURN_IF_ERROR(options_.faults->BeforeWrite("fencing token"));
+    ASSIGN_OR_RETURN(QueryResult token, CollectLocked(bump));
+    g.fencing_token = std::get<int64_t>(token.rows.at(0)[0]);
+
+    ASSIGN_OR_RETURN(Statement * checkpoint,
+                     PrepareLocked("SELECT step, path FROM checkpoints WHERE job_id = ?1 "
+                                   "ORDER BY step DESC LIMIT 1"));
+    checkpoint->Bind(1, g.job_id);
+    ASSIGN_OR_RETURN(QueryResult cp, CollectLocked(checkpoint));
+    if (!cp.rows.empty()) {
+      g.resume_step = std::get<int64_t>(cp.rows[0][0]);
+      g.resume_checkpoint = std::get<std::string>(cp.rows[0][1]);
+    }
+    // The latest attempt wins: rows past the resume point are redone by this one.
+    ASSIGN_OR_RETURN(Statement * trim,
+                     PrepareLocked("DELETE FROM metrics WHERE job_id = ?1 AND step > ?2"));
+    trim->Bind(1, g.job_id).Bind(2, g.resume_step);
+    RETURN_IF_ERROR(WriteLocked(trim, "trimming metrics"));
+
+    if (!IsLegalTransition(JobState::kPending, JobState::kLeased)) {
+      return absl::InternalError("state machine forbids leasing");
+    }
+    ASSIGN_OR_RETURN(Statement * lease,
+                     PrepareLocked("UPDATE jobs SET status = 'leased', attempt = ?2, "
+                                   "fencing_token = ?3, worker_id = ?4, lease_expires_at = ?5, "
+                                   "last_step = ?6, status_reason = NULL, updated_at = ?7 "
+                                   "WHERE job_id = ?1 AND status = 'pending'"));
+    lease->Bind(1, g.job_id).Bind(2, g.attempt).Bind(3, g.fencing_token).Bind(4, worker_id)
+        .Bind(5, now + ttl).Bind(6, g.resume_step).Bind(7, now);
+    RETURN_IF_ERROR(WriteLocked(lease, "leasing a job"));
+    ASSIGN_OR_RETURN(Statement * attempt,
+                     PrepareLocked("INSERT INTO attempts (job_id, attempt, worker_id, "
+                                   "fencing_token, status, resumed_from_step, started_at) "
+                                   "VALUES (?1, ?2, ?3, ?4, 'leased', ?5, ?6)"));
+    attempt->Bind(1, g.job_id).Bind(2, g.attempt).Bind(3, worker_id).Bind(4, g.fencing_token)
+        .Bind(5, g.resume_step).Bind(6, now);
+    RETURN_IF_ERROR(WriteLocked(attempt, "recording the attempt"));
+    grant = std::move(g);
+    return absl::OkStatus();
+  }));
+  return grant;
+}
+
+absl::StatusOr<JobState> SqliteStore::CheckFenceLocked(const std::string& job_id, int64_t token,
+                                                       bool allow_cancelled) {
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("SELECT status, fencing_token FROM jobs WHERE job_id = ?1"));
+  s->Bind(1, job_id);
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+  if (rows.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  ASSIGN_OR_RETURN(JobState state, ParseJobState(std::get<std::string>(rows.rows[0][0])));
+  const int64_t current = std::get<int64_t>(rows.rows[0][1]);
+  if (token != current) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, ": fencing token ", token,
+                                                      " is stale (current ", current, ")"));
+  }
+  const bool held = state == JobState::kLeased || state == JobState::kRunning;
+  if (!held && !(allow_cancelled && state == JobState::kCancelled)) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ",
+                                                      std::string(JobStateName(state)),
+                                                      ", no longer held by this lease"));
+  }
+  return state;
+}
+
+absl::StatusOr<JobState> SqliteStore::RenewLease(const std::string& job_id, int64_t token,
+                                                 int64_t step, double now, double ttl) {
+  std::lock_guard<std::mutex> lock(mu_);
+  JobState state = JobState::kPending;
+  RETURN_IF_ERROR(TransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(state, CheckFenceLocked(job_id, token, /*allow_cancelled=*/true));
+    if (state == JobState::kCancelled) return absl::OkStatus();
+    ASSIGN_OR_RETURN(Statement * s,
+                     PrepareLocked("UPDATE jobs SET status = 'running', lease_expires_at = ?2, "
+                                   "last_step = MAX(last_step, ?3), updated_at = ?4 "
+                                   "WHERE job_id = ?1"));
+    s->Bind(1, job_id).Bind(2, now + ttl).Bind(3, step).Bind(4, now);
+    RETURN_IF_ERROR(WriteLocked(s, "renewing a lease"));
+    if (state == JobState::kLeased) {
+      ASSIGN_OR_RETURN(Statement * a, PrepareLocked("UPDATE attempts SET status = 'running' "
+                                                    "WHERE job_id = ?1 AND fencing_token = ?2"));
+      a->Bind(1, job_id).Bind(2, token);
+      RETURN_IF_ERROR(WriteLocked(a, "marking the attempt running"));
+      state = JobState::kRunning;
+    }
+    return absl::OkStatus();
+  }));
+  return state;
+}
+
+absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t token,
+                                              const std::vector<MetricPoint>& points,
+                                              double wall_time) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return TransactionLocked([&]() -> absl::Status {
+    RETURN_IF_ERROR(CheckFenceLocked(job_id, token, /*allow_cancelled=*/false).status());
+    ASSIGN_OR_RETURN(Statement * attempt_of,
+                     PrepareLocked("SELECT attempt FROM jobs WHERE job_id = ?1"));
+    attempt_of->Bind(1, job_id);
+    ASSIGN_OR_RETURN(QueryResult a, CollectLocked(attempt_of));
+    const int64_t attempt = std::get<int64_t>(a.rows.at(0)[0]);
+    ASSIGN_OR_RETURN(Statement * last,
+                     PrepareLocked("SELECT MAX(step) FROM metrics WHERE job_id = ?1 AND "
+                                   "name = ?2 AND attempt = ?3"));
+    std::map<std::string, int64_t> floor;
+    for (const MetricPoint& p : points) {
+      auto it = floor.find(p.name);
+      if (it == floor.end()) {
+        last->Bind(1, job_id).Bind(2, p.name).Bind(3, attempt);
+        ASSIGN_OR_RETURN(QueryResult m, CollectLocked(last));
+        const Value& v = m.rows.at(0)[0];
+        it = floor.emplace(p.name, std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) : -1)
+                 .first;
+      }
+      if (p.step < it->second) {
+        return absl::InvalidArgumentError(absl::StrCat("job ", job_id, ": metric '", p.name,
+                                                       "' step ", p.step, " goes back from ",
+                                                       it->second));
+      }
+      it->second = p.step;
+    }
+    ASSIGN_OR_RETURN(
+        Statement * insert,
+        PrepareLocked("INSERT INTO metrics (job_id, name, step, value, tokens, flops, attempt, "
+                      "wall_time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+                      "ON CONFLICT (job_id, name, step) DO UPDATE SET value = excluded.value, "
+                      "tokens = excluded.tokens, flops = excluded.flops, "
+                      "attempt = excluded.attempt, wall_time = excluded.wall_time"));
+    for (const MetricPoint& p : points) {
+      insert->Bind(1, job_id).Bind(2, p.name).Bind(3, p.step).Bind(4, p.value)
+          .Bind(5, p.tokens).Bind(6, p.flops).Bind(7, attempt).Bind(8, wall_time);
+      RETURN_IF_ERROR(WriteLocked(insert, "inserting a metric"));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status SqliteStore::RecordCheckpoint(const std::string& job_id, int64_t token, int64_t step,
+                                           const std::string& path, const std::string& checksum,
+                                           double now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return TransactionLocked([&]() -> absl::Status {
+    RETURN_IF_ERROR(CheckFenceLocked(job_id, token, /*allow_cancelled=*/false).status());
+    ASSIGN_OR_RETURN(Statement * s,
+                     PrepareLocked("INSERT INTO checkpoints (job_id, step, attempt, path, "
+                                   "checksum, created_at) SELECT ?1, ?2, attempt, ?3, ?4, ?5 "
+                                   "FROM jobs WHERE job_id = ?1 ON CONFLICT (job_id, step) DO "
+                                   "UPDATE SET attempt = excluded.attempt, path = excluded.path, "
+                                   "checksum = excluded.checksum, created_at = excluded.created_at"));
+    s->Bind(1, job_id).Bind(2, step).Bind(3, path).Bind(4, checksum).Bind(5, now);
+    return WriteLocked(s, "recording a checkpoint");
+  });
+}
+
+absl::Status SqliteStore::EndAttemptLocked(const std::string& job_id, JobState from,
+                                           AttemptEnd end, const std::string& reason, double now,
+                                           JobState* to) {
+  ASSIGN_OR_RETURN(Statement * read,
+                   PrepareLocked("SELECT failures, max_attempts, fencing_token FROM jobs "
+                                 "WHERE job_id = ?1"));
+  read->Bind(1, job_id);
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(read));
+  int64_t failures = std::get<int64_t>(rows.rows.at(0)[0]);
+  const int64_t max_attempts = std::get<int64_t>(rows.rows.at(0)[1]);
+  const int64_t token = std::get<int64_t>(rows.rows.at(0)[2]);
+  std::string attempt_status;
+  switch (end) {
+    case AttemptEnd::kSucceeded:
+      *to = JobState::kSucceeded;
+      attempt_status = "succeeded";
+      break;
+    case AttemptEnd::kPreempted:
+      *to = JobState::kPending;
+      attempt_status = "preempted";
+      break;
+    case AttemptEnd::kRetryableError:
+      ++failures;
+      *to = failures >= max_attempts ? JobState::kFailed : JobState::kPending;
+      attempt_status = "failed";
+      break;
+    case AttemptEnd::kFatalError:
+    case AttemptEnd::kDiverged:
+      ++failures;
+      *to = JobState::kFailed;
+      attempt_status = end == AttemptEnd::kDiverged ? "diverged" : "failed";
+      break;
+  }
+  // A job that finishes without ever heartbeating passes through running.
+  const JobState via = (from == JobState::kLeased && *to == JobState::kSucceeded)
+                           ? JobState::kRunning
+                           : from;
+  if ((via != from && !IsLegalTransition(from, via)) || !IsLegalTransition(via, *to)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, ": illegal transition ", std::string(JobStateName(from)), " -> ",
+        std::string(JobStateName(*to))));
+  }
+  ASSIGN_OR_RETURN(Statement * update,
+                   PrepareLocked("UPDATE jobs SET status = ?2, failures = ?3, worker_id = NULL, "
+                                 "lease_expires_at = NULL, status_reason = ?4, updated_at = ?5 "
+                                 "WHERE job_id = ?1"));
+  update->Bind(1, job_id).Bind(2, JobStateName(*to)).Bind(3, failures).Bind(4, reason)
+      .Bind(5, now);
+  RETURN_IF_ERROR(WriteLocked(update, "ending an attempt"));
+  ASSIGN_OR_RETURN(Statement * attempt,
+                   PrepareLocked("UPDATE attempts SET status = ?3, ended_at = ?4, reason = ?5 "
+                                 "WHERE job_id = ?1 AND fencing_token = ?2"));
+  attempt->Bind(1, job_id).Bind(2, token).Bind(3, attempt_status).Bind(4, now).Bind(5, reason);
+  return WriteLocked(attempt, "closing the attempt");
+}
+
+absl::StatusOr<JobState> SqliteStore::EndAttempt(const std::string& job_id, int64_t token,
+                                                 AttemptEnd end, const std::string& reason,
+                                                 double now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  JobState to = JobState::kPending;
+  RETURN_IF_ERROR(TransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(JobState from, CheckFenceLocked(job_id, token, /*allow_cancelled=*/false));
+    return EndAttemptLocked(job_id, from, end, reason, now, &to);
+  }));
+  return to;
+}
+
+absl::StatusOr<int64_t> SqliteStore::ExpireLeases(double now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t expired = 0;
+  RETURN_IF_ERROR(TransactionLocked([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(Statement * s,
+                     PrepareLocked("SELECT job_id, status FROM jobs WHERE status IN ('leased', "
+                                   "'running') AND lease_expires_at < ?1"));
+    s->Bind(1, now);
+    ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+    for (const auto& row : rows.rows) {
+      ASSIGN_OR_RETURN(JobState from, ParseJobState(std::get<std::string>(row[1])));
+      JobState to;
+      RETURN_IF_ERROR(EndAttemptLocked(std::get<std::string>(row[0]), from,
+                                       AttemptEnd::kRetryableError, "lease expired", now, &to));
+      ++expired;
+    }
+    return absl::OkStatus();
+  }));
+  return expired;
+}
+
+absl::StatusOr<int64_t> SqliteStore::CountActiveJobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Statement * s, PrepareLocked("SELECT COUNT(*) FROM jobs WHERE status IN "
+                                                "('pending', 'leased', 'running')"));
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+  return std::get<int64_t>(rows.rows.at(0)[0]);
+}
+
+absl::StatusOr<std::vector<JobProgressRow>> SqliteStore::JobProgress(const std::string& sweep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(int64_t sweep_id, SweepIdLocked(sweep));
+  ASSIGN_OR_RETURN(
+      Statement * s,
+      PrepareLocked("SELECT j.job_id, j.family, j.scale, j.status, j.sparsity, j.train_flops, "
+                    "j.stride, j.context, j.attempt, j.last_step, j.steps, "
+                    "(SELECT m.value FROM metrics m WHERE m.job_id = j.job_id AND "
+                    "m.name = 'val_loss' ORDER BY m.step DESC LIMIT 1), "
+                    "(SELECT MAX(m.step) FROM metrics m WHERE m.job_id = j.job_id AND "
+                    "m.name = 'train_loss') "
+                    "FROM sweep_jobs sj JOIN jobs j ON j.job_id = sj.job_id "
+                    "WHERE sj.sweep_id = ?1 ORDER BY j.train_flops, j.job_id"));
+  s->Bind(1, sweep_id);
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+  std::vector<JobProgressRow> out;
+  for (const auto& r : rows.rows) {
+    JobProgressRow p;
+    p.job_id = std::get<std::string>(r[0]);
+    p.family = std::get<std::string>(r[1]);
+    p.scale = std::get<std::string>(r[2]);
+    p.status = std::get<std::string>(r[3]);
+    p.sparsity = std::get<double>(r[4]);
+    p.train_flops = std::get<double>(r[5]);
+    p.stride = std::get<int64_t>(r[6]);
+    p.context = std::get<int64_t>(r[7]);
+    p.attempt = std::get<int64_t>(r[8]);
+    p.step = std::get<int64_t>(r[9]);
+    if (const auto* reported = std::get_if<int64_t>(&r[12])) p.step = std::max(p.step, *reported);
+    p.steps = std::get<int64_t>(r[10]);
+    if (const auto* v = std::get_if<double>(&r[11])) p.final_val_loss = *v;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 }  // namespace xmod

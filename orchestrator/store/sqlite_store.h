@@ -67,6 +67,32 @@ struct MetricPoint {
   double wall_time = 0.0;  // seconds since the epoch
 };
 
+// What a lease hands a worker group.
+struct LeaseGrant {
+  std::string job_id;
+  std::string config_json;  // the resolved job
+  int64_t attempt = 0;
+  int64_t fencing_token = 0;
+  int64_t resume_step = 0;        // 0: start fresh
+  std::string resume_checkpoint;  // path of that checkpoint
+};
+
+// How an attempt ended, as the worker group (or the lease clock) says.
+enum class AttemptEnd {
+  kSucceeded,
+  kPreempted,       // back to pending; does not count toward max_attempts
+  kRetryableError,  // counts; pending again while attempts remain, else failed
+  kFatalError,      // failed
+  kDiverged,        // failed
+};
+
+struct JobProgressRow {
+  std::string job_id, family, scale, status;
+  double sparsity = 0.0, train_flops = 0.0;
+  int64_t stride = 1, context = 0, attempt = 0, step = 0, steps = 0;
+  std::optional<double> final_val_loss;
+};
+
 class SqliteStore {
  public:
   struct Options {
@@ -126,6 +152,51 @@ class SqliteStore {
   // write, or does not parse.
   absl::StatusOr<QueryResult> Query(const std::string& sql);
 
+  // ---- Leases (used by orchestrator/scheduler) ----------------------------------
+  // Records (or refreshes) a worker group.
+  absl::Status UpsertWorker(const std::string& worker_id, const std::string& host, int64_t ranks,
+                            double now);
+
+  // The ranks of a registered worker group; NOT_FOUND when unknown.
+  absl::StatusOr<int64_t> WorkerRanks(const std::string& worker_id);
+
+  // In one transaction: claims the first pending job (priority, then cheapest)
+  // whose batch splits over `group_ranks`, raises its attempt, issues a new fencing
+  // token, finds its newest checkpoint and deletes its metric rows past that step.
+  // nullopt when no job is pending.
+  absl::StatusOr<std::optional<LeaseGrant>> LeaseNextJob(const std::string& worker_id,
+                                                         int64_t group_ranks, double now,
+                                                         double ttl);
+
+  // Extends the lease and records the step; a leased job becomes running. Returns
+  // the job's state: kCancelled means the holder must stop (nothing is written).
+  // FAILED_PRECONDITION: the token is stale or the job is not held. NOT_FOUND: no job.
+  absl::StatusOr<JobState> RenewLease(const std::string& job_id, int64_t token, int64_t step,
+                                      double now, double ttl);
+
+  // AppendMetrics for the current holder only: the token must be current, and for
+  // each name the steps must not go below what this attempt already stored
+  // (INVALID_ARGUMENT). Nothing is written on any error.
+  absl::Status AppendFencedMetrics(const std::string& job_id, int64_t token,
+                                   const std::vector<MetricPoint>& points, double wall_time);
+
+  absl::Status RecordCheckpoint(const std::string& job_id, int64_t token, int64_t step,
+                                const std::string& path, const std::string& checksum, double now);
+
+  // Ends the current attempt; returns the job's new state.
+  absl::StatusOr<JobState> EndAttempt(const std::string& job_id, int64_t token, AttemptEnd end,
+                                      const std::string& reason, double now);
+
+  // Every lease that ran out before `now` ends as a counted failure ("lease
+  // expired"); returns how many.
+  absl::StatusOr<int64_t> ExpireLeases(double now);
+
+  // Jobs pending, leased or running, over every sweep.
+  absl::StatusOr<int64_t> CountActiveJobs();
+
+  // Per-job progress of one sweep (NOT_FOUND for an unknown sweep).
+  absl::StatusOr<std::vector<JobProgressRow>> JobProgress(const std::string& sweep);
+
  private:
   class Statement;
   explicit SqliteStore(Options options);
@@ -144,6 +215,12 @@ class SqliteStore {
                                          const std::vector<JobState>& from, JobState to,
                                          const std::string& reason);
   absl::Status SqlError(const std::string& context);
+  // The job's status and token, checked against `token`: FAILED_PRECONDITION when
+  // stale or not held (unless allow_cancelled and the job was cancelled under it).
+  absl::StatusOr<JobState> CheckFenceLocked(const std::string& job_id, int64_t token,
+                                            bool allow_cancelled);
+  absl::Status EndAttemptLocked(const std::string& job_id, JobState from, AttemptEnd end,
+                                const std::string& reason, double now, JobState* to);
   double Now() const;
 
   Options options_;

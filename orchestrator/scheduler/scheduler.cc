@@ -1,0 +1,114 @@
+#include "orchestrator/scheduler/scheduler.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/id.h"
+#include "common/status_macros.h"
+#include "orchestrator/sweep/expand.h"
+#include "orchestrator/sweep/spec.h"
+
+namespace xmod {
+
+Scheduler::Scheduler(SqliteStore* store, Clock* clock, SchedulerOptions options)
+    : store_(store), clock_(clock), options_(options) {}
+
+absl::StatusOr<SubmitResult> Scheduler::Submit(const std::string& yaml, const std::string& source) {
+  ASSIGN_OR_RETURN(SweepSpec spec, ParseSweepSpec(yaml, source.empty() ? "<submitted>" : source));
+  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, ExpandSweep(spec));
+  return store_->SubmitSweep(spec, jobs);
+}
+
+absl::StatusOr<std::string> Scheduler::RegisterWorker(const std::string& host, int64_t ranks,
+                                                      const std::string& name) {
+  if (host.empty()) return absl::InvalidArgumentError("RegisterWorker: host is empty");
+  if (ranks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("RegisterWorker: ranks must be >= 1, got ", ranks));
+  }
+  // Unique across restarts: host, label, time and a process-wide counter, hashed.
+  static const uint64_t salt = std::random_device{}();
+  const std::string id = absl::StrCat(
+      name.empty() ? host : name, "-",
+      HexId(absl::StrCat(host, "/", name, "/", clock_->Now(), "/", salt, "/", ++worker_counter_))
+          .substr(0, 8));
+  RETURN_IF_ERROR(store_->UpsertWorker(id, host, ranks, clock_->Now()));
+  return id;
+}
+
+absl::StatusOr<LeaseOutcome> Scheduler::Lease(const std::string& worker_id) {
+  ASSIGN_OR_RETURN(int64_t ranks, store_->WorkerRanks(worker_id));
+  RETURN_IF_ERROR(ExpireLeases().status());
+  LeaseOutcome outcome;
+  if (!draining_) {
+    ASSIGN_OR_RETURN(outcome.grant, store_->LeaseNextJob(worker_id, ranks, clock_->Now(),
+                                                         options_.lease_ttl_seconds));
+  }
+  if (!outcome.grant) {
+    ASSIGN_OR_RETURN(int64_t active, store_->CountActiveJobs());
+    outcome.done = active == 0;
+  }
+  return outcome;
+}
+
+absl::StatusOr<HeartbeatAction> Scheduler::Heartbeat(const std::string& worker_id,
+                                                     const std::string& job_id, int64_t token,
+                                                     int64_t step) {
+  if (step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Heartbeat: step must be >= 0, got ", step));
+  }
+  ASSIGN_OR_RETURN(JobState state, store_->RenewLease(job_id, token, step, clock_->Now(),
+                                                      options_.lease_ttl_seconds));
+  if (state == JobState::kCancelled) return HeartbeatAction::kCancel;
+  return draining_ ? HeartbeatAction::kDrain : HeartbeatAction::kContinue;
+}
+
+absl::Status Scheduler::ReportMetrics(const std::string& job_id, int64_t token,
+                                      const std::vector<ReportedMetric>& metrics) {
+  if (metrics.empty()) return absl::InvalidArgumentError("ReportMetrics: empty batch");
+  if (static_cast<int64_t>(metrics.size()) > options_.max_metrics_per_batch) {
+    return absl::InvalidArgumentError(absl::StrCat("ReportMetrics: ", metrics.size(),
+                                                   " points exceed the batch limit of ",
+                                                   options_.max_metrics_per_batch));
+  }
+  std::vector<MetricPoint> points;
+  points.reserve(metrics.size());
+  for (const ReportedMetric& m : metrics) {
+    if (m.name.empty()) return absl::InvalidArgumentError("ReportMetrics: a metric has no name");
+    if (m.step < 0 || m.tokens < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("ReportMetrics: metric '", m.name,
+                                                     "' has a negative step or token count"));
+    }
+    if (!std::isfinite(m.value) || !std::isfinite(m.flops)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ReportMetrics: metric '", m.name, "' at step ", m.step,
+                       " is not finite; report a divergence with FailJob(DIVERGED)"));
+    }
+    points.push_back({job_id, m.name, m.step, m.value, m.tokens, m.flops, 0, 0.0});
+  }
+  return store_->AppendFencedMetrics(job_id, token, points, clock_->Now());
+}
+
+absl::Status Scheduler::ReportCheckpoint(const std::string& job_id, int64_t token, int64_t step,
+                                         const std::string& path, const std::string& checksum) {
+  if (step < 1) return absl::InvalidArgumentError("ReportCheckpoint: step must be >= 1");
+  if (path.empty()) return absl::InvalidArgumentError("ReportCheckpoint: path is empty");
+  return store_->RecordCheckpoint(job_id, token, step, path, checksum, clock_->Now());
+}
+
+absl::Status Scheduler::Complete(const std::string& job_id, int64_t token) {
+  return store_->EndAttempt(job_id, token, AttemptEnd::kSucceeded, "succeeded", clock_->Now())
+      .status();
+}
+
+absl::StatusOr<JobState> Scheduler::Fail(const std::string& job_id, int64_t token,
+                                         AttemptEnd end, const std::string& message) {
+  if (end == AttemptEnd::kSucceeded) {
+    return absl::InvalidArgumentError("FailJob: use CompleteJob for a finished job");
+  }
+  return store_->EndAttempt(job_id, token, end, message, clock_->Now());
+}
+
+absl::StatusOr<int64_t> Scheduler::ExpireLeases() { return store_->ExpireLeases(clock_->Now()); }
+
+}  // namespace xmod

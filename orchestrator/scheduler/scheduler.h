@@ -1,0 +1,98 @@
+// The coordinator's logic, free of gRPC: submitting sweeps, registering worker
+// groups, leasing jobs with fencing tokens, renewing and expiring leases,
+// accepting metrics, checkpoints and results from the current lease holder only.
+// The lease state machine (DESIGN.md §2, schema/README.md):
+//
+//   pending --lease--> leased --heartbeat--> running --complete--> succeeded
+//   leased/running --lease expired | retryable error--> pending (failures+1) | failed
+//   leased/running --preempted--> pending (failures unchanged)
+//   leased/running --diverged | fatal error--> failed
+//   leased/running --cancel--> cancelled (the holder hears CANCEL at its next heartbeat)
+//
+// Thread-safe (the store serializes writes).
+#ifndef XMOD_ORCHESTRATOR_SCHEDULER_SCHEDULER_H_
+#define XMOD_ORCHESTRATOR_SCHEDULER_SCHEDULER_H_
+
+#include <atomic>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "orchestrator/scheduler/clock.h"
+#include "orchestrator/store/sqlite_store.h"
+
+namespace xmod {
+
+struct SchedulerOptions {
+  double lease_ttl_seconds = 30.0;
+  int64_t max_metrics_per_batch = 10000;
+};
+
+struct LeaseOutcome {
+  std::optional<LeaseGrant> grant;
+  bool done = false;  // no grant and nothing pending or running anywhere
+};
+
+enum class HeartbeatAction { kContinue, kCancel, kDrain };
+
+struct ReportedMetric {
+  std::string name;
+  int64_t step = 0;
+  double value = 0.0;
+  int64_t tokens = 0;
+  double flops = 0.0;
+};
+
+class Scheduler {
+ public:
+  // `store` and `clock` are not owned and must outlive the scheduler.
+  Scheduler(SqliteStore* store, Clock* clock, SchedulerOptions options);
+
+  double lease_ttl() const { return options_.lease_ttl_seconds; }
+
+  // Parses, validates and expands the YAML text, then records it. INVALID_ARGUMENT
+  // with "source:line: field: ..." lines for a malformed file (nothing written).
+  absl::StatusOr<SubmitResult> Submit(const std::string& yaml, const std::string& source);
+
+  // INVALID_ARGUMENT for ranks < 1 or an empty host. Returns the new worker id.
+  absl::StatusOr<std::string> RegisterWorker(const std::string& host, int64_t ranks,
+                                             const std::string& name);
+
+  // Expires overdue leases, then leases the next job that fits the group.
+  // NOT_FOUND for an unregistered worker.
+  absl::StatusOr<LeaseOutcome> Lease(const std::string& worker_id);
+
+  absl::StatusOr<HeartbeatAction> Heartbeat(const std::string& worker_id,
+                                            const std::string& job_id, int64_t token,
+                                            int64_t step);
+
+  // INVALID_ARGUMENT: empty or oversized batch, a negative step, a non-finite
+  // value (a divergence must be reported with Fail), an empty name.
+  absl::Status ReportMetrics(const std::string& job_id, int64_t token,
+                             const std::vector<ReportedMetric>& metrics);
+  absl::Status ReportCheckpoint(const std::string& job_id, int64_t token, int64_t step,
+                                const std::string& path, const std::string& checksum);
+  absl::Status Complete(const std::string& job_id, int64_t token);
+  absl::StatusOr<JobState> Fail(const std::string& job_id, int64_t token, AttemptEnd end,
+                                const std::string& message);
+
+  // Ends every overdue lease; returns how many.
+  absl::StatusOr<int64_t> ExpireLeases();
+
+  // While draining, heartbeats answer DRAIN and no new lease is granted.
+  void SetDraining(bool draining) { draining_ = draining; }
+
+  SqliteStore& store() { return *store_; }
+
+ private:
+  SqliteStore* store_;
+  Clock* clock_;
+  SchedulerOptions options_;
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> worker_counter_{0};
+};
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_SCHEDULER_SCHEDULER_H_

@@ -1,0 +1,252 @@
+#include "orchestrator/scheduler/scheduler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace xmod {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string SmokeYaml() {
+  std::ifstream in(std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SqliteStore::Options o;
+    o.path = ":memory:";
+    store_ = std::move(SqliteStore::Open(o).value());
+    SchedulerOptions options;
+    options.lease_ttl_seconds = 30;
+    options.max_metrics_per_batch = 100;
+    scheduler_ = std::make_unique<Scheduler>(store_.get(), &clock_, options);
+    ASSERT_TRUE(scheduler_->Submit(SmokeYaml(), "smoke.yaml").ok());
+    worker_ = scheduler_->RegisterWorker("host", 1, "").value();
+  }
+
+  LeaseGrant Lease(const std::string& worker = "") {
+    auto outcome = scheduler_->Lease(worker.empty() ? worker_ : worker);
+    EXPECT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_TRUE(outcome->grant.has_value());
+    return *outcome->grant;
+  }
+
+  JobState State(const std::string& id) { return store_->GetJobState(id).value(); }
+
+  int64_t MetricRows(const std::string& id) {
+    auto curve = store_->JobCurve(id);
+    EXPECT_TRUE(curve.ok());
+    return static_cast<int64_t>(curve->rows.size());
+  }
+
+  std::vector<ReportedMetric> Losses(int64_t from, int64_t to) {
+    std::vector<ReportedMetric> m;
+    for (int64_t s = from; s <= to; ++s) m.push_back({"train_loss", s, 5.0 - 0.1 * s, s * 100, s * 1e6});
+    return m;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::string worker_;
+};
+
+TEST_F(SchedulerTest, LeaseGrantsTheCheapestPendingJobWithAttemptOneAndAFreshToken) {
+  const LeaseGrant a = Lease();
+  const LeaseGrant b = Lease();
+  EXPECT_EQ(a.attempt, 1);
+  EXPECT_EQ(a.resume_step, 0);
+  EXPECT_NE(a.fencing_token, b.fencing_token);
+  EXPECT_THAT(a.config_json, HasSubstr(a.job_id));
+  EXPECT_EQ(State(a.job_id), JobState::kLeased);
+  auto progress = store_->JobProgress("smoke").value();
+  EXPECT_EQ(progress[0].job_id, a.job_id);  // cheapest first
+  EXPECT_EQ(progress[1].job_id, b.job_id);
+}
+
+TEST_F(SchedulerTest, HigherPriorityIsLeasedBeforeCheaperJobs) {
+  std::string yaml = SmokeYaml();
+  yaml.replace(yaml.find("name: smoke"), 11, "name: urgent");
+  yaml.replace(yaml.find("max_attempts: 3"), 15, "max_attempts: 3\n  priority: 5");
+  yaml.replace(yaml.find("tokens: 16384"), 13, "tokens: 32768");  // new, costlier jobs
+  ASSERT_TRUE(scheduler_->Submit(yaml, "urgent.yaml").ok());
+  const LeaseGrant g = Lease();
+  auto urgent = store_->JobProgress("urgent").value();
+  EXPECT_EQ(g.job_id, urgent[0].job_id);
+}
+
+TEST_F(SchedulerTest, HeartbeatMovesALeasedJobToRunningAndRenewsTheLease) {
+  const LeaseGrant g = Lease();
+  clock_.Advance(25);
+  EXPECT_EQ(scheduler_->Heartbeat(worker_, g.job_id, g.fencing_token, 3).value(),
+            HeartbeatAction::kContinue);
+  EXPECT_EQ(State(g.job_id), JobState::kRunning);
+  clock_.Advance(25);  // 50 s after the lease, 25 after the renewal
+  EXPECT_EQ(scheduler_->ExpireLeases().value(), 0);
+  EXPECT_EQ(State(g.job_id), JobState::kRunning);
+}
+
+TEST_F(SchedulerTest, ExpiredLeaseGoesBackToPendingWithNextAttempt) {
+  const LeaseGrant g = Lease();
+  clock_.Advance(31);
+  EXPECT_EQ(scheduler_->ExpireLeases().value(), 1);
+  EXPECT_EQ(State(g.job_id), JobState::kPending);
+  const LeaseGrant again = Lease();
+  EXPECT_EQ(again.job_id, g.job_id);
+  EXPECT_EQ(again.attempt, 2);
+  EXPECT_GT(again.fencing_token, g.fencing_token);
+}
+
+TEST_F(SchedulerTest, ALeaseThatExpiresMaxAttemptsTimesFailsTheJob) {
+  std::string id;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    const LeaseGrant g = Lease();
+    if (id.empty()) id = g.job_id;
+    ASSERT_EQ(g.job_id, id);
+    clock_.Advance(31);
+    ASSERT_EQ(scheduler_->ExpireLeases().value(), 1);
+  }
+  EXPECT_EQ(State(id), JobState::kFailed);
+}
+
+TEST_F(SchedulerTest, PreemptionDoesNotUseUpAnAttempt) {
+  std::string id;
+  for (int i = 0; i < 5; ++i) {  // more preemptions than max_attempts
+    const LeaseGrant g = Lease();
+    id = g.job_id;
+    EXPECT_EQ(scheduler_->Fail(g.job_id, g.fencing_token, AttemptEnd::kPreempted, "SIGTERM").value(),
+              JobState::kPending);
+  }
+  const LeaseGrant g = Lease();
+  EXPECT_EQ(g.job_id, id);
+  EXPECT_EQ(g.attempt, 6);
+  EXPECT_EQ(scheduler_->Fail(g.job_id, g.fencing_token, AttemptEnd::kRetryableError, "oom").value(),
+            JobState::kPending);  // the first counted failure of three
+}
+
+TEST_F(SchedulerTest, ADivergedJobFailsWithoutRetry) {
+  const LeaseGrant g = Lease();
+  EXPECT_EQ(scheduler_->Fail(g.job_id, g.fencing_token, AttemptEnd::kDiverged, "nan at 7").value(),
+            JobState::kFailed);
+}
+
+TEST_F(SchedulerTest, EveryWriteWithAStaleTokenIsRefusedAndChangesNothing) {
+  const LeaseGrant old = Lease();
+  ASSERT_TRUE(scheduler_->ReportMetrics(old.job_id, old.fencing_token, Losses(1, 2)).ok());
+  clock_.Advance(31);
+  ASSERT_EQ(scheduler_->ExpireLeases().value(), 1);
+  const LeaseGrant current = Lease();  // the same job, a new token; rows past step 0 trimmed
+  ASSERT_EQ(current.job_id, old.job_id);
+  const auto expect_stale = [&](const absl::Status& s) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  };
+  expect_stale(scheduler_->Heartbeat(worker_, old.job_id, old.fencing_token, 5).status());
+  expect_stale(scheduler_->ReportMetrics(old.job_id, old.fencing_token, Losses(3, 4)));
+  expect_stale(scheduler_->ReportCheckpoint(old.job_id, old.fencing_token, 4, "/x", "c"));
+  expect_stale(scheduler_->Complete(old.job_id, old.fencing_token));
+  expect_stale(scheduler_->Fail(old.job_id, old.fencing_token, AttemptEnd::kFatalError, "x").status());
+  EXPECT_EQ(MetricRows(old.job_id), 0);  // trimmed by the new lease, nothing re-added
+  EXPECT_EQ(State(old.job_id), JobState::kLeased);
+  EXPECT_TRUE(store_->Query("SELECT * FROM checkpoints").value().rows.empty());
+  // The current holder is unaffected.
+  EXPECT_TRUE(scheduler_->ReportMetrics(current.job_id, current.fencing_token, Losses(1, 4)).ok());
+  EXPECT_TRUE(scheduler_->Complete(current.job_id, current.fencing_token).ok());
+  EXPECT_EQ(State(current.job_id), JobState::kSucceeded);
+}
+
+TEST_F(SchedulerTest, ResumingFromACheckpointDropsLaterRowsInTheLeaseTransaction) {
+  const LeaseGrant first = Lease();
+  ASSERT_TRUE(scheduler_->ReportMetrics(first.job_id, first.fencing_token, Losses(1, 8)).ok());
+  ASSERT_TRUE(scheduler_->ReportCheckpoint(first.job_id, first.fencing_token, 5, "/runs/ck5", "c").ok());
+  EXPECT_EQ(MetricRows(first.job_id), 8);
+  ASSERT_EQ(scheduler_->Fail(first.job_id, first.fencing_token, AttemptEnd::kRetryableError, "crash").value(),
+            JobState::kPending);
+  const LeaseGrant second = Lease();
+  ASSERT_EQ(second.job_id, first.job_id);
+  EXPECT_EQ(second.resume_step, 5);
+  EXPECT_EQ(second.resume_checkpoint, "/runs/ck5");
+  EXPECT_EQ(MetricRows(second.job_id), 5);  // steps 6-8 of the first attempt are gone
+  // The new attempt re-reports 6-8 and the curve holds each step once.
+  ASSERT_TRUE(scheduler_->ReportMetrics(second.job_id, second.fencing_token, Losses(6, 10)).ok());
+  EXPECT_EQ(MetricRows(second.job_id), 10);
+}
+
+TEST_F(SchedulerTest, ACancelledJobHearsCancelAndCanWriteNothingMore) {
+  const LeaseGrant g = Lease();
+  ASSERT_EQ(store_->Cancel(g.job_id).value(), 1);
+  EXPECT_EQ(scheduler_->Heartbeat(worker_, g.job_id, g.fencing_token, 1).value(),
+            HeartbeatAction::kCancel);
+  EXPECT_EQ(scheduler_->ReportMetrics(g.job_id, g.fencing_token, Losses(1, 1)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(State(g.job_id), JobState::kCancelled);
+}
+
+TEST_F(SchedulerTest, MalformedMetricBatchesAreRefusedWhole) {
+  const LeaseGrant g = Lease();
+  auto bad = Losses(1, 3);
+  bad[1].value = std::nan("");
+  const auto invalid = [&](const std::vector<ReportedMetric>& m, const char* why) {
+    absl::Status s = scheduler_->ReportMetrics(g.job_id, g.fencing_token, m);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << why << ": " << s;
+  };
+  invalid(bad, "non-finite");
+  invalid({}, "empty");
+  invalid(Losses(1, 101), "oversized");
+  auto negative = Losses(1, 2);
+  negative[0].step = -1;
+  invalid(negative, "negative step");
+  EXPECT_EQ(MetricRows(g.job_id), 0);
+  ASSERT_TRUE(scheduler_->ReportMetrics(g.job_id, g.fencing_token, Losses(1, 5)).ok());
+  invalid(Losses(2, 3), "going back");
+  EXPECT_EQ(MetricRows(g.job_id), 5);
+  EXPECT_EQ(scheduler_->ReportMetrics("0000000000000000", 1, Losses(1, 1)).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerTest, TheCoordinatorSaysDoneOnlyWhenNothingIsPendingOrRunning) {
+  std::vector<LeaseGrant> grants;
+  for (int i = 0; i < 8; ++i) grants.push_back(Lease());
+  auto idle = scheduler_->Lease(worker_).value();
+  EXPECT_FALSE(idle.grant.has_value());
+  EXPECT_FALSE(idle.done);  // eight jobs still running
+  for (const LeaseGrant& g : grants) ASSERT_TRUE(scheduler_->Complete(g.job_id, g.fencing_token).ok());
+  EXPECT_TRUE(scheduler_->Lease(worker_).value().done);
+}
+
+TEST_F(SchedulerTest, DrainingAnswersDrainAndGrantsNothing) {
+  const LeaseGrant g = Lease();
+  scheduler_->SetDraining(true);
+  EXPECT_EQ(scheduler_->Heartbeat(worker_, g.job_id, g.fencing_token, 1).value(),
+            HeartbeatAction::kDrain);
+  EXPECT_FALSE(scheduler_->Lease(worker_).value().grant.has_value());
+}
+
+TEST_F(SchedulerTest, AGroupOnlyLeasesJobsWhoseBatchSplitsOverItsRanks) {
+  // Smoke jobs have 32 sequences per step: a group of 3 ranks cannot split them.
+  const std::string three = scheduler_->RegisterWorker("host", 3, "odd").value();
+  auto outcome = scheduler_->Lease(three).value();
+  EXPECT_FALSE(outcome.grant.has_value());
+  const std::string four = scheduler_->RegisterWorker("host", 4, "even").value();
+  EXPECT_TRUE(scheduler_->Lease(four).value().grant.has_value());
+  EXPECT_EQ(scheduler_->Lease("nobody").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler_->RegisterWorker("host", 0, "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SchedulerTest, AMalformedSweepIsRejectedWithItsLineAndWritesNothing) {
+  auto r = scheduler_->Submit("name: x\ndata: {synthetic: true}\nfamily: xmod\n", "x.yaml");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("x.yaml:1: scales: missing"));
+  EXPECT_EQ(store_->CountStates("").value().size(), 1u);
+}
+
+}  // namespace
+}  // namespace xmod
