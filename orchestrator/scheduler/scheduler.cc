@@ -46,7 +46,11 @@ absl::StatusOr<LeaseOutcome> Scheduler::Lease(const std::string& worker_id) {
   }
   if (!outcome.grant) {
     ASSIGN_OR_RETURN(int64_t active, store_->CountActiveJobs());
-    outcome.done = active == 0;
+    // With no sweep submitted yet there is nothing to be done with: wait for one.
+    ASSIGN_OR_RETURN(std::vector<StateCounts> sweeps, store_->CountStates(""));
+    int64_t total = 0;
+    for (const StateCounts& c : sweeps) total += c.total;
+    outcome.done = active == 0 && total > 0;
   }
   return outcome;
 }

@@ -31,7 +31,7 @@ struct SchedulerOptions {
 
 struct LeaseOutcome {
   std::optional<LeaseGrant> grant;
-  bool done = false;  // no grant and nothing pending or running anywhere
+  bool done = false;  // no grant, jobs exist, and none is pending or running
 };
 
 enum class HeartbeatAction { kContinue, kCancel, kDrain };

@@ -1,0 +1,54 @@
+// The coordinator's gRPC server: thin handlers over the Scheduler (each checks the
+// bearer token, converts the message, calls one scheduler method, converts back),
+// plus a background thread that expires overdue leases.
+#ifndef XMOD_ORCHESTRATOR_SERVICE_SERVER_H_
+#define XMOD_ORCHESTRATOR_SERVICE_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "orchestrator/scheduler/scheduler.h"
+
+namespace xmod {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:50051";  // port 0 picks a free port
+  std::string token;     // required in every call when not empty
+  std::string tls_cert;  // PEM files; both or neither
+  std::string tls_key;
+  bool insecure = false;  // allow a non-loopback address without a token
+};
+
+// True for 127.0.0.0/8, localhost and [::1] addresses.
+bool IsLoopbackAddress(const std::string& listen);
+
+// Constant-time comparison of a received "authorization" value with the expected token.
+bool TokenMatches(const std::string& header, const std::string& token);
+
+class CoordinatorServer {
+ public:
+  // Starts serving. INVALID_ARGUMENT for a non-loopback address without a token
+  // (and without insecure), or half a TLS pair; NOT_FOUND for unreadable TLS files;
+  // UNAVAILABLE when the address cannot be bound. `scheduler` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(Scheduler* scheduler,
+                                                                  const ServerOptions& options);
+  ~CoordinatorServer();
+
+  int port() const;
+  std::string address() const;  // host:port clients can dial
+
+  // Stops granting leases, tells holders to drain, then stops serving.
+  void Shutdown();
+  // Blocks until Shutdown() (from another thread or a signal handler thread).
+  void Wait();
+
+ private:
+  struct Impl;
+  explicit CoordinatorServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_SERVICE_SERVER_H_

@@ -1,0 +1,164 @@
+// The real gRPC server on a free loopback port, called through the generated stub.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "orchestrator/service/server.h"
+#include "proto/channel.h"
+#include "xmod/v1/coordinator.grpc.pb.h"
+
+namespace xmod {
+namespace {
+
+namespace pb = ::xmod::v1;
+using ::testing::HasSubstr;
+
+std::string SmokeYaml() {
+  std::ifstream in(std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void Start(const std::string& token) {
+    SqliteStore::Options o;
+    o.path = ":memory:";
+    store_ = std::move(SqliteStore::Open(o).value());
+    scheduler_ = std::make_unique<Scheduler>(store_.get(), &clock_, SchedulerOptions{});
+    ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.token = token;
+    auto server = CoordinatorServer::Start(scheduler_.get(), options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stub_ = pb::Coordinator::NewStub(MakeChannel({server_->address(), "", ""}).value());
+  }
+
+  std::unique_ptr<grpc::ClientContext> Context(const std::string& token = "") {
+    return MakeContext(token, 10);
+  }
+
+  SystemClock clock_;
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<pb::Coordinator::Stub> stub_;
+};
+
+TEST_F(ServiceTest, AJobGoesThroughLeaseHeartbeatMetricsAndCompletion) {
+  Start("");
+  pb::SubmitSweepRequest submit;
+  submit.set_spec_yaml(SmokeYaml());
+  submit.set_source("smoke.yaml");
+  pb::SubmitSweepResponse submitted;
+  ASSERT_TRUE(stub_->SubmitSweep(Context().get(), submit, &submitted).ok());
+  EXPECT_EQ(submitted.new_jobs(), 8);
+
+  pb::RegisterWorkerRequest reg;
+  reg.set_host("h");
+  reg.set_ranks(2);
+  pb::RegisterWorkerResponse worker;
+  ASSERT_TRUE(stub_->RegisterWorker(Context().get(), reg, &worker).ok());
+  pb::LeaseJobRequest lease_req;
+  lease_req.set_worker_id(worker.worker_id());
+  pb::LeaseJobResponse lease;
+  ASSERT_TRUE(stub_->LeaseJob(Context().get(), lease_req, &lease).ok());
+  ASSERT_TRUE(lease.has_job());
+  EXPECT_EQ(lease.attempt(), 1);
+
+  pb::HeartbeatRequest hb;
+  hb.set_worker_id(worker.worker_id());
+  hb.set_job_id(lease.job_id());
+  hb.set_fencing_token(lease.fencing_token());
+  hb.set_step(1);
+  pb::HeartbeatResponse beat;
+  ASSERT_TRUE(stub_->Heartbeat(Context().get(), hb, &beat).ok());
+  EXPECT_EQ(beat.action(), pb::HeartbeatResponse::CONTINUE);
+
+  pb::ReportMetricsRequest metrics;
+  metrics.set_job_id(lease.job_id());
+  metrics.set_fencing_token(lease.fencing_token());
+  pb::Metric* m = metrics.add_metrics();
+  m->set_name("train_loss");
+  m->set_step(1);
+  m->set_value(std::nan(""));
+  pb::ReportMetricsResponse none;
+  grpc::Status bad = stub_->ReportMetrics(Context().get(), metrics, &none);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("not finite"));
+  m->set_value(4.0);
+  ASSERT_TRUE(stub_->ReportMetrics(Context().get(), metrics, &none).ok());
+  metrics.set_fencing_token(lease.fencing_token() + 100);
+  EXPECT_EQ(stub_->ReportMetrics(Context().get(), metrics, &none).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  metrics.set_job_id("nope");
+  EXPECT_EQ(stub_->ReportMetrics(Context().get(), metrics, &none).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  pb::CompleteJobRequest complete;
+  complete.set_job_id(lease.job_id());
+  complete.set_fencing_token(lease.fencing_token());
+  pb::CompleteJobResponse done;
+  ASSERT_TRUE(stub_->CompleteJob(Context().get(), complete, &done).ok());
+  pb::GetStatusResponse status;
+  ASSERT_TRUE(stub_->GetStatus(Context().get(), pb::GetStatusRequest(), &status).ok());
+  ASSERT_EQ(status.sweeps_size(), 1);
+  EXPECT_EQ(status.sweeps(0).succeeded(), 1);
+  EXPECT_EQ(status.sweeps(0).pending(), 7);
+}
+
+TEST_F(ServiceTest, AMalformedSweepIsInvalidArgumentNamingTheLine) {
+  Start("");
+  pb::SubmitSweepRequest submit;
+  submit.set_spec_yaml("name: x\nbudget: {tokens: -1}\n");
+  submit.set_source("x.yaml");
+  pb::SubmitSweepResponse r;
+  grpc::Status s = stub_->SubmitSweep(Context().get(), submit, &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("x.yaml:2: budget.tokens: must be positive"));
+}
+
+TEST_F(ServiceTest, CallsWithoutTheRightTokenAreUnauthenticated) {
+  Start("s3cret");
+  pb::GetStatusResponse status;
+  EXPECT_EQ(stub_->GetStatus(Context().get(), pb::GetStatusRequest(), &status).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(stub_->GetStatus(Context("wrong!").get(), pb::GetStatusRequest(), &status).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(stub_->GetStatus(Context("s3cret").get(), pb::GetStatusRequest(), &status).ok());
+}
+
+TEST(Server, RefusesANonLoopbackAddressWithoutATokenUnlessInsecure) {
+  SqliteStore::Options o;
+  o.path = ":memory:";
+  auto store = SqliteStore::Open(o).value();
+  SystemClock clock;
+  Scheduler scheduler(store.get(), &clock, SchedulerOptions{});
+  ServerOptions options;
+  options.listen = "0.0.0.0:0";
+  auto refused = CoordinatorServer::Start(&scheduler, options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--token-file"));
+  options.insecure = true;
+  EXPECT_TRUE(CoordinatorServer::Start(&scheduler, options).ok());
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:1"));
+  EXPECT_TRUE(IsLoopbackAddress("[::1]:1"));
+  EXPECT_TRUE(IsLoopbackAddress("localhost:1"));
+  EXPECT_FALSE(IsLoopbackAddress("10.0.0.1:1"));
+}
+
+TEST(Server, TokenComparisonNeedsTheExactBearerValue) {
+  EXPECT_TRUE(TokenMatches("Bearer abc", "abc"));
+  EXPECT_FALSE(TokenMatches("Bearer abd", "abc"));
+  EXPECT_FALSE(TokenMatches("Bearer ab", "abc"));
+  EXPECT_FALSE(TokenMatches("Bearer abcd", "abc"));
+  EXPECT_FALSE(TokenMatches("abc", "abc"));
+}
+
+}  // namespace
+}  // namespace xmod
