@@ -1,12 +1,23 @@
 #include "orchestrator/cli/commands.h"
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <thread>
 #include <fmt/format.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/token_data.h"
+#include "orchestrator/cli/local_run.h"
 #include "orchestrator/cli/output.h"
+#include "orchestrator/service/client.h"
+#include "orchestrator/service/server.h"
+#include "orchestrator/scheduler/scheduler.h"
+#include "proto/channel.h"
 #include "orchestrator/store/sqlite_store.h"
 #include "orchestrator/sweep/expand.h"
 #include "orchestrator/sweep/spec.h"
@@ -41,7 +52,40 @@ struct Flags {
   std::string target;
   std::string sql;
   PrepareOptions prepare;
+  // Remote coordinator.
+  std::string coordinator;
+  std::string token_file;
+  std::string tls_ca;
+  bool watch = false;
+  // serve
+  std::string listen = "127.0.0.1:50051";
+  std::string tls_cert, tls_key;
+  bool insecure = false;
+  double lease_ttl = 30.0;
+  // run
+  LocalRunOptions run;
 };
+
+absl::StatusOr<std::unique_ptr<RemoteCoordinator>> Connect(const Flags& f) {
+  std::string token;
+  if (!f.token_file.empty()) {
+    ASSIGN_OR_RETURN(token, ReadTokenFile(f.token_file));
+  }
+  return RemoteCoordinator::Connect(f.coordinator, token, f.tls_ca);
+}
+
+absl::Status NeedDbOrCoordinator(const Flags& f) {
+  if (f.db.empty() == f.coordinator.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --db FILE or --coordinator ADDR");
+  }
+  return absl::OkStatus();
+}
+
+std::atomic<bool> g_serve_stop{false};
+void OnServeSignal(int) {
+  g_serve_stop = true;
+  InterruptLocalRun();
+}
 
 QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
   QueryResult t;
@@ -88,11 +132,19 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> OpenStore(const std::string& path, 
 }
 
 absl::Status Submit(const Flags& f, std::ostream& out) {
-  // Everything is validated and expanded before the database is touched.
+  RETURN_IF_ERROR(NeedDbOrCoordinator(f));
+  // Everything is validated and expanded before the database is touched (the
+  // coordinator validates again: the file is sent as text).
   SweepSpec spec;
   ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, LoadAndExpand(f.spec, &spec));
-  ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
-  ASSIGN_OR_RETURN(SubmitResult r, store->SubmitSweep(spec, jobs));
+  SubmitResult r;
+  if (!f.coordinator.empty()) {
+    ASSIGN_OR_RETURN(auto remote, Connect(f));
+    ASSIGN_OR_RETURN(r, remote->Submit(spec.yaml_text, f.spec));
+  } else {
+    ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
+    ASSIGN_OR_RETURN(r, store->SubmitSweep(spec, jobs));
+  }
   const int64_t present = r.jobs_in_spec - r.new_jobs;
   if (r.new_jobs == 0 && r.linked_jobs == 0 && !r.sweep_created) {
     out << fmt::format("sweep '{}': all {} jobs already submitted; nothing changed\n", spec.name,
@@ -108,21 +160,85 @@ absl::Status Submit(const Flags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
-absl::Status Status(const Flags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
-  ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
-  ASSIGN_OR_RETURN(std::vector<StateCounts> counts, store->CountStates(f.sweep));
+absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
+  std::vector<SweepProgress> sweeps;
+  if (!f.coordinator.empty()) {
+    ASSIGN_OR_RETURN(auto remote, Connect(f));
+    ASSIGN_OR_RETURN(sweeps, remote->Status(f.sweep));
+  } else {
+    ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
+    ASSIGN_OR_RETURN(std::vector<StateCounts> counts, store->CountStates(f.sweep));
+    for (StateCounts& c : counts) {
+      SweepProgress p;
+      ASSIGN_OR_RETURN(std::vector<JobProgressRow> jobs, store->JobProgress(c.sweep));
+      for (const JobProgressRow& j : jobs) {
+        p.train_flops_total += j.train_flops;
+        if (j.status == "succeeded") {
+          p.train_flops_done += j.train_flops;
+        } else if (j.steps > 0 && (j.status == "running" || j.status == "leased")) {
+          p.train_flops_done += j.train_flops * std::min(1.0, double(j.step) / double(j.steps));
+        }
+      }
+      p.counts = std::move(c);
+      sweeps.push_back(std::move(p));
+    }
+  }
   QueryResult t;
   t.columns.push_back("sweep");
   for (JobState s : kAllJobStates) t.columns.emplace_back(JobStateName(s));
   t.columns.push_back("total");
-  for (const StateCounts& c : counts) {
-    std::vector<Value> row{c.sweep};
-    for (JobState s : kAllJobStates) row.emplace_back(c.counts.at(s));
-    row.emplace_back(c.total);
+  t.columns.push_back("progress");
+  for (const SweepProgress& p : sweeps) {
+    std::vector<Value> row{p.counts.sweep};
+    for (JobState s : kAllJobStates) row.emplace_back(p.counts.counts.at(s));
+    row.emplace_back(p.counts.total);
+    row.emplace_back(p.train_flops_total > 0 ? p.train_flops_done / p.train_flops_total : 1.0);
     t.rows.push_back(std::move(row));
   }
   PrintResult(t, format, out);
+  return absl::OkStatus();
+}
+
+absl::Status Status(const Flags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
+  RETURN_IF_ERROR(NeedDbOrCoordinator(f));
+  if (!f.watch) return StatusOnce(f, format, out);
+  std::signal(SIGINT, OnServeSignal);
+  while (!g_serve_stop) {
+    out << "\033[H\033[2J";
+    RETURN_IF_ERROR(StatusOnce(f, format, out));
+    out << std::flush;
+    for (int i = 0; i < 20 && !g_serve_stop; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Serve(const Flags& f, std::ostream& out) {
+  ServerOptions options;
+  options.listen = f.listen;
+  options.tls_cert = f.tls_cert;
+  options.tls_key = f.tls_key;
+  options.insecure = f.insecure;
+  if (!f.token_file.empty()) {
+    ASSIGN_OR_RETURN(options.token, ReadTokenFile(f.token_file));
+  }
+  if (!(f.lease_ttl > 0)) return absl::InvalidArgumentError("--lease-ttl must be positive");
+  ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
+  SystemClock clock;
+  SchedulerOptions scheduler_options;
+  scheduler_options.lease_ttl_seconds = f.lease_ttl;
+  Scheduler scheduler(store.get(), &clock, scheduler_options);
+  ASSIGN_OR_RETURN(auto server, CoordinatorServer::Start(&scheduler, options));
+  out << "xmod serve: " << f.db << " on " << server->address() << " (lease TTL " << f.lease_ttl
+      << " s" << (options.token.empty() ? ", no token" : ", token required")
+      << (options.tls_cert.empty() ? "" : ", TLS") << ")" << std::endl;
+  std::signal(SIGINT, OnServeSignal);
+  std::signal(SIGTERM, OnServeSignal);
+  while (!g_serve_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  out << "xmod serve: shutting down" << std::endl;
+  server->Shutdown();
   return absl::OkStatus();
 }
 
@@ -151,15 +267,29 @@ absl::Status Sql(const Flags& f, std::ostream& out) {
 }
 
 absl::Status Resume(const Flags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
-  ASSIGN_OR_RETURN(int64_t moved, store->ResumeSweep(f.sweep));
+  RETURN_IF_ERROR(NeedDbOrCoordinator(f));
+  int64_t moved = 0;
+  if (!f.coordinator.empty()) {
+    ASSIGN_OR_RETURN(auto remote, Connect(f));
+    ASSIGN_OR_RETURN(moved, remote->Resume(f.sweep));
+  } else {
+    ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
+    ASSIGN_OR_RETURN(moved, store->ResumeSweep(f.sweep));
+  }
   out << fmt::format("sweep '{}': {} failed or cancelled jobs back to pending\n", f.sweep, moved);
   return absl::OkStatus();
 }
 
 absl::Status Cancel(const Flags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
-  ASSIGN_OR_RETURN(int64_t moved, store->Cancel(f.target));
+  RETURN_IF_ERROR(NeedDbOrCoordinator(f));
+  int64_t moved = 0;
+  if (!f.coordinator.empty()) {
+    ASSIGN_OR_RETURN(auto remote, Connect(f));
+    ASSIGN_OR_RETURN(moved, remote->Cancel(f.target));
+  } else {
+    ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
+    ASSIGN_OR_RETURN(moved, store->Cancel(f.target));
+  }
   out << fmt::format("'{}': {} jobs cancelled\n", f.target, moved);
   return absl::OkStatus();
 }
@@ -199,6 +329,13 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   auto add_db = [&](CLI::App* cmd) {
     cmd->add_option("--db", f.db, "SQLite database file")->required();
   };
+  // Commands that work on a file or through a running coordinator.
+  auto add_db_or_remote = [&](CLI::App* cmd) {
+    cmd->add_option("--db", f.db, "SQLite database file");
+    cmd->add_option("--coordinator", f.coordinator, "Coordinator address host:port");
+    cmd->add_option("--token-file", f.token_file, "File holding the coordinator's bearer token");
+    cmd->add_option("--tls-ca", f.tls_ca, "CA certificate (PEM) of a TLS coordinator");
+  };
 
   auto* expand = app.add_subcommand("expand", "Resolve a sweep's grid into jobs without running");
   expand->add_option("spec", f.spec, "Sweep file (YAML)")->required();
@@ -206,11 +343,12 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
 
   auto* submit = app.add_subcommand("submit", "Validate, expand and record a sweep");
   submit->add_option("spec", f.spec, "Sweep file (YAML)")->required();
-  add_db(submit);
+  add_db_or_remote(submit);
 
   auto* status = app.add_subcommand("status", "Jobs per state, for one sweep or all");
   status->add_option("sweep", f.sweep, "Sweep name (all sweeps when omitted)");
-  add_db(status);
+  status->add_flag("--watch", f.watch, "Refresh every two seconds until interrupted");
+  add_db_or_remote(status);
   add_format(status);
 
   auto* results = app.add_subcommand("results", "One row per job: axes, sizes, status, losses");
@@ -230,11 +368,34 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
 
   auto* resume = app.add_subcommand("resume", "Move a sweep's failed and cancelled jobs to pending");
   resume->add_option("sweep", f.sweep, "Sweep name")->required();
-  add_db(resume);
+  add_db_or_remote(resume);
 
   auto* cancel = app.add_subcommand("cancel", "Cancel a sweep's unfinished jobs, or one job");
   cancel->add_option("target", f.target, "Sweep name or job id")->required();
-  add_db(cancel);
+  add_db_or_remote(cancel);
+
+  auto* serve = app.add_subcommand("serve", "Run the coordinator (gRPC) over a SQLite file");
+  add_db(serve);
+  serve->add_option("--listen", f.listen, "Address to listen on (port 0: any free port)")
+      ->capture_default_str();
+  serve->add_option("--token-file", f.token_file, "Require this bearer token in every call");
+  serve->add_option("--tls-cert", f.tls_cert, "Server certificate (PEM)");
+  serve->add_option("--tls-key", f.tls_key, "Server private key (PEM)");
+  serve->add_flag("--insecure", f.insecure, "Allow a non-loopback address without a token");
+  serve->add_option("--lease-ttl", f.lease_ttl, "Seconds a lease lasts without a heartbeat")
+      ->capture_default_str();
+
+  auto* run = app.add_subcommand(
+      "run", "Run a sweep here: in-process coordinator, local worker groups, live progress");
+  run->add_option("spec", f.run.spec_path, "Sweep file (YAML)")->required();
+  run->add_option("--db", f.run.db, "SQLite database file (default: <sweep name>.db)");
+  run->add_option("--groups", f.run.groups, "Worker groups")->capture_default_str();
+  run->add_option("--ranks", f.run.ranks, "Ranks per group")->capture_default_str();
+  run->add_option("--threads", f.run.threads, "LibTorch threads per rank (0: cores / ranks)");
+  run->add_option("--run-dir", f.run.run_dir, "Checkpoints, metric logs and group logs")
+      ->capture_default_str();
+  run->add_option("--lease-ttl", f.run.lease_ttl_seconds, "Seconds a lease lasts")
+      ->capture_default_str();
 
   auto* data = app.add_subcommand("data", "Token datasets");
   data->require_subcommand(1);
@@ -296,6 +457,14 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   } else if (stats->parsed()) {
     name = "data stats";
     result = DataStats(f, out);
+  } else if (serve->parsed()) {
+    name = "serve";
+    result = Serve(f, out);
+  } else if (run->parsed()) {
+    f.run.tty = ::isatty(STDOUT_FILENO);
+    std::signal(SIGINT, OnServeSignal);
+    std::signal(SIGTERM, OnServeSignal);
+    return RunLocalSweep(f.run, out, err);
   }
   if (!result.ok()) {
     err << result.message() << "\n";

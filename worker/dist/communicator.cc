@@ -3,6 +3,9 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -72,12 +75,18 @@ class Mpi : public Communicator {
   int size() const override { return size_; }
   std::string Where() const override { return absl::StrCat(host_, ":", rank_); }
 
+  // Waits by polling a non-blocking broadcast, sleeping more the longer it waits:
+  // ranks idling while rank 0 talks to the coordinator must not spin on a core
+  // that another group's training needs.
   absl::Status Broadcast(std::string* bytes, int root) override {
     int64_t n = static_cast<int64_t>(bytes->size());
-    RETURN_IF_ERROR(Check(MPI_Bcast(&n, 1, MPI_INT64_T, root, MPI_COMM_WORLD), "broadcast"));
+    RETURN_IF_ERROR(Wait([&](MPI_Request* r) {
+      return MPI_Ibcast(&n, 1, MPI_INT64_T, root, MPI_COMM_WORLD, r);
+    }));
     bytes->resize(static_cast<size_t>(n));
-    return Check(MPI_Bcast(bytes->data(), static_cast<int>(n), MPI_CHAR, root, MPI_COMM_WORLD),
-                 "broadcast");
+    return Wait([&](MPI_Request* r) {
+      return MPI_Ibcast(bytes->data(), static_cast<int>(n), MPI_CHAR, root, MPI_COMM_WORLD, r);
+    });
   }
 
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override {
@@ -102,6 +111,19 @@ class Mpi : public Communicator {
   absl::Status Barrier() override { return Check(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
 
  private:
+  absl::Status Wait(const std::function<int(MPI_Request*)>& start) const {
+    MPI_Request request;
+    RETURN_IF_ERROR(Check(start(&request), "broadcast"));
+    int done = 0;
+    for (int spins = 0;; ++spins) {
+      RETURN_IF_ERROR(Check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "broadcast"));
+      if (done) return absl::OkStatus();
+      if (spins > 1000) {
+        std::this_thread::sleep_for(std::chrono::microseconds(spins > 5000 ? 20000 : 200));
+      }
+    }
+  }
+
   absl::Status Check(int rc, const char* what) const {
     if (rc == MPI_SUCCESS) return absl::OkStatus();
     char text[MPI_MAX_ERROR_STRING];

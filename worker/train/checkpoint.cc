@@ -22,13 +22,13 @@ absl::StatusOr<std::string> FileChecksum(const std::string& path) {
   return HexId(buffer.str());
 }
 
-namespace {
-
-std::string StepDir(const std::string& run_dir, int64_t step) {
+std::string CheckpointDir(const std::string& run_dir, int64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
   return run_dir + "/checkpoints/" + name;
 }
+
+namespace {
 
 // Complete checkpoint folders, newest first.
 std::vector<std::pair<int64_t, std::string>> Complete(const std::string& run_dir) {
@@ -47,7 +47,7 @@ std::vector<std::pair<int64_t, std::string>> Complete(const std::string& run_dir
 
 absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_id, int64_t step,
                             Decoder& model, torch::optim::Optimizer& optimizer, int keep) {
-  const std::string final_dir = StepDir(run_dir, step);
+  const std::string final_dir = CheckpointDir(run_dir, step);
   const std::string tmp = final_dir + ".tmp";
   std::error_code ec;
   fs::remove_all(tmp, ec);
@@ -82,9 +82,11 @@ absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_i
 
 absl::StatusOr<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& run_dir,
                                                       const std::string& job_id, Decoder& model,
-                                                      torch::optim::Optimizer& optimizer) {
+                                                      torch::optim::Optimizer& optimizer,
+                                                      int64_t max_step) {
   LoadedCheckpoint loaded;
   for (const auto& [step, dir] : Complete(run_dir)) {
+    if (max_step >= 0 && step > max_step) continue;
     std::ifstream in(dir + "/meta.json");
     nlohmann::json meta;
     try {
@@ -120,7 +122,9 @@ absl::StatusOr<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& run_dir
   }
   std::string why;
   for (const std::string& s : loaded.skipped) why += "; " + s;
-  return absl::NotFoundError(absl::StrCat(run_dir, ": no usable checkpoint for job ", job_id, why));
+  return absl::NotFoundError(absl::StrCat(run_dir, ": no usable checkpoint",
+                                          max_step >= 0 ? absl::StrCat(" up to step ", max_step) : "",
+                                          " for job ", job_id, why));
 }
 
 }  // namespace xmod

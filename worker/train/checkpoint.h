@@ -25,11 +25,16 @@ struct LoadedCheckpoint {
   std::vector<std::string> skipped;  // damaged checkpoints passed over, with the reason
 };
 
-// Loads the newest checkpoint of `job_id` whose checksums verify. NOT_FOUND when
-// there is none (damaged ones are listed in the message).
+// Loads the newest checkpoint of `job_id` whose checksums verify and whose step is
+// at most `max_step` (any step when negative). NOT_FOUND when there is none
+// (damaged ones are listed in the message).
 absl::StatusOr<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& run_dir,
                                                       const std::string& job_id, Decoder& model,
-                                                      torch::optim::Optimizer& optimizer);
+                                                      torch::optim::Optimizer& optimizer,
+                                                      int64_t max_step = -1);
+
+// The folder a checkpoint of `step` is (or would be) written to.
+std::string CheckpointDir(const std::string& run_dir, int64_t step);
 
 // FNV-1a 64 of a file's bytes as 16 hex digits; NOT_FOUND when unreadable.
 absl::StatusOr<std::string> FileChecksum(const std::string& path);

@@ -124,8 +124,8 @@ class Run {
     int64_t start = 0;
     const std::string metrics_path = o_.run_dir + "/metrics.jsonl";
     if (comm_.rank() == 0) std::filesystem::create_directories(o_.run_dir);
-    if (o_.resume) {
-      auto loaded = LoadLatestCheckpoint(o_.run_dir, job_.id, model_, *optimizer_);
+    if (o_.resume && o_.resume_step != 0) {
+      auto loaded = LoadLatestCheckpoint(o_.run_dir, job_.id, model_, *optimizer_, o_.resume_step);
       if (loaded.ok()) {
         start = loaded->step;
         for (const std::string& s : loaded->skipped) {
@@ -203,6 +203,7 @@ class Run {
         }
       }
       if (comm_.rank() == 0 && !metrics.empty()) Report(metrics_path, metrics);
+      if (comm_.rank() == 0 && o_.on_step) o_.on_step(step);
 
       // Stop requests are decided by rank 0 and shared, so every rank stops together.
       std::string stop = (comm_.rank() == 0 && ((o_.stop_after_step > 0 && step >= o_.stop_after_step) ||
@@ -213,6 +214,7 @@ class Run {
       if (step % job_.checkpoint_interval == 0 || last || stopping) {
         if (comm_.rank() == 0) {
           RETURN_IF_ERROR(SaveCheckpoint(o_.run_dir, job_.id, step, model_, *optimizer_));
+          if (o_.on_checkpoint) o_.on_checkpoint(step, CheckpointDir(o_.run_dir, step));
         }
         RETURN_IF_ERROR(comm_.Barrier());
       }

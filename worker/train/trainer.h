@@ -27,6 +27,10 @@ struct Metric {
 struct TrainerOptions {
   std::string run_dir;     // checkpoints/ and metrics.jsonl go here (shared by the ranks)
   bool resume = false;     // continue from the newest valid checkpoint of the job, if any
+  // With resume: the newest valid checkpoint at or before this step (the one the
+  // coordinator recorded); -1: the newest of all. Without one the run starts fresh,
+  // which is safe: the steps it redoes overwrite the same metric rows.
+  int64_t resume_step = -1;
   int threads = 0;         // LibTorch intra-op threads; 0: cores / ranks on this host
   std::string device = "cpu";  // "cpu" or "cuda:N"
   // Stop after this step (0: never) with a checkpoint, as a preemption would.
@@ -35,6 +39,10 @@ struct TrainerOptions {
   std::function<bool()> preempt;
   // Called on rank 0 with the metrics of each step that reports any.
   std::function<void(const std::vector<Metric>&)> on_metrics;
+  // Called on rank 0 after a checkpoint is complete on disk, with its folder.
+  std::function<void(int64_t step, const std::string& path)> on_checkpoint;
+  // Called on rank 0 after every completed step.
+  std::function<void(int64_t step)> on_step;
   bool print_progress = false;  // a line per logged step on stdout (rank 0)
   // Fault injection for tests: called before each step with the model.
   std::function<void(int64_t step, torch::nn::Module& model)> fault_before_step;

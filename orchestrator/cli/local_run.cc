@@ -1,0 +1,272 @@
+#include "orchestrator/cli/local_run.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "orchestrator/cli/output.h"
+#include "orchestrator/scheduler/scheduler.h"
+#include "orchestrator/service/server.h"
+#include "orchestrator/sweep/expand.h"
+#include "orchestrator/sweep/spec.h"
+
+extern char** environ;
+
+namespace xmod {
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+std::string Bar(double fraction, int width) {
+  const int filled = static_cast<int>(std::lround(std::clamp(fraction, 0.0, 1.0) * width));
+  return "[" + std::string(filled, '#') + std::string(width - filled, '.') + "]";
+}
+
+std::string Duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "--";
+  const int64_t s = std::llround(seconds);
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+std::string SelfDirectory() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+}  // namespace
+
+void InterruptLocalRun() { g_interrupted = true; }
+
+absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
+                                   const std::string& log_path) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);  // its own group: signals reach every rank
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot start ", argv[0], ": ", std::strerror(rc)));
+  }
+  return pid;
+}
+
+int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err) {
+  auto fail = [&](const absl::Status& s) {
+    err << s.message() << "\n";
+    const bool usage = absl::IsInvalidArgument(s) || absl::IsNotFound(s);
+    err << "xmod run: " << (usage ? "invalid input" : "failed") << "\n";
+    return usage ? 2 : 1;
+  };
+  auto spec = LoadSweepSpec(o.spec_path);
+  if (!spec.ok()) return fail(spec.status());
+  auto jobs = ExpandSweep(*spec);
+  if (!jobs.ok()) return fail(jobs.status());
+  if (o.groups < 1 || o.ranks < 1) {
+    return fail(absl::InvalidArgumentError("--groups and --ranks must be at least 1"));
+  }
+
+  SqliteStore::Options store_options;
+  store_options.path = o.db.empty() ? spec->name + ".db" : o.db;
+  auto store = SqliteStore::Open(store_options);
+  if (!store.ok()) return fail(store.status());
+  SystemClock clock;
+  SchedulerOptions scheduler_options;
+  scheduler_options.lease_ttl_seconds = o.lease_ttl_seconds;
+  Scheduler scheduler(store->get(), &clock, scheduler_options);
+  auto submitted = (*store)->SubmitSweep(*spec, *jobs);
+  if (!submitted.ok()) return fail(submitted.status());
+  ServerOptions server_options;
+  server_options.listen = "127.0.0.1:0";
+  auto server = CoordinatorServer::Start(&scheduler, server_options);
+  if (!server.ok()) return fail(server.status());
+  out << fmt::format("xmod run: sweep '{}' in {}: {} jobs ({} new); coordinator on {}\n",
+                     spec->name, store_options.path, submitted->jobs_in_spec, submitted->new_jobs,
+                     (*server)->address());
+
+  // Worker groups.
+  std::filesystem::create_directories(o.run_dir + "/logs");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0 ? o.threads : std::max(1, cores / (o.groups * o.ranks));
+  const std::string worker =
+      o.worker_binary.empty() ? SelfDirectory() + "/xmod-worker" : o.worker_binary;
+  std::vector<pid_t> groups;
+  for (int g = 0; g < o.groups; ++g) {
+    std::vector<std::string> argv = {o.mpirun, "-np", std::to_string(o.ranks)};
+    if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+    if (o.groups * o.ranks > cores) argv.push_back("--oversubscribe");
+    for (const std::string& a :
+         {worker, std::string("--coordinator"), (*server)->address(), std::string("--run-dir"),
+          o.run_dir, std::string("--threads"), std::to_string(threads), std::string("--name"),
+          absl::StrCat("local", g), std::string("--poll-seconds"), std::string("0.5")}) {
+      argv.push_back(a);
+    }
+    auto pid = o.launch(argv, absl::StrCat(o.run_dir, "/logs/group-", g, ".log"));
+    if (!pid.ok()) {
+      for (pid_t p : groups) ::kill(-p, SIGTERM);
+      return fail(pid.status());
+    }
+    groups.push_back(*pid);
+  }
+  out << fmt::format("xmod run: {} worker group(s) of {} rank(s), {} thread(s) per rank; logs in {}/logs\n",
+                     o.groups, o.ranks, threads, o.run_dir);
+
+  // Progress until the sweep has nothing pending or running, or every group is gone.
+  const auto start = std::chrono::steady_clock::now();
+  double flops_at_start = -1;
+  int drawn = 0;
+  auto last_print = start - std::chrono::hours(1);
+  bool finished = false;
+  bool interrupted_sent = false;
+  while (true) {
+    int alive = 0;
+    for (pid_t& p : groups) {
+      if (p <= 0) continue;
+      int status = 0;
+      if (::waitpid(p, &status, WNOHANG) == p) {
+        p = -p;
+      } else {
+        ++alive;
+      }
+    }
+    auto counts = (*store)->CountStates(spec->name);
+    auto progress = (*store)->JobProgress(spec->name);
+    if (!counts.ok() || !progress.ok()) break;
+    const StateCounts& c = counts->front();
+    double done = 0, total = 0;
+    std::vector<const JobProgressRow*> running;
+    for (const JobProgressRow& p : *progress) {
+      total += p.train_flops;
+      if (p.status == "succeeded") {
+        done += p.train_flops;
+      } else if (p.status == "running" || p.status == "leased") {
+        if (p.steps > 0) done += p.train_flops * std::min(1.0, double(p.step) / double(p.steps));
+        running.push_back(&p);
+      }
+    }
+    if (flops_at_start < 0) flops_at_start = done;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double rate = elapsed > 1 ? (done - flops_at_start) / elapsed : 0.0;
+    const double eta = rate > 0 ? (total - done) / rate : NAN;
+    const int64_t active = c.counts.at(JobState::kPending) + c.counts.at(JobState::kLeased) +
+                           c.counts.at(JobState::kRunning);
+    finished = active == 0;
+
+    const auto now = std::chrono::steady_clock::now();
+    if (o.tty || finished || now - last_print >= std::chrono::seconds(10)) {
+      last_print = now;
+      std::string text = fmt::format(
+          "{} {} {:5.1f}% of {:.3g} FLOPs | {} done, {} running, {} pending, {} failed | "
+          "{} elapsed, ETA {}\n",
+          spec->name, Bar(total > 0 ? done / total : 1.0, 30), total > 0 ? 100 * done / total : 100.0,
+          total, c.counts.at(JobState::kSucceeded),
+          c.counts.at(JobState::kRunning) + c.counts.at(JobState::kLeased),
+          c.counts.at(JobState::kPending), c.counts.at(JobState::kFailed), Duration(elapsed),
+          Duration(eta));
+      for (const JobProgressRow* p : running) {
+        text += fmt::format("  {} {:<5} {:<4} sparsity {:<5} stride {} T {:<5} {} {}/{} (attempt {})\n",
+                            p->job_id, p->family, p->scale, p->sparsity, p->stride, p->context,
+                            Bar(p->steps ? double(p->step) / p->steps : 0.0, 20), p->step, p->steps,
+                            p->attempt);
+      }
+      if (o.tty) {
+        for (int i = 0; i < drawn; ++i) out << "\033[F\033[K";
+        drawn = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+      }
+      out << text << std::flush;
+    }
+    if (finished || alive == 0) break;
+    if (g_interrupted && !interrupted_sent) {
+      out << "xmod run: interrupted; worker groups checkpoint and stop\n";
+      for (pid_t p : groups) {
+        if (p > 0) ::kill(-p, SIGTERM);
+      }
+      interrupted_sent = true;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.refresh_seconds));
+  }
+
+  // The groups leave by themselves once the coordinator says the sweep is done.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (pid_t p : groups) {
+    if (p <= 0) continue;
+    int status = 0;
+    while (::waitpid(p, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(-p, SIGKILL);
+        ::waitpid(p, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  (*server)->Shutdown();
+
+  auto results = (*store)->JobResults(spec->name);
+  if (results.ok()) {
+    QueryResult table;
+    const std::vector<std::string> keep = {"job_id",  "family", "scale",   "sparsity",
+                                           "stride",  "context", "n_params_active", "tokens",
+                                           "status", "attempts", "final_val_loss",
+                                           "final_val_loss_causal"};
+    std::vector<size_t> index;
+    for (const std::string& k : keep) {
+      for (size_t i = 0; i < results->columns.size(); ++i) {
+        if (results->columns[i] == k) index.push_back(i);
+      }
+    }
+    for (size_t i : index) table.columns.push_back(results->columns[i]);
+    for (const auto& row : results->rows) {
+      std::vector<Value> r;
+      for (size_t i : index) r.push_back(row[i]);
+      table.rows.push_back(std::move(r));
+    }
+    out << "\n";
+    PrintResult(table, Format::kTable, out);
+  }
+  auto counts = (*store)->CountStates(spec->name);
+  if (!counts.ok()) return fail(counts.status());
+  const StateCounts& c = counts->front();
+  const int64_t failed = c.counts.at(JobState::kFailed) + c.counts.at(JobState::kCancelled);
+  const int64_t left = c.counts.at(JobState::kPending) + c.counts.at(JobState::kLeased) +
+                       c.counts.at(JobState::kRunning);
+  out << fmt::format("\nxmod run: {} succeeded, {} failed or cancelled, {} unfinished\n",
+                     c.counts.at(JobState::kSucceeded), failed, left);
+  if (left > 0 && !g_interrupted) {
+    err << "xmod run: every worker group exited with jobs left; see " << o.run_dir << "/logs\n";
+  }
+  return failed > 0 || left > 0 ? 1 : 0;
+}
+
+}  // namespace xmod

@@ -1,0 +1,50 @@
+// `xmod run`: the embedded default. Starts the coordinator in this process on a
+// free loopback port over a SQLite file, submits the sweep, launches G worker
+// groups of R ranks with mpirun, shows live progress, and ends with the results.
+// Run again on the same database, it continues where it stopped.
+#ifndef XMOD_ORCHESTRATOR_CLI_LOCAL_RUN_H_
+#define XMOD_ORCHESTRATOR_CLI_LOCAL_RUN_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace xmod {
+
+// Starts a command in its own process group with stdout and stderr sent to
+// `log_path`; injected so that tests can see what would be launched.
+using Launcher = std::function<absl::StatusOr<pid_t>(const std::vector<std::string>& argv,
+                                                     const std::string& log_path)>;
+absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
+                                   const std::string& log_path);
+
+struct LocalRunOptions {
+  std::string spec_path;
+  std::string db;                 // default: <sweep name>.db
+  int groups = 1;
+  int ranks = 1;
+  int threads = 0;                // per rank; 0: cores / (groups · ranks), at least 1
+  double lease_ttl_seconds = 10.0;
+  std::string run_dir = "runs";
+  std::string worker_binary;      // default: xmod-worker beside this executable
+  std::string mpirun = "mpirun";
+  bool tty = false;               // redraw progress in place
+  double refresh_seconds = 1.0;
+  Launcher launch = SpawnProcess;
+};
+
+// Returns the exit code: 0 when every job of the sweep succeeded, 1 when any
+// failed or the groups died with work left, 2 for an invalid sweep file.
+int RunLocalSweep(const LocalRunOptions& options, std::ostream& out, std::ostream& err);
+
+// Async-signal-safe: stop the run (groups are told to checkpoint and stop).
+void InterruptLocalRun();
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_CLI_LOCAL_RUN_H_

@@ -1,0 +1,41 @@
+// A worker group: one MPI world that leases jobs from the coordinator and trains
+// them data-parallel. Rank 0 talks gRPC (register, lease, heartbeat from a
+// background thread, metric batches, checkpoints, results) and broadcasts each
+// job to the other ranks; every rank trains.
+//
+// A lost coordinator is retried with backoff; the group does not die with it.
+// A stale fencing token (the lease expired and the job moved on) makes the group
+// drop the job and write nothing more. SIGTERM or SIGUSR2 (see RequestStop)
+// checkpoints at the next step boundary, reports `preempted` and ends the group.
+#ifndef XMOD_WORKER_CLIENT_WORKER_GROUP_H_
+#define XMOD_WORKER_CLIENT_WORKER_GROUP_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "worker/dist/communicator.h"
+
+namespace xmod {
+
+struct WorkerGroupOptions {
+  std::string coordinator;  // host:port
+  std::string token;
+  std::string tls_ca;
+  std::string run_dir = "runs";  // shared by every group: RUN_DIR/JOB_ID/checkpoints
+  std::string name;              // optional label for the worker id
+  bool exit_when_idle = false;   // leave as soon as nothing can be leased
+  int threads = 0;               // LibTorch threads per rank (0: cores / ranks)
+  double poll_seconds = 1.0;     // wait between leases when idle
+  int64_t metrics_batch = 256;   // points per ReportMetrics call (also flushed every 2 s)
+};
+
+// Runs until the coordinator says the sweeps are done (or, with exit_when_idle,
+// until nothing can be leased), or a stop is requested. Every rank calls it.
+absl::Status RunWorkerGroup(const WorkerGroupOptions& options, Communicator& comm);
+
+// Async-signal-safe: asks the group to checkpoint, report preempted and exit.
+void RequestStop();
+
+}  // namespace xmod
+
+#endif  // XMOD_WORKER_CLIENT_WORKER_GROUP_H_

@@ -1,0 +1,58 @@
+// `mpirun -np R xmod-worker --coordinator ADDR`: one worker group per MPI world.
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <iostream>
+
+#include "proto/channel.h"
+#include "worker/client/worker_group.h"
+
+namespace {
+
+void OnSignal(int) { xmod::RequestStop(); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"xmod-worker: a worker group (one MPI world) that trains jobs from a coordinator"};
+  xmod::WorkerGroupOptions o;
+  std::string token_file;
+  app.add_option("--coordinator", o.coordinator, "Coordinator address host:port")->required();
+  app.add_option("--token-file", token_file, "File holding the bearer token");
+  app.add_option("--tls-ca", o.tls_ca, "CA certificate (PEM) to verify a TLS coordinator");
+  app.add_option("--run-dir", o.run_dir, "Shared folder for checkpoints and metric logs")
+      ->capture_default_str();
+  app.add_option("--name", o.name, "Label for this group's worker id");
+  app.add_flag("--exit-when-idle", o.exit_when_idle, "Exit as soon as nothing can be leased");
+  app.add_option("--threads", o.threads, "LibTorch threads per rank (0: cores / ranks)");
+  app.add_option("--poll-seconds", o.poll_seconds, "Wait between lease attempts when idle")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (!token_file.empty()) {
+    auto token = xmod::ReadTokenFile(token_file);
+    if (!token.ok()) {
+      std::cerr << token.status().message() << "\n";
+      return 2;
+    }
+    o.token = *token;
+  }
+  // Every rank handles the signals (mpirun and srun deliver them to all ranks);
+  // only rank 0's flag decides, and the decision is broadcast.
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGUSR2, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  auto comm = xmod::MakeMpiCommunicator();
+  if (!comm.ok()) {
+    std::cerr << comm.status().message() << "\n";
+    return 1;
+  }
+  absl::Status s = xmod::RunWorkerGroup(o, **comm);
+  if (!s.ok()) {
+    std::cerr << (*comm)->Where() << ": " << s.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
