@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -54,6 +55,36 @@ std::string SelfDirectory() {
 }  // namespace
 
 void InterruptLocalRun() { g_interrupted = true; }
+
+std::vector<pid_t> ProcessTree(pid_t root) {
+  std::multimap<pid_t, pid_t> children;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: the command may hold spaces, so parse after ')'.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    children.emplace(ppid, static_cast<pid_t>(std::stol(name)));
+  }
+  std::vector<pid_t> tree = {root};
+  for (size_t i = 0; i < tree.size(); ++i) {
+    auto range = children.equal_range(tree[i]);
+    for (auto it = range.first; it != range.second; ++it) tree.push_back(it->second);
+  }
+  return tree;
+}
+
+void SignalTree(pid_t root, int sig) {
+  for (pid_t p : ProcessTree(root)) ::kill(p, sig);
+}
 
 absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
                                    const std::string& log_path) {
@@ -133,7 +164,7 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
     }
     auto pid = o.launch(argv, absl::StrCat(o.run_dir, "/logs/group-", g, ".log"));
     if (!pid.ok()) {
-      for (pid_t p : groups) ::kill(-p, SIGTERM);
+      for (pid_t p : groups) SignalTree(p, SIGKILL);
       return fail(pid.status());
     }
     groups.push_back(*pid);
@@ -209,8 +240,12 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
     if (finished || alive == 0) break;
     if (g_interrupted && !interrupted_sent) {
       out << "xmod run: interrupted; worker groups checkpoint and stop\n";
+      // To the ranks, not mpirun: mpirun would tear the job down before rank 0
+      // has checkpointed; the ranks stop cleanly and mpirun exits after them.
       for (pid_t p : groups) {
-        if (p > 0) ::kill(-p, SIGTERM);
+        if (p <= 0) continue;
+        const std::vector<pid_t> tree = ProcessTree(p);
+        for (size_t i = 1; i < tree.size(); ++i) ::kill(tree[i], SIGTERM);
       }
       interrupted_sent = true;
     }
@@ -224,7 +259,7 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
     int status = 0;
     while (::waitpid(p, &status, WNOHANG) == 0) {
       if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(-p, SIGKILL);
+        SignalTree(p, SIGKILL);
         ::waitpid(p, &status, 0);
         break;
       }

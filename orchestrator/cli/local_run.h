@@ -42,6 +42,12 @@ struct LocalRunOptions {
 // failed or the groups died with work left, 2 for an invalid sweep file.
 int RunLocalSweep(const LocalRunOptions& options, std::ostream& out, std::ostream& err);
 
+// `root` and all its descendants (from /proc), root first. mpirun puts every rank
+// in a process group of its own, so signalling the group of mpirun is not enough.
+std::vector<pid_t> ProcessTree(pid_t root);
+// Sends `sig` to every process of ProcessTree(root).
+void SignalTree(pid_t root, int sig);
+
 // Async-signal-safe: stop the run (groups are told to checkpoint and stop).
 void InterruptLocalRun();
 

@@ -1,0 +1,214 @@
+// The distributed system end to end, with real processes on loopback: `xmod serve`
+// over a SQLite file, worker groups started with `mpirun`, and failures made with
+// kill -9, SIGSTOP and SIGCONT. Every wait is bounded.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "orchestrator/cli/local_run.h"
+#include "orchestrator/store/sqlite_store.h"
+#include "tests/process.h"
+
+namespace xmod {
+namespace {
+
+using testing::CommandResult;
+
+class CoordinatorE2e : public testing::TempDirTest {
+ protected:
+  void TearDown() override {
+    for (pid_t p : spawned_) {
+      SignalTree(p, SIGKILL);
+      ::waitpid(p, nullptr, 0);
+    }
+    testing::TempDirTest::TearDown();
+  }
+
+  std::string Fixture(const std::string& name) {
+    return std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/" + name;
+  }
+
+  pid_t Serve(int port, double ttl) {
+    const pid_t pid = testing::SpawnGroup(
+        {XMOD_BIN, "serve", "--db", Path("x.db"), "--listen", "127.0.0.1:" + std::to_string(port),
+         "--lease-ttl", std::to_string(ttl)},
+        Path("serve.log"));
+    spawned_.push_back(pid);
+    EXPECT_TRUE(testing::WaitUntil(
+        [&] { return testing::Slurp(Path("serve.log")).find("xmod serve:") != std::string::npos; },
+        30))
+        << testing::Slurp(Path("serve.log"));
+    return pid;
+  }
+
+  pid_t Group(int port, int ranks, const std::string& name) {
+    const pid_t pid = testing::SpawnGroup(
+        {MPIEXEC, "-np", std::to_string(ranks), "--allow-run-as-root", "--oversubscribe",
+         XMOD_WORKER_BIN, "--coordinator", "127.0.0.1:" + std::to_string(port), "--run-dir",
+         Path("runs"), "--threads", "1", "--name", name, "--poll-seconds", "0.2"},
+        Path(name + ".log"));
+    spawned_.push_back(pid);
+    return pid;
+  }
+
+  void Submit(int port, const std::string& spec) {
+    CommandResult r =
+        Command(XMOD_BIN, {"submit", spec, "--coordinator", "127.0.0.1:" + std::to_string(port)});
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+
+  // Rows of one query on a read-only connection (the coordinator keeps writing).
+  std::vector<std::vector<Value>> Rows(const std::string& sql) {
+    SqliteStore::Options o;
+    o.path = Path("x.db");
+    o.read_only = true;
+    auto store = SqliteStore::Open(o);
+    if (!store.ok()) return {};
+    auto rows = (*store)->Query(sql);
+    return rows.ok() ? rows->rows : std::vector<std::vector<Value>>{};
+  }
+
+  int64_t Count(const std::string& sql) {
+    auto rows = Rows(sql);
+    return rows.empty() ? -1 : std::get<int64_t>(rows[0][0]);
+  }
+
+  // Every job's train_loss holds each step 1..steps exactly once, and val_loss its
+  // evaluation steps; the primary key rules out doubles, this rules out gaps.
+  void ExpectCompleteCurves() {
+    for (const auto& row : Rows("SELECT job_id, steps FROM jobs")) {
+      const std::string id = std::get<std::string>(row[0]);
+      const int64_t steps = std::get<int64_t>(row[1]);
+      EXPECT_EQ(Count("SELECT COUNT(*) FROM metrics WHERE name = 'train_loss' AND job_id = '" + id + "'"),
+                steps) << id;
+      EXPECT_EQ(Count("SELECT COUNT(DISTINCT step) FROM metrics WHERE name = 'train_loss' AND "
+                      "step BETWEEN 1 AND " + std::to_string(steps) + " AND job_id = '" + id + "'"),
+                steps) << id;
+      EXPECT_EQ(Count("SELECT COUNT(*) FROM metrics WHERE name = 'val_loss' AND step = " +
+                      std::to_string(steps) + " AND job_id = '" + id + "'"), 1) << id;
+    }
+  }
+
+  std::vector<pid_t> spawned_;
+};
+
+TEST_F(CoordinatorE2e, TwoGroupsOfTwoRanksCompleteTheSmokeSweep) {
+  const int port = testing::FreePort();
+  Serve(port, 10);
+  Submit(port, std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml");
+  const pid_t a = Group(port, 2, "a");
+  const pid_t b = Group(port, 2, "b");
+  EXPECT_EQ(testing::WaitExit(a, 240), 0) << testing::Slurp(Path("a.log"));
+  EXPECT_EQ(testing::WaitExit(b, 240), 0) << testing::Slurp(Path("b.log"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 8);
+  EXPECT_EQ(Count("SELECT COUNT(DISTINCT worker_id) FROM attempts"), 2);  // both groups worked
+  ExpectCompleteCurves();
+}
+
+TEST_F(CoordinatorE2e, AGroupKilledMidJobIsResumedFromItsCheckpointByAnotherGroup) {
+  // The reference: the same job trained straight through with the same two ranks.
+  auto jobs = nlohmann::json::parse(
+      Command(XMOD_BIN, {"expand", Fixture("long.yaml"), "--format", "json"}).out);
+  const std::string id = jobs[0]["id"];
+  std::ofstream(Path("job.json")) << jobs[0].dump();
+  CommandResult ref = Command(MPIEXEC, {"-np", "2", "--allow-run-as-root", "--oversubscribe",
+                                        XMOD_TRAIN_BIN, "--job", Path("job.json"), "--run-dir",
+                                        Path("ref"), "--threads", "1", "--quiet"});
+  ASSERT_EQ(ref.code, 0) << ref.err;
+  std::map<int64_t, double> reference;
+  std::ifstream in(Path("ref") + "/" + id + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["name"] == "train_loss") reference[j["step"]] = j["value"];
+  }
+  ASSERT_EQ(reference.size(), 120u);
+
+  const int port = testing::FreePort();
+  Serve(port, 2);
+  Submit(port, Fixture("long.yaml"));
+  const pid_t a = Group(port, 2, "a");
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM checkpoints WHERE step >= 30") > 0; }, 120))
+      << testing::Slurp(Path("a.log"));
+  SignalTree(a, SIGKILL);  // mpirun and both ranks, mid-job
+  testing::WaitExit(a, 10);
+  const pid_t b = Group(port, 2, "b");
+  ASSERT_EQ(testing::WaitExit(b, 180), 0) << testing::Slurp(Path("b.log"));
+  ASSERT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 1);
+  EXPECT_GE(Count("SELECT resumed_from_step FROM attempts WHERE attempt = 2"), 30);
+  ExpectCompleteCurves();
+  // The curve stitched from two groups is the uninterrupted one, bit for bit.
+  for (const auto& row : Rows("SELECT step, value FROM metrics WHERE name = 'train_loss' "
+                              "AND job_id = '" + id + "' ORDER BY step")) {
+    const int64_t step = std::get<int64_t>(row[0]);
+    EXPECT_EQ(std::get<double>(row[1]), reference.at(step)) << "step " << step;
+  }
+}
+
+TEST_F(CoordinatorE2e, TheCoordinatorKilledMidSweepAndRestartedLosesNothing) {
+  const int port = testing::FreePort();
+  pid_t serve = Serve(port, 5);
+  Submit(port, Fixture("six.yaml"));
+  const pid_t a = Group(port, 1, "a");
+  const pid_t b = Group(port, 1, "b");
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'") >= 2; }, 120));
+  SignalTree(serve, SIGKILL);
+  testing::WaitExit(serve, 10);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  serve = Serve(port, 5);  // same file, same address; the groups reconnect by themselves
+  EXPECT_EQ(testing::WaitExit(a, 240), 0) << testing::Slurp(Path("a.log"));
+  EXPECT_EQ(testing::WaitExit(b, 240), 0) << testing::Slurp(Path("b.log"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 6);
+  ExpectCompleteCurves();
+}
+
+TEST_F(CoordinatorE2e, AZombieGroupWhoseLeaseExpiredCanWriteNothing) {
+  const int port = testing::FreePort();
+  Serve(port, 2);
+  Submit(port, Fixture("long.yaml"));
+  const pid_t a = Group(port, 1, "a");
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM checkpoints WHERE step >= 20") > 0; }, 120));
+  SignalTree(a, SIGSTOP);  // frozen with the lease: it expires, the job moves on
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM jobs WHERE status = 'pending'") == 1; }, 30));
+  const pid_t b = Group(port, 1, "b");
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM attempts WHERE attempt = 2") == 1; }, 30));
+  SignalTree(a, SIGCONT);  // the zombie wakes up mid-step and tries to go on
+  EXPECT_EQ(testing::WaitExit(b, 180), 0) << testing::Slurp(Path("b.log"));
+  EXPECT_EQ(testing::WaitExit(a, 60), 0) << testing::Slurp(Path("a.log"));
+  EXPECT_THAT(testing::Slurp(Path("a.log")), ::testing::HasSubstr("no longer held by this group"));
+  const int64_t resumed = Count("SELECT resumed_from_step FROM attempts WHERE attempt = 2");
+  // Past the resume point, every row is the new attempt's.
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM metrics WHERE attempt = 1 AND step > " +
+                  std::to_string(resumed)), 0);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM checkpoints WHERE attempt = 1 AND step > " +
+                  std::to_string(resumed)), 0);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 1);
+  ExpectCompleteCurves();
+}
+
+TEST_F(CoordinatorE2e, XmodRunTrainsTheSmokeSweepAndContinuesWhereItStopped) {
+  CommandResult r = Command(XMOD_BIN, {"run", std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml",
+                                       "--db", Path("x.db"), "--groups", "2", "--run-dir",
+                                       Path("runs")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("8 succeeded, 0 failed or cancelled, 0 unfinished"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("final_val_loss"));
+  ExpectCompleteCurves();
+  // Again on the same file: nothing left to train, the results come back at once.
+  r = Command(XMOD_BIN, {"run", std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml", "--db",
+                         Path("x.db"), "--run-dir", Path("runs")});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("0 new"));
+  EXPECT_EQ(Count("SELECT MAX(attempt) FROM jobs"), 1);
+}
+
+}  // namespace
+}  // namespace xmod
