@@ -33,12 +33,23 @@ absl::StatusOr<std::string> Scheduler::RegisterWorker(const std::string& host, i
       HexId(absl::StrCat(host, "/", name, "/", clock_->Now(), "/", salt, "/", ++worker_counter_))
           .substr(0, 8));
   RETURN_IF_ERROR(store_->UpsertWorker(id, host, ranks, clock_->Now()));
+  std::lock_guard<std::mutex> lock(ranks_mu_);
+  worker_ranks_[id] = ranks;
   return id;
 }
 
 absl::StatusOr<LeaseOutcome> Scheduler::Lease(const std::string& worker_id) {
-  ASSIGN_OR_RETURN(int64_t ranks, store_->WorkerRanks(worker_id));
-  RETURN_IF_ERROR(ExpireLeases().status());
+  int64_t ranks = 0;
+  {
+    std::lock_guard<std::mutex> lock(ranks_mu_);
+    auto it = worker_ranks_.find(worker_id);
+    if (it != worker_ranks_.end()) ranks = it->second;
+  }
+  if (ranks == 0) {  // registered before a restart, or unknown
+    ASSIGN_OR_RETURN(ranks, store_->WorkerRanks(worker_id));
+    std::lock_guard<std::mutex> lock(ranks_mu_);
+    worker_ranks_[worker_id] = ranks;
+  }
   LeaseOutcome outcome;
   if (!draining_) {
     ASSIGN_OR_RETURN(outcome.grant, store_->LeaseNextJob(worker_id, ranks, clock_->Now(),

@@ -14,6 +14,8 @@
 #define XMOD_ORCHESTRATOR_SCHEDULER_SCHEDULER_H_
 
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,8 +61,9 @@ class Scheduler {
   absl::StatusOr<std::string> RegisterWorker(const std::string& host, int64_t ranks,
                                              const std::string& name);
 
-  // Expires overdue leases, then leases the next job that fits the group.
-  // NOT_FOUND for an unregistered worker.
+  // Leases the next job that fits the group (overdue leases are ended by
+  // ExpireLeases, which the server runs every TTL/4). NOT_FOUND for an
+  // unregistered worker.
   absl::StatusOr<LeaseOutcome> Lease(const std::string& worker_id);
 
   absl::StatusOr<HeartbeatAction> Heartbeat(const std::string& worker_id,
@@ -90,6 +93,8 @@ class Scheduler {
   Clock* clock_;
   SchedulerOptions options_;
   std::atomic<bool> draining_{false};
+  std::mutex ranks_mu_;
+  std::map<std::string, int64_t> worker_ranks_;  // guarded by ranks_mu_; a cache of the store
   std::atomic<uint64_t> worker_counter_{0};
 };
 

@@ -8,12 +8,15 @@
 // synchronous=NORMAL: a crash loses at most the last commits before it, never a
 // half-written batch.
 //
-// Thread-safe: one mutex serializes all calls on a store. Processes that only read
+// Thread-safe: one mutex serializes all use of the connection; concurrent
+// writers are grouped into one transaction (each still atomic on its own). Processes that only read
 // open their own store with read_only = true.
 #ifndef XMOD_ORCHESTRATOR_STORE_SQLITE_STORE_H_
 #define XMOD_ORCHESTRATOR_STORE_SQLITE_STORE_H_
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -206,7 +209,13 @@ class SqliteStore {
   absl::StatusOr<Statement*> PrepareLocked(const std::string& sql);
   // Runs `body` inside BEGIN IMMEDIATE ... COMMIT, rolling back on any error.
   absl::Status TransactionLocked(const std::function<absl::Status()>& body);
+  // Runs `body` atomically (all of its writes or none) with mu_ held, batched with
+  // other callers' bodies into one transaction. Takes mu_ itself: callers must
+  // not hold it.
+  absl::Status Write(const std::function<absl::Status()>& body);
   absl::Status ExecLocked(const std::string& sql);
+  // One statement through the prepared-statement cache.
+  absl::Status StepCachedLocked(const std::string& sql);
   // Consults the fault seam, then steps a write statement to completion.
   absl::Status WriteLocked(Statement* statement, std::string_view what);
   absl::StatusOr<int64_t> SweepIdLocked(const std::string& sweep);
@@ -223,7 +232,17 @@ class SqliteStore {
                                 const std::string& reason, double now, JobState* to);
   double Now() const;
 
+  struct Writer {
+    const std::function<absl::Status()>* body;
+    absl::Status status;
+    bool done = false;  // guarded by queue_mu_
+    std::condition_variable cv;
+  };
+  static constexpr size_t kMaxGroup = 128;
+
   Options options_;
+  std::mutex queue_mu_;          // guards writers_; never held while mu_ is taken
+  std::deque<Writer*> writers_;  // guarded by queue_mu_
   std::mutex mu_;
   sqlite3* db_ = nullptr;  // guarded by mu_
   std::map<std::string, std::unique_ptr<Statement>> statements_;  // guarded by mu_

@@ -1,0 +1,232 @@
+// Coordinator benchmarks, measured side by side in one run on a real SQLite file
+// and a real gRPC server on loopback:
+//   1. 64 simulated worker groups (gRPC clients that do no training) lease,
+//      heartbeat, report 100 metrics and complete 10,000 no-op jobs: jobs per
+//      second end to end (target >= 1,000);
+//   2. metric ingest over gRPC in 1,000-point batches vs raw batched inserts of
+//      the same points into the same schema through the store (target >= 0.25).
+// Exits 1 when a target is missed. Usage: coordinator_bench [--groups N]
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "orchestrator/service/server.h"
+#include "proto/channel.h"
+#include "xmod/v1/coordinator.grpc.pb.h"
+
+namespace xmod {
+namespace {
+
+namespace pb = ::xmod::v1;
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Coordinator {
+  explicit Coordinator(const std::string& db) {
+    std::filesystem::remove(db);
+    std::filesystem::remove(db + "-wal");
+    std::filesystem::remove(db + "-shm");
+    SqliteStore::Options o;
+    o.path = db;
+    store = std::move(SqliteStore::Open(o).value());
+    SchedulerOptions so;
+    so.lease_ttl_seconds = 600;
+    scheduler = std::make_unique<Scheduler>(store.get(), &clock, so);
+    ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    server = std::move(CoordinatorServer::Start(scheduler.get(), options).value());
+  }
+  SystemClock clock;
+  std::unique_ptr<SqliteStore> store;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<CoordinatorServer> server;
+};
+
+pb::ReportMetricsRequest Batch(const std::string& job, int64_t token, int64_t first, int n) {
+  pb::ReportMetricsRequest r;
+  r.set_job_id(job);
+  r.set_fencing_token(token);
+  for (int i = 0; i < n; ++i) {
+    pb::Metric* m = r.add_metrics();
+    m->set_name("train_loss");
+    m->set_step(first + i);
+    m->set_value(3.0 + 1.0 / (first + i));
+    m->set_tokens((first + i) * 4096);
+    m->set_flops((first + i) * 1e9);
+  }
+  return r;
+}
+
+// 1. No-op jobs through the whole lease protocol.
+double JobsPerSecond(const std::string& dir, int groups, int64_t* jobs_done) {
+  Coordinator c(dir + "/jobs.db");
+  auto submitted = c.scheduler->Submit(
+      ReadText(std::string(XMOD_SOURCE_DIR) + "/bench/grid-10k.yaml"), "grid-10k.yaml");
+  if (!submitted.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(submitted.status().message()).c_str());
+    std::exit(1);
+  }
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < 8; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt("xmod.channel", i);  // distinct arguments: distinct connections
+    channels.push_back(grpc::CreateCustomChannel(c.server->address(),
+                                                 grpc::InsecureChannelCredentials(), args));
+  }
+  std::atomic<int64_t> done{0};
+  std::atomic<bool> failed{false};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int g = 0; g < groups; ++g) {
+    threads.emplace_back([&, g] {
+      auto stub = pb::Coordinator::NewStub(channels[g % channels.size()]);
+      auto call = [&](auto rpc, const auto& req, auto* resp) {
+        grpc::ClientContext context;
+        grpc::Status s = ((*stub).*rpc)(&context, req, resp);
+        if (!s.ok()) {
+          std::fprintf(stderr, "group %d: %s\n", g, s.error_message().c_str());
+          failed = true;
+        }
+        return s.ok();
+      };
+      pb::RegisterWorkerRequest reg;
+      reg.set_host("bench");
+      reg.set_ranks(1);
+      pb::RegisterWorkerResponse worker;
+      if (!call(&pb::Coordinator::Stub::RegisterWorker, reg, &worker)) return;
+      while (!failed) {
+        pb::LeaseJobRequest lreq;
+        lreq.set_worker_id(worker.worker_id());
+        pb::LeaseJobResponse lease;
+        if (!call(&pb::Coordinator::Stub::LeaseJob, lreq, &lease)) return;
+        if (!lease.has_job()) {
+          if (lease.idle() == pb::LeaseJobResponse::IDLE_DONE) return;
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          continue;
+        }
+        pb::HeartbeatRequest hb;
+        hb.set_worker_id(worker.worker_id());
+        hb.set_job_id(lease.job_id());
+        hb.set_fencing_token(lease.fencing_token());
+        hb.set_step(1);
+        pb::HeartbeatResponse beat;
+        pb::ReportMetricsResponse none1;
+        pb::CompleteJobResponse none2;
+        pb::CompleteJobRequest complete;
+        complete.set_job_id(lease.job_id());
+        complete.set_fencing_token(lease.fencing_token());
+        if (!call(&pb::Coordinator::Stub::Heartbeat, hb, &beat) ||
+            !call(&pb::Coordinator::Stub::ReportMetrics,
+                  Batch(lease.job_id(), lease.fencing_token(), 1, 100), &none1) ||
+            !call(&pb::Coordinator::Stub::CompleteJob, complete, &none2)) {
+          return;
+        }
+        ++done;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double seconds = Since(start);
+  *jobs_done = done;
+  if (failed) std::exit(1);
+  return static_cast<double>(done) / seconds;
+}
+
+// 2. Rows per second: raw store batches vs gRPC batches, `rounds` alternating rounds.
+void IngestRates(const std::string& dir, int rounds, double* raw_rate, double* grpc_rate) {
+  constexpr int kBatch = 1000, kBatches = 60;
+  Coordinator c(dir + "/ingest.db");
+  const std::string yaml = ReadText(std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml");
+  if (!c.scheduler->Submit(yaml, "smoke.yaml").ok()) std::exit(1);
+  const std::string worker = c.scheduler->RegisterWorker("bench", 1, "").value();
+  auto stub = pb::Coordinator::NewStub(
+      grpc::CreateChannel(c.server->address(), grpc::InsecureChannelCredentials()));
+  std::vector<double> raw, rpc;
+  for (int round = 0; round < rounds; ++round) {
+    // Raw: one job's rows straight into the store, a transaction per batch.
+    const LeaseGrant a = c.scheduler->Lease(worker).value().grant.value();
+    std::vector<std::vector<MetricPoint>> batches(kBatches);
+    for (int b = 0; b < kBatches; ++b) {
+      for (int i = 0; i < kBatch; ++i) {
+        const int64_t step = 1 + b * kBatch + i;
+        batches[b].push_back({a.job_id, "train_loss", step, 3.0 + 1.0 / step, step * 4096,
+                              step * 1e9, a.attempt, 0.0});
+      }
+    }
+    auto t = std::chrono::steady_clock::now();
+    for (const auto& batch : batches) {
+      if (!c.store->AppendMetrics(batch).ok()) std::exit(1);
+    }
+    raw.push_back(kBatch * kBatches / Since(t));
+    // gRPC: another job's rows, the same sizes, through ReportMetrics.
+    const LeaseGrant g = c.scheduler->Lease(worker).value().grant.value();
+    std::vector<pb::ReportMetricsRequest> requests;
+    for (int b = 0; b < kBatches; ++b) {
+      requests.push_back(Batch(g.job_id, g.fencing_token, 1 + b * kBatch, kBatch));
+    }
+    t = std::chrono::steady_clock::now();
+    for (const auto& request : requests) {
+      grpc::ClientContext context;
+      pb::ReportMetricsResponse none;
+      grpc::Status s = stub->ReportMetrics(&context, request, &none);
+      if (!s.ok()) {
+        std::fprintf(stderr, "ReportMetrics: %s\n", s.error_message().c_str());
+        std::exit(1);
+      }
+    }
+    rpc.push_back(kBatch * kBatches / Since(t));
+  }
+  std::sort(raw.begin(), raw.end());
+  std::sort(rpc.begin(), rpc.end());
+  *raw_rate = raw[raw.size() / 2];
+  *grpc_rate = rpc[rpc.size() / 2];
+}
+
+}  // namespace
+}  // namespace xmod
+
+int main(int argc, char** argv) {
+  int groups = 64;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--groups")) groups = std::atoi(argv[i + 1]);
+  }
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("xmod_coordinator_bench_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  bool met = true;
+
+  int64_t jobs = 0;
+  const double rate = xmod::JobsPerSecond(dir, groups, &jobs);
+  met &= rate >= 1000;
+  std::printf("1. %d simulated groups: %lld no-op jobs leased, heartbeated, 100 metrics, "
+              "completed: %.0f jobs/s (target >= 1000: %s)\n",
+              groups, static_cast<long long>(jobs), rate, rate >= 1000 ? "met" : "MISSED");
+
+  double raw = 0, grpc_rate = 0;
+  xmod::IngestRates(dir, 3, &raw, &grpc_rate);
+  const double ratio = grpc_rate / raw;
+  met &= ratio >= 0.25;
+  std::printf("2. metric ingest, 1000-point batches: gRPC %.0f rows/s vs raw SQLite %.0f rows/s: "
+              "ratio %.3f (target >= 0.25: %s)\n",
+              grpc_rate, raw, ratio, ratio >= 0.25 ? "met" : "MISSED");
+  std::filesystem::remove_all(dir);
+  return met ? 0 : 1;
+}
