@@ -74,7 +74,8 @@ class CoordinatorE2e : public testing::TempDirTest {
 
   int64_t Count(const std::string& sql) {
     auto rows = Rows(sql);
-    return rows.empty() ? -1 : std::get<int64_t>(rows[0][0]);
+    if (rows.empty() || !std::holds_alternative<int64_t>(rows[0][0])) return -1;  // NULL
+    return std::get<int64_t>(rows[0][0]);
   }
 
   // Every job's train_loss holds each step 1..steps exactly once, and val_loss its
@@ -192,6 +193,45 @@ TEST_F(CoordinatorE2e, AZombieGroupWhoseLeaseExpiredCanWriteNothing) {
                   std::to_string(resumed)), 0);
   EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 1);
   ExpectCompleteCurves();
+}
+
+TEST_F(CoordinatorE2e, SigUsr2CheckpointsReportsPreemptedAndUsesNoAttempt) {
+  const int port = testing::FreePort();
+  Serve(port, 10);
+  Submit(port, Fixture("long.yaml"));
+  const pid_t a = Group(port, 2, "a");
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM checkpoints WHERE step >= 10") > 0; }, 120));
+  // As Slurm's --signal does: to every rank (mpirun's children), not to mpirun.
+  const std::vector<pid_t> tree = ProcessTree(a);
+  for (size_t i = 1; i < tree.size(); ++i) ::kill(tree[i], SIGUSR2);
+  EXPECT_EQ(testing::WaitExit(a, 60), 0) << testing::Slurp(Path("a.log"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM attempts WHERE status = 'preempted'"), 1);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'pending' AND failures = 0"), 1);
+  // The checkpoint taken at the stop is the resume point of the next group.
+  const int64_t stopped_at = Count("SELECT MAX(step) FROM checkpoints");
+  const pid_t b = Group(port, 2, "b");
+  EXPECT_EQ(testing::WaitExit(b, 180), 0) << testing::Slurp(Path("b.log"));
+  EXPECT_EQ(Count("SELECT resumed_from_step FROM attempts WHERE attempt = 2"), stopped_at);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 1);
+  ExpectCompleteCurves();
+}
+
+TEST_F(CoordinatorE2e, ACancelledJobStopsAtTheNextHeartbeat) {
+  const int port = testing::FreePort();
+  Serve(port, 1);  // heartbeats every third of a second
+  Submit(port, Fixture("long.yaml"));
+  const pid_t a = Group(port, 1, "a");
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM jobs WHERE status = 'running'") == 1; }, 60));
+  CommandResult r = Command(XMOD_BIN, {"cancel", "long", "--coordinator",
+                                       "127.0.0.1:" + std::to_string(port)});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("1 jobs cancelled"));
+  // The group stops the job and, with nothing left to do, leaves.
+  EXPECT_EQ(testing::WaitExit(a, 60), 0) << testing::Slurp(Path("a.log"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'cancelled'"), 1);
+  EXPECT_LT(Count("SELECT COALESCE(MAX(step), 0) FROM metrics"), 120);
 }
 
 TEST_F(CoordinatorE2e, XmodRunTrainsTheSmokeSweepAndContinuesWhereItStopped) {
