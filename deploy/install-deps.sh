@@ -9,7 +9,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 # Toolchain and build helpers (a minimal Debian has none of them).
-BUILD=(build-essential cmake ninja-build ccache git pkg-config ca-certificates)
+BUILD=(build-essential cmake ninja-build ccache git pkg-config ca-certificates openssl)
 # Orchestrator side: gRPC + Protobuf with their compilers, SQLite, YAML, fitting, CLI, logging.
 ORCH=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
       libsqlite3-dev sqlite3 libyaml-cpp-dev libceres-dev libcli11-dev nlohmann-json3-dev

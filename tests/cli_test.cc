@@ -126,6 +126,8 @@ TEST_F(Cli, StatusResultsAndCurvesReadTheDatabase) {
   ASSERT_EQ(status.size(), 1u);
   EXPECT_EQ(status[0]["pending"], 8);
   EXPECT_EQ(status[0]["total"], 8);
+  EXPECT_EQ(status[0]["progress"], 0.0);
+  EXPECT_TRUE(status[0]["eta_s"].is_null());  // nothing has started
   r = Xmod({"results", "smoke", "--db", db, "--format", "json"});
   ASSERT_EQ(r.code, 0) << r.err;
   auto results = nlohmann::json::parse(r.out);

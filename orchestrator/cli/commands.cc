@@ -162,16 +162,20 @@ absl::Status Submit(const Flags& f, std::ostream& out) {
 
 absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
   std::vector<SweepProgress> sweeps;
+  std::vector<JobProgressRow> jobs;  // of the named sweep
   if (!f.coordinator.empty()) {
     ASSIGN_OR_RETURN(auto remote, Connect(f));
     ASSIGN_OR_RETURN(sweeps, remote->Status(f.sweep));
+    if (!f.sweep.empty()) {
+      ASSIGN_OR_RETURN(jobs, remote->ListJobs(f.sweep));
+    }
   } else {
     ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
     ASSIGN_OR_RETURN(std::vector<StateCounts> counts, store->CountStates(f.sweep));
     for (StateCounts& c : counts) {
       SweepProgress p;
-      ASSIGN_OR_RETURN(std::vector<JobProgressRow> jobs, store->JobProgress(c.sweep));
-      for (const JobProgressRow& j : jobs) {
+      ASSIGN_OR_RETURN(std::vector<JobProgressRow> rows, store->JobProgress(c.sweep));
+      for (const JobProgressRow& j : rows) {
         p.train_flops_total += j.train_flops;
         if (j.status == "succeeded") {
           p.train_flops_done += j.train_flops;
@@ -179,23 +183,49 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
           p.train_flops_done += j.train_flops * std::min(1.0, double(j.step) / double(j.steps));
         }
       }
+      ASSIGN_OR_RETURN(p.started_at, store->SweepStartedAt(c.sweep));
+      if (!f.sweep.empty()) jobs = std::move(rows);
       p.counts = std::move(c);
       sweeps.push_back(std::move(p));
     }
   }
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   QueryResult t;
   t.columns.push_back("sweep");
   for (JobState s : kAllJobStates) t.columns.emplace_back(JobStateName(s));
-  t.columns.push_back("total");
-  t.columns.push_back("progress");
+  for (const char* c : {"total", "progress", "elapsed_s", "eta_s"}) t.columns.push_back(c);
   for (const SweepProgress& p : sweeps) {
     std::vector<Value> row{p.counts.sweep};
     for (JobState s : kAllJobStates) row.emplace_back(p.counts.counts.at(s));
     row.emplace_back(p.counts.total);
-    row.emplace_back(p.train_flops_total > 0 ? p.train_flops_done / p.train_flops_total : 1.0);
+    const double fraction = p.train_flops_total > 0 ? p.train_flops_done / p.train_flops_total : 1.0;
+    row.emplace_back(fraction);
+    // ETA from the FLOP rate since the sweep's first attempt (FLOPs, not jobs:
+    // the cheap jobs run first).
+    const double elapsed = p.started_at > 0 ? now - p.started_at : 0.0;
+    row.emplace_back(elapsed);
+    if (fraction > 0 && fraction < 1 && elapsed > 0) {
+      row.emplace_back(elapsed * (1 - fraction) / fraction);
+    } else {
+      row.emplace_back(std::monostate{});
+    }
     t.rows.push_back(std::move(row));
   }
   PrintResult(t, format, out);
+  // The named sweep's jobs in flight, with their progress.
+  QueryResult running;
+  running.columns = {"job_id", "family", "scale", "sparsity", "stride", "context",
+                     "status", "attempt", "step", "steps"};
+  for (const JobProgressRow& j : jobs) {
+    if (j.status != "running" && j.status != "leased") continue;
+    running.rows.push_back({j.job_id, j.family, j.scale, j.sparsity, j.stride, j.context, j.status,
+                            j.attempt, j.step, j.steps});
+  }
+  if (!running.rows.empty() && format == Format::kTable) {
+    out << "\n";
+    PrintResult(running, format, out);
+  }
   return absl::OkStatus();
 }
 

@@ -59,6 +59,7 @@ absl::StatusOr<std::vector<SweepProgress>> RemoteCoordinator::Status(const std::
     p.counts.total = s.total();
     p.train_flops_done = s.train_flops_done();
     p.train_flops_total = s.train_flops_total();
+    p.started_at = s.started_at();
     out.push_back(std::move(p));
   }
   return out;

@@ -16,6 +16,7 @@ struct SweepProgress {
   StateCounts counts;
   double train_flops_done = 0.0;
   double train_flops_total = 0.0;
+  double started_at = 0.0;  // seconds since the epoch; 0 when nothing has started
 };
 
 class RemoteCoordinator {

@@ -171,6 +171,9 @@ class Service final : public pb::Coordinator::Service {
       }
       out->set_train_flops_done(done);
       out->set_train_flops_total(total);
+      auto started = scheduler_->store().SweepStartedAt(sc.sweep);
+      if (!started.ok()) return ToGrpc(started.status());
+      out->set_started_at(*started);
     }
     return grpc::Status::OK;
   }

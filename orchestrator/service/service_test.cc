@@ -2,7 +2,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -150,6 +153,39 @@ TEST(Server, RefusesANonLoopbackAddressWithoutATokenUnlessInsecure) {
   EXPECT_TRUE(IsLoopbackAddress("[::1]:1"));
   EXPECT_TRUE(IsLoopbackAddress("localhost:1"));
   EXPECT_FALSE(IsLoopbackAddress("10.0.0.1:1"));
+}
+
+// A self-signed certificate made with the openssl tool for "localhost": a client
+// that trusts it gets through; a plaintext client does not.
+TEST(Server, ServesTlsWhenGivenACertificateAndKey) {
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("xmod_tls_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+                          "-addext subjectAltName=DNS:localhost -keyout " + dir + "/key.pem -out " +
+                          dir + "/cert.pem >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl could not make a certificate";
+  SqliteStore::Options o;
+  o.path = ":memory:";
+  auto store = SqliteStore::Open(o).value();
+  SystemClock clock;
+  Scheduler scheduler(store.get(), &clock, SchedulerOptions{});
+  ServerOptions options;
+  options.listen = "localhost:0";
+  options.tls_cert = dir + "/cert.pem";
+  options.tls_key = dir + "/key.pem";
+  auto server = CoordinatorServer::Start(&scheduler, options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = "localhost:" + std::to_string((*server)->port());
+  auto secure = pb::Coordinator::NewStub(MakeChannel({address, "", dir + "/cert.pem"}).value());
+  pb::GetStatusResponse status;
+  EXPECT_TRUE(secure->GetStatus(MakeContext("", 10).get(), pb::GetStatusRequest(), &status).ok());
+  auto plain = pb::Coordinator::NewStub(MakeChannel({address, "", ""}).value());
+  EXPECT_FALSE(plain->GetStatus(MakeContext("", 3).get(), pb::GetStatusRequest(), &status).ok());
+  options.tls_key.clear();
+  EXPECT_EQ(CoordinatorServer::Start(&scheduler, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Server, TokenComparisonNeedsTheExactBearerValue) {

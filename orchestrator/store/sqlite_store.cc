@@ -832,6 +832,18 @@ absl::StatusOr<int64_t> SqliteStore::CountActiveJobs() {
   return std::get<int64_t>(rows.rows.at(0)[0]);
 }
 
+absl::StatusOr<double> SqliteStore::SweepStartedAt(const std::string& sweep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(int64_t sweep_id, SweepIdLocked(sweep));
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("SELECT MIN(a.started_at) FROM attempts a JOIN sweep_jobs sj "
+                                 "ON sj.job_id = a.job_id WHERE sj.sweep_id = ?1"));
+  s->Bind(1, sweep_id);
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+  const Value& v = rows.rows.at(0)[0];
+  return std::holds_alternative<double>(v) ? std::get<double>(v) : 0.0;
+}
+
 absl::StatusOr<std::vector<JobProgressRow>> SqliteStore::JobProgress(const std::string& sweep) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(int64_t sweep_id, SweepIdLocked(sweep));

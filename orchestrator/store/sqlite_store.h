@@ -197,6 +197,9 @@ class SqliteStore {
   // Jobs pending, leased or running, over every sweep.
   absl::StatusOr<int64_t> CountActiveJobs();
 
+  // When the first attempt of any of the sweep's jobs began; 0 when none has.
+  absl::StatusOr<double> SweepStartedAt(const std::string& sweep);
+
   // Per-job progress of one sweep (NOT_FOUND for an unknown sweep).
   absl::StatusOr<std::vector<JobProgressRow>> JobProgress(const std::string& sweep);
 
