@@ -166,9 +166,18 @@ TEST_F(Cli, CancelAndResumeMoveJobs) {
   EXPECT_THAT(r.out, HasSubstr("8 failed or cancelled jobs back to pending"));
 }
 
+TEST_F(Cli, RunRefusesRanksThatDoNotSplitTheBatch) {
+  // Smoke jobs have 32 sequences per step; three ranks cannot share them.
+  CommandResult r = Xmod({"run", Sweep("smoke"), "--db", Path("x.db"), "--ranks", "3"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("do not split over 3 ranks"));
+  EXPECT_FALSE(std::filesystem::exists(Path("x.db")));
+}
+
 TEST_F(Cli, EveryCommandHasHelpAndUsageErrorsExitTwo) {
   for (const char* command :
-       {"expand", "submit", "status", "results", "curves", "sql", "resume", "cancel"}) {
+       {"expand", "submit", "status", "results", "curves", "sql", "resume", "cancel", "serve",
+        "run"}) {
     const CommandResult r = Xmod({command, "--help"});
     EXPECT_EQ(r.code, 0) << command;
     EXPECT_THAT(r.out, HasSubstr("Usage")) << command;

@@ -42,17 +42,13 @@ int main(int argc, char** argv) {
     std::cerr << job.status().message() << "\n";
     return 2;
   }
-  std::unique_ptr<xmod::Communicator> comm;
-  if (UnderMpi()) {
-    auto mpi = xmod::MakeMpiCommunicator();
-    if (!mpi.ok()) {
-      std::cerr << mpi.status().message() << "\n";
-      return 1;
-    }
-    comm = std::move(*mpi);
-  } else {
-    comm = xmod::MakeSingleProcessCommunicator();
+  options.device = xmod::DefaultDevice();
+  auto made = xmod::MakeCommunicatorFor(options.device, UnderMpi());
+  if (!made.ok()) {
+    std::cerr << made.status().message() << "\n";
+    return 1;
   }
+  std::unique_ptr<xmod::Communicator> comm = std::move(*made);
   auto data = xmod::OpenJobData(*job);
   if (!data.ok()) {
     std::cerr << comm->Where() << ": job " << job->id << ": " << data.status().message() << "\n";

@@ -5,6 +5,7 @@
 
 #include "proto/channel.h"
 #include "worker/client/worker_group.h"
+#include "worker/train/trainer.h"
 
 namespace {
 
@@ -44,7 +45,8 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGUSR2, OnSignal);
   std::signal(SIGINT, OnSignal);
-  auto comm = xmod::MakeMpiCommunicator();
+  o.device = xmod::DefaultDevice();
+  auto comm = xmod::MakeCommunicatorFor(o.device, /*under_mpi=*/true);
   if (!comm.ok()) {
     std::cerr << comm.status().message() << "\n";
     return 1;

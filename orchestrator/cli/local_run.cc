@@ -126,6 +126,13 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
   if (o.groups < 1 || o.ranks < 1) {
     return fail(absl::InvalidArgumentError("--groups and --ranks must be at least 1"));
   }
+  for (const ResolvedJob& job : *jobs) {
+    if (job.batch_size % o.ranks != 0) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "--ranks ", o.ranks, ": job ", job.id, " has ", job.batch_size,
+          " sequences per step, which do not split over ", o.ranks, " ranks")));
+    }
+  }
 
   SqliteStore::Options store_options;
   store_options.path = o.db.empty() ? spec->name + ".db" : o.db;

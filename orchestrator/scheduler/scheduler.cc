@@ -124,6 +124,10 @@ absl::StatusOr<JobState> Scheduler::Fail(const std::string& job_id, int64_t toke
   return store_->EndAttempt(job_id, token, end, message, clock_->Now());
 }
 
+absl::StatusOr<int64_t> Scheduler::GraceLeases() {
+  return store_->ExtendLeases(clock_->Now() + options_.lease_ttl_seconds);
+}
+
 absl::StatusOr<int64_t> Scheduler::ExpireLeases() { return store_->ExpireLeases(clock_->Now()); }
 
 }  // namespace xmod

@@ -80,6 +80,10 @@ class Scheduler {
   absl::StatusOr<JobState> Fail(const std::string& job_id, int64_t token, AttemptEnd end,
                                 const std::string& message);
 
+  // Gives every lease a full TTL from now: call once when a coordinator starts on a
+  // file, so that groups which kept training while it was down are not failed.
+  absl::StatusOr<int64_t> GraceLeases();
+
   // Ends every overdue lease; returns how many.
   absl::StatusOr<int64_t> ExpireLeases();
 

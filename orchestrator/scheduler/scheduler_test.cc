@@ -179,6 +179,44 @@ TEST_F(SchedulerTest, ResumingFromACheckpointDropsLaterRowsInTheLeaseTransaction
   EXPECT_EQ(MetricRows(second.job_id), 10);
 }
 
+TEST_F(SchedulerTest, ABatchSentAgainAfterALostReplyIsAcceptedOnce) {
+  const LeaseGrant g = Lease();
+  ASSERT_TRUE(scheduler_->ReportMetrics(g.job_id, g.fencing_token, Losses(1, 5)).ok());
+  EXPECT_TRUE(scheduler_->ReportMetrics(g.job_id, g.fencing_token, Losses(1, 5)).ok());
+  EXPECT_EQ(MetricRows(g.job_id), 5);
+  // A step below the floor that was never stored is still out of order.
+  std::vector<ReportedMetric> gap = {{"val_loss", 3, 1.0, 300, 3e6}, {"val_loss", 5, 1.0, 500, 5e6}};
+  ASSERT_TRUE(scheduler_->ReportMetrics(g.job_id, g.fencing_token, {gap[1]}).ok());
+  EXPECT_EQ(scheduler_->ReportMetrics(g.job_id, g.fencing_token, {gap[0]}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SchedulerTest, ARestartedCoordinatorGivesHeldLeasesAFullTtl) {
+  const LeaseGrant g = Lease();
+  clock_.Advance(60);  // the coordinator was down for two TTLs
+  EXPECT_EQ(scheduler_->GraceLeases().value(), 1);
+  EXPECT_EQ(scheduler_->ExpireLeases().value(), 0);
+  EXPECT_EQ(scheduler_->Heartbeat(worker_, g.job_id, g.fencing_token, 9).value(),
+            HeartbeatAction::kContinue);
+  clock_.Advance(31);  // and a lease that is then not renewed still expires
+  EXPECT_EQ(scheduler_->ExpireLeases().value(), 1);
+}
+
+TEST_F(SchedulerTest, AResumedJobGetsAFreshAttemptBudget) {
+  std::string id;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    id = Lease().job_id;
+    clock_.Advance(31);
+    ASSERT_EQ(scheduler_->ExpireLeases().value(), 1);
+  }
+  ASSERT_EQ(State(id), JobState::kFailed);
+  ASSERT_EQ(store_->ResumeSweep("smoke").value(), 1);
+  ASSERT_EQ(Lease().job_id, id);
+  clock_.Advance(31);
+  ASSERT_EQ(scheduler_->ExpireLeases().value(), 1);
+  EXPECT_EQ(State(id), JobState::kPending);  // one counted failure of a new three
+}
+
 TEST_F(SchedulerTest, ACancelledJobHearsCancelAndCanWriteNothingMore) {
   const LeaseGrant g = Lease();
   ASSERT_EQ(store_->Cancel(g.job_id).value(), 1);
@@ -187,6 +225,9 @@ TEST_F(SchedulerTest, ACancelledJobHearsCancelAndCanWriteNothingMore) {
   EXPECT_EQ(scheduler_->ReportMetrics(g.job_id, g.fencing_token, Losses(1, 1)).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(State(g.job_id), JobState::kCancelled);
+  auto attempt = store_->Query("SELECT status FROM attempts WHERE job_id = '" + g.job_id + "'");
+  ASSERT_TRUE(attempt.ok());
+  EXPECT_EQ(std::get<std::string>(attempt->rows.at(0)[0]), "cancelled");
 }
 
 TEST_F(SchedulerTest, MalformedMetricBatchesAreRefusedWhole) {
@@ -205,7 +246,7 @@ TEST_F(SchedulerTest, MalformedMetricBatchesAreRefusedWhole) {
   invalid(negative, "negative step");
   EXPECT_EQ(MetricRows(g.job_id), 0);
   ASSERT_TRUE(scheduler_->ReportMetrics(g.job_id, g.fencing_token, Losses(1, 5)).ok());
-  invalid(Losses(2, 3), "going back");
+  invalid({{"train_loss", 9, 1.0, 900, 9e6}, {"train_loss", 7, 1.0, 700, 7e6}}, "going back");
   EXPECT_EQ(MetricRows(g.job_id), 5);
   EXPECT_EQ(scheduler_->ReportMetrics("0000000000000000", 1, Losses(1, 1)).code(),
             absl::StatusCode::kNotFound);

@@ -279,6 +279,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     ssl.pem_key_cert_pairs.push_back({key, cert});
     credentials = grpc::SslServerCredentials(ssl);
   }
+  // Leases held when a previous coordinator stopped get a full TTL to be renewed.
+  RETURN_IF_ERROR(scheduler->GraceLeases().status());
   auto impl = std::make_unique<Impl>();
   impl->scheduler = scheduler;
   impl->service = std::make_unique<Service>(scheduler, options.token);

@@ -425,6 +425,15 @@ absl::StatusOr<int64_t> SqliteStore::MoveJobsLocked(const std::vector<std::strin
   ASSIGN_OR_RETURN(Statement * update,
                    PrepareLocked("UPDATE jobs SET status = ?2, status_reason = ?3, "
                                  "updated_at = ?4 WHERE job_id = ?1 AND status = ?5"));
+  // A resumed job gets a fresh attempt budget; a cancelled one gives up its lease.
+  ASSIGN_OR_RETURN(Statement * reset,
+                   PrepareLocked("UPDATE jobs SET failures = 0 WHERE job_id = ?1"));
+  ASSIGN_OR_RETURN(Statement * close,
+                   PrepareLocked("UPDATE attempts SET status = 'cancelled', ended_at = ?2, "
+                                 "reason = ?3 WHERE job_id = ?1 AND ended_at IS NULL"));
+  ASSIGN_OR_RETURN(Statement * unlease,
+                   PrepareLocked("UPDATE jobs SET worker_id = NULL, lease_expires_at = NULL "
+                                 "WHERE job_id = ?1"));
   int64_t moved = 0;
   for (const std::string& id : job_ids) {
     read->Bind(1, id);
@@ -440,6 +449,16 @@ absl::StatusOr<int64_t> SqliteStore::MoveJobsLocked(const std::vector<std::strin
     update->Bind(1, id).Bind(2, JobStateName(to)).Bind(3, reason).Bind(4, Now())
         .Bind(5, JobStateName(current));
     RETURN_IF_ERROR(WriteLocked(update, absl::StrCat("moving job ", id)));
+    if (to == JobState::kPending) {
+      reset->Bind(1, id);
+      RETURN_IF_ERROR(WriteLocked(reset, "resetting failures"));
+    }
+    if (to == JobState::kCancelled && (current == JobState::kLeased || current == JobState::kRunning)) {
+      close->Bind(1, id).Bind(2, Now()).Bind(3, reason);
+      RETURN_IF_ERROR(WriteLocked(close, "closing the attempt"));
+      unlease->Bind(1, id);
+      RETURN_IF_ERROR(WriteLocked(unlease, "releasing the lease"));
+    }
     ++moved;
   }
   return moved;
@@ -688,8 +707,13 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
     ASSIGN_OR_RETURN(Statement * last,
                      PrepareLocked("SELECT MAX(step) FROM metrics WHERE job_id = ?1 AND "
                                    "name = ?2 AND attempt = ?3"));
+    ASSIGN_OR_RETURN(Statement * stored,
+                     PrepareLocked("SELECT 1 FROM metrics WHERE job_id = ?1 AND name = ?2 AND "
+                                   "step = ?3 AND attempt = ?4"));
     std::map<std::string, int64_t> floor;
-    for (const MetricPoint& p : points) {
+    std::vector<bool> resent(points.size(), false);
+    for (size_t i = 0; i < points.size(); ++i) {
+      const MetricPoint& p = points[i];
       auto it = floor.find(p.name);
       if (it == floor.end()) {
         last->Bind(1, job_id).Bind(2, p.name).Bind(3, attempt);
@@ -699,9 +723,17 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
                  .first;
       }
       if (p.step < it->second) {
-        return absl::InvalidArgumentError(absl::StrCat("job ", job_id, ": metric '", p.name,
-                                                       "' step ", p.step, " goes back from ",
-                                                       it->second));
+        // A batch sent again after a lost reply is already stored: skip it. Any
+        // other step below what this attempt stored is out of order.
+        stored->Bind(1, job_id).Bind(2, p.name).Bind(3, p.step).Bind(4, attempt);
+        ASSIGN_OR_RETURN(QueryResult found, CollectLocked(stored));
+        if (found.rows.empty()) {
+          return absl::InvalidArgumentError(absl::StrCat("job ", job_id, ": metric '", p.name,
+                                                         "' step ", p.step, " goes back from ",
+                                                         it->second));
+        }
+        resent[i] = true;
+        continue;
       }
       it->second = p.step;
     }
@@ -712,7 +744,9 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
                       "ON CONFLICT (job_id, name, step) DO UPDATE SET value = excluded.value, "
                       "tokens = excluded.tokens, flops = excluded.flops, "
                       "attempt = excluded.attempt, wall_time = excluded.wall_time"));
-    for (const MetricPoint& p : points) {
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (resent[i]) continue;
+      const MetricPoint& p = points[i];
       insert->Bind(1, job_id).Bind(2, p.name).Bind(3, p.step).Bind(4, p.value)
           .Bind(5, p.tokens).Bind(6, p.flops).Bind(7, attempt).Bind(8, wall_time);
       RETURN_IF_ERROR(WriteLocked(insert, "inserting a metric"));
@@ -822,6 +856,20 @@ absl::StatusOr<int64_t> SqliteStore::ExpireLeases(double now) {
     return absl::OkStatus();
   }));
   return expired;
+}
+
+absl::StatusOr<int64_t> SqliteStore::ExtendLeases(double until) {
+  int64_t extended = 0;
+  RETURN_IF_ERROR(Write([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(Statement * s,
+                     PrepareLocked("UPDATE jobs SET lease_expires_at = ?1 WHERE status IN "
+                                   "('leased', 'running') AND lease_expires_at < ?1"));
+    s->Bind(1, until);
+    RETURN_IF_ERROR(WriteLocked(s, "extending leases"));
+    extended = sqlite3_changes(db_);
+    return absl::OkStatus();
+  }));
+  return extended;
 }
 
 absl::StatusOr<int64_t> SqliteStore::CountActiveJobs() {

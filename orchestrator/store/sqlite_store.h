@@ -140,7 +140,8 @@ class SqliteStore {
   // is not allowed from the job's current state (nothing is written).
   absl::Status TransitionJob(const std::string& job_id, JobState to, const std::string& reason);
 
-  // Failed and cancelled jobs of the sweep back to pending; returns how many.
+  // Failed and cancelled jobs of the sweep back to pending, with a fresh attempt
+  // budget; returns how many.
   absl::StatusOr<int64_t> ResumeSweep(const std::string& sweep);
   // Pending, leased and running jobs of the sweep (or the one job whose id is
   // `sweep_or_job`) to cancelled; returns how many.
@@ -193,6 +194,10 @@ class SqliteStore {
   // Every lease that ran out before `now` ends as a counted failure ("lease
   // expired"); returns how many.
   absl::StatusOr<int64_t> ExpireLeases(double now);
+
+  // Moves every lease's expiry to at least `until` (a restarted coordinator gives
+  // the groups it could not hear from a full TTL to reconnect); returns how many.
+  absl::StatusOr<int64_t> ExtendLeases(double until);
 
   // Jobs pending, leased or running, over every sweep.
   absl::StatusOr<int64_t> CountActiveJobs();

@@ -25,6 +25,7 @@ struct WorkerGroupOptions {
   std::string name;              // optional label for the worker id
   bool exit_when_idle = false;   // leave as soon as nothing can be leased
   int threads = 0;               // LibTorch threads per rank (0: cores / ranks)
+  std::string device = "cpu";    // "cuda:<local rank>" on GPU nodes
   double poll_seconds = 1.0;     // wait between leases when idle
   int64_t metrics_batch = 256;   // points per ReportMetrics call (also flushed every 2 s)
 };

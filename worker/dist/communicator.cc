@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -54,6 +55,7 @@ class SingleProcess : public Communicator {
   absl::Status AllReduceSum(std::vector<torch::Tensor>&) override { return absl::OkStatus(); }
   absl::Status Barrier() override { return absl::OkStatus(); }
   std::string Where() const override { return HostName() + ":0"; }
+  [[noreturn]] void Abort(int code) override { std::exit(code); }
 };
 
 MPI_Datatype MpiType(torch::ScalarType type) {
@@ -109,6 +111,11 @@ class Mpi : public Communicator {
   }
 
   absl::Status Barrier() override { return Check(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+
+  [[noreturn]] void Abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::exit(code);
+  }
 
  private:
   absl::Status Wait(const std::function<int(MPI_Request*)>& start) const {

@@ -33,6 +33,9 @@ class Communicator {
   virtual absl::Status Barrier() = 0;
   // "host:rank", for messages.
   virtual std::string Where() const = 0;
+  // Ends every rank of the world (for an error one rank cannot share with the
+  // others without risking a hang). Does not return.
+  [[noreturn]] virtual void Abort(int code) = 0;
 };
 
 // A world of one: every collective is a no-op.

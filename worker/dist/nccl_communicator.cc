@@ -4,6 +4,8 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/dist/communicator.h"
@@ -58,6 +60,10 @@ class Nccl : public Communicator {
     });
   }
   absl::Status Barrier() override { return mpi_->Barrier(); }
+  [[noreturn]] void Abort(int code) override {
+    mpi_->Abort(code);
+    std::exit(code);  // not reached: MPI_Abort ends the process
+  }
 
  private:
   static constexpr int64_t kBucketBytes = 64 << 20;

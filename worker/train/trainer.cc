@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -19,6 +21,24 @@
 #include "worker/train/checkpoint.h"
 
 namespace xmod {
+
+int LocalRank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  }
+  return 0;
+}
+
+std::string DefaultDevice() {
+  return torch::cuda::is_available() ? "cuda:" + std::to_string(LocalRank()) : "cpu";
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicatorFor(const std::string& device,
+                                                                  bool under_mpi) {
+  if (device.rfind("cuda", 0) == 0 && NcclCompiledIn()) return MakeNcclCommunicator(LocalRank());
+  if (under_mpi) return MakeMpiCommunicator();
+  return MakeSingleProcessCommunicator();
+}
 
 absl::StatusOr<std::unique_ptr<TokenSource>> OpenJobData(const TrainJob& job) {
   if (job.data_path.empty()) {
@@ -135,6 +155,20 @@ class Run {
         return loaded.status();
       }
     }
+    // Every rank must continue from the same step (a damaged or pruned checkpoint
+    // seen by one rank only would split them): compare through one all-reduce.
+    {
+      std::vector<torch::Tensor> agree = {
+          torch::tensor({double(start), double(start) * double(start)}, torch::dtype(torch::kFloat64).device(device_))};
+      RETURN_IF_ERROR(comm_.AllReduceSum(agree));
+      const torch::Tensor sums = agree[0].cpu();
+      const double n = comm_.size(), sum = sums[0].item<double>(), squares = sums[1].item<double>();
+      if (sum * sum != n * squares) {
+        return absl::DataLossError(absl::StrCat("job ", job_.id, " on ", comm_.Where(),
+                                                ": the ranks found different checkpoints (this "
+                                                "rank: step ", start, ")"));
+      }
+    }
     result.resumed_from = start;
     if (comm_.rank() == 0) {
       if (start > 0) {
@@ -205,11 +239,23 @@ class Run {
       if (comm_.rank() == 0 && !metrics.empty()) Report(metrics_path, metrics);
       if (comm_.rank() == 0 && o_.on_step) o_.on_step(step);
 
-      // Stop requests are decided by rank 0 and shared, so every rank stops together.
-      std::string stop = (comm_.rank() == 0 && ((o_.stop_after_step > 0 && step >= o_.stop_after_step) ||
-                                                (o_.preempt && o_.preempt())))
-                             ? "1" : "0";
+      // Stop requests are decided by rank 0 and shared, so every rank stops together:
+      // "1" checkpoint and stop, "2" stop without writing anything.
+      std::string stop = "0";
+      if (comm_.rank() == 0) {
+        if (o_.abandon && o_.abandon()) {
+          stop = "2";
+        } else if ((o_.stop_after_step > 0 && step >= o_.stop_after_step) ||
+                   (o_.preempt && o_.preempt())) {
+          stop = "1";
+        }
+      }
       RETURN_IF_ERROR(comm_.Broadcast(&stop, 0));
+      if (stop == "2") {
+        result.outcome = TrainOutcome::kStopped;
+        result.message = absl::StrCat("job ", job_.id, ": abandoned after step ", step);
+        return result;
+      }
       const bool stopping = stop == "1" && !last;
       if (step % job_.checkpoint_interval == 0 || last || stopping) {
         if (comm_.rank() == 0) {
@@ -240,7 +286,8 @@ class Run {
       model_->train();
       optimizer_->zero_grad();
       // Sums over this rank's micro-batches, each weighted by its share of the global batch.
-      torch::Tensor sums = torch::zeros({4}, torch::kFloat64);
+      // On the model's device, so that NCCL can reduce it with the gradients.
+      torch::Tensor sums = torch::zeros({4}, torch::dtype(torch::kFloat64).device(device_));
       const int64_t row0 = comm_.rank() * rows_per_rank_;
       for (int64_t r = 0; r < rows_per_rank_; r += micro_) {
         const int64_t rows = std::min(micro_, rows_per_rank_ - r);
@@ -254,7 +301,7 @@ class Run {
         ((ce + out.aux_loss) * share).backward();
         sums += torch::stack({ce.detach(), out.balance_loss.detach(), out.router_loss.detach(),
                               out.depth_fraction})
-                    .to(torch::kCPU, torch::kFloat64) * share;
+                    .to(sums.options()) * share;
       }
       std::vector<torch::Tensor> grads;
       for (auto& p : model_->parameters()) {
@@ -264,6 +311,7 @@ class Run {
       RETURN_IF_ERROR(comm_.AllReduceSum(grads));
       std::vector<torch::Tensor> stat_list{sums};
       RETURN_IF_ERROR(comm_.AllReduceSum(stat_list));
+      sums = sums.cpu();
       stats.loss = sums[0].item<double>();
       stats.balance = sums[1].item<double>();
       stats.router = sums[2].item<double>();
@@ -282,7 +330,8 @@ class Run {
 
   // Mean cross-entropy over the fixed validation windows, split over the ranks.
   absl::StatusOr<double> Evaluate(Routing routing) {
-    torch::Tensor sums = torch::zeros({2}, torch::kFloat64);  // loss sum, token count
+    // Loss sum and token count, on the model's device (see TrainStep).
+    torch::Tensor sums = torch::zeros({2}, torch::dtype(torch::kFloat64).device(device_));
     try {
       torch::NoGradGuard no_grad;
       model_->eval();
@@ -297,7 +346,7 @@ class Run {
         const torch::Tensor loss = torch::nn::functional::cross_entropy(
             out.logits.reshape({-1, out.logits.size(-1)}), batch.targets.to(device_).reshape({-1}),
             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-        sums[0] += loss.to(torch::kCPU, torch::kFloat64);
+        sums[0] += loss.to(sums.options());
         sums[1] += static_cast<double>(batch.targets.numel());
       }
     } catch (const c10::Error& e) {
@@ -306,6 +355,7 @@ class Run {
     }
     std::vector<torch::Tensor> list{sums};
     RETURN_IF_ERROR(comm_.AllReduceSum(list));
+    sums = sums.cpu();
     return sums[0].item<double>() / sums[1].item<double>();
   }
 

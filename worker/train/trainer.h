@@ -37,6 +37,9 @@ struct TrainerOptions {
   int64_t stop_after_step = 0;
   // Polled on rank 0 at every step boundary; true stops like stop_after_step.
   std::function<bool()> preempt;
+  // Polled on rank 0 at every step boundary; true stops at once without a
+  // checkpoint (the job is no longer this group's: lease lost or cancelled).
+  std::function<bool()> abandon;
   // Called on rank 0 with the metrics of each step that reports any.
   std::function<void(const std::vector<Metric>&)> on_metrics;
   // Called on rank 0 after a checkpoint is complete on disk, with its folder.
@@ -65,6 +68,15 @@ struct TrainResult {
 // the job, host and rank; collective failures as the communicator reports them.
 absl::StatusOr<TrainResult> Train(const TrainJob& job, const TokenSource& data,
                                   Communicator& comm, const TrainerOptions& options);
+
+// This process's rank on its host (Open MPI, Slurm or torchrun variables; 0 alone).
+int LocalRank();
+// "cuda:<local rank>" when LibTorch sees a CUDA device, else "cpu".
+std::string DefaultDevice();
+// NCCL for a CUDA device when built with it; otherwise MPI under a launcher, or a
+// single process.
+absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicatorFor(const std::string& device,
+                                                                  bool under_mpi);
 
 // Builds the data source a job names: its dataset folder or the synthetic source.
 absl::StatusOr<std::unique_ptr<TokenSource>> OpenJobData(const TrainJob& job);
