@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -166,6 +167,33 @@ TEST_F(Cli, CancelAndResumeMoveJobs) {
   EXPECT_THAT(r.out, HasSubstr("8 failed or cancelled jobs back to pending"));
 }
 
+TEST_F(Cli, FitReadsACsvAndPrintsTheDenseLawAsJson) {
+  std::ofstream csv(Path("points.csv"));
+  csv.precision(17);
+  csv << "N,D,loss\n";
+  for (double n : {1e6, 1e7, 1e8, 1e9, 1e10}) {
+    for (double r : {5.0, 20.0, 80.0}) {
+      csv << n << "," << r * n << ","
+          << 1.7 + 400.0 / std::pow(n, 0.33) + 900.0 / std::pow(r * n, 0.3) << "\n";
+    }
+  }
+  csv << "1e9,1e10,9.0\n";  // an outlier, dropped by --exclude-top-loss 1
+  csv.close();
+  CommandResult r = Xmod({"fit", "--csv", Path("points.csv"), "--law", "dense",
+                          "--exclude-top-loss", "1", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto fit = nlohmann::json::parse(r.out);
+  EXPECT_EQ(fit["law"], "dense");
+  EXPECT_EQ(fit["n_points"], 15);
+  EXPECT_NEAR(fit["params"]["E"].get<double>(), 1.7, 1e-3);
+  EXPECT_NEAR(fit["params"]["alpha"].get<double>(), 0.33, 1e-3);
+  EXPECT_TRUE(fit.contains("objective") && fit.contains("rmse"));
+  std::ofstream(Path("bad.csv")) << "N,D,loss\n1e6,1e8,3.0\n2e6,abc,2.9\n";
+  r = Xmod({"fit", "--csv", Path("bad.csv")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr(Path("bad.csv") + ":3: D: not a number"));
+}
+
 TEST_F(Cli, RunRefusesRanksThatDoNotSplitTheBatch) {
   // Smoke jobs have 32 sequences per step; three ranks cannot share them.
   CommandResult r = Xmod({"run", Sweep("smoke"), "--db", Path("x.db"), "--ranks", "3"});
@@ -177,7 +205,7 @@ TEST_F(Cli, RunRefusesRanksThatDoNotSplitTheBatch) {
 TEST_F(Cli, EveryCommandHasHelpAndUsageErrorsExitTwo) {
   for (const char* command :
        {"expand", "submit", "status", "results", "curves", "sql", "resume", "cancel", "serve",
-        "run"}) {
+        "run", "fit"}) {
     const CommandResult r = Xmod({command, "--help"});
     EXPECT_EQ(r.code, 0) << command;
     EXPECT_THAT(r.out, HasSubstr("Usage")) << command;

@@ -3,7 +3,11 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <chrono>
 #include <csignal>
 #include <thread>
@@ -13,6 +17,7 @@
 #include "common/status_macros.h"
 #include "common/token_data.h"
 #include "orchestrator/cli/local_run.h"
+#include "orchestrator/fit/fitter.h"
 #include "orchestrator/cli/output.h"
 #include "orchestrator/service/client.h"
 #include "orchestrator/service/server.h"
@@ -64,6 +69,10 @@ struct Flags {
   double lease_ttl = 30.0;
   // run
   LocalRunOptions run;
+  // fit
+  std::string csv;
+  std::string law = "dense";
+  int exclude_top_loss = 0;
 };
 
 absl::StatusOr<std::unique_ptr<RemoteCoordinator>> Connect(const Flags& f) {
@@ -332,6 +341,79 @@ absl::Status DataPrepare(const Flags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
+// Reads "N,D,loss" columns (any order, header row) from a CSV file.
+absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> header;
+  std::stringstream hs(line);
+  for (std::string c; std::getline(hs, c, ',');) {
+    while (!c.empty() && (c.back() == '\r' || c.back() == ' ')) c.pop_back();
+    header.push_back(c);
+  }
+  std::map<std::string, size_t> at;
+  for (const char* name : {"N", "D", "loss"}) {
+    auto it = std::find(header.begin(), header.end(), name);
+    if (it == header.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":1: header: missing column '", name, "' (need N,D,loss)"));
+    }
+    at[name] = static_cast<size_t>(it - header.begin());
+  }
+  std::vector<LawPoint> points;
+  for (int number = 2; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    std::vector<std::string> cells;
+    std::stringstream ls(line);
+    for (std::string c; std::getline(ls, c, ',');) cells.push_back(c);
+    LawPoint p;
+    for (auto [name, target] : {std::pair{"N", &p.n}, std::pair{"D", &p.d}, std::pair{"loss", &p.loss}}) {
+      const size_t i = at[name];
+      char* end = nullptr;
+      *target = i < cells.size() ? std::strtod(cells[i].c_str(), &end) : 0.0;
+      if (i >= cells.size() || end == cells[i].c_str()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ":", number, ": ", name, ": not a number"));
+      }
+    }
+    points.push_back(p);
+  }
+  return points;
+}
+
+absl::Status Fit(const Flags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
+  if (f.law != "dense") {
+    return absl::InvalidArgumentError(absl::StrCat("--law ", f.law, ": only 'dense' is available"));
+  }
+  ASSIGN_OR_RETURN(std::vector<LawPoint> points, ReadLawCsv(f.csv));
+  if (f.exclude_top_loss < 0 || f.exclude_top_loss >= static_cast<int>(points.size())) {
+    return absl::InvalidArgumentError("--exclude-top-loss: out of range");
+  }
+  std::sort(points.begin(), points.end(),
+            [](const LawPoint& a, const LawPoint& b) { return a.loss < b.loss; });
+  points.resize(points.size() - f.exclude_top_loss);
+  ASSIGN_OR_RETURN(FitResult fit, FitDenseLaw(points));
+  if (format == Format::kJson) {
+    nlohmann::json j = {{"law", fit.law},           {"params", fit.params},
+                        {"objective", fit.objective}, {"rmse", fit.rmse},
+                        {"n_points", fit.n_points},   {"starts", fit.starts},
+                        {"converged", fit.converged}};
+    out << j.dump(2) << "\n";
+    return absl::OkStatus();
+  }
+  QueryResult t;
+  t.columns = {"parameter", "value"};
+  for (const auto& [name, value] : fit.params) t.rows.push_back({name, value});
+  t.rows.push_back({std::string("objective"), fit.objective});
+  t.rows.push_back({std::string("rmse_log_loss"), fit.rmse});
+  t.rows.push_back({std::string("n_points"), int64_t{fit.n_points}});
+  PrintResult(t, format, out);
+  return absl::OkStatus();
+}
+
 absl::Status DataStats(const Flags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
   ASSIGN_OR_RETURN(std::unique_ptr<TokenDataset> ds, TokenDataset::Open(f.prepare.output_dir, 0));
@@ -415,6 +497,13 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   serve->add_option("--lease-ttl", f.lease_ttl, "Seconds a lease lasts without a heartbeat")
       ->capture_default_str();
 
+  auto* fit = app.add_subcommand("fit", "Fit a scaling law to (N, D, loss) points");
+  fit->add_option("--csv", f.csv, "CSV file with columns N,D,loss (header row)")->required();
+  fit->add_option("--law", f.law, "Law to fit (dense)")->capture_default_str();
+  fit->add_option("--exclude-top-loss", f.exclude_top_loss, "Drop the K highest-loss points")
+      ->capture_default_str();
+  add_format(fit);
+
   auto* run = app.add_subcommand(
       "run", "Run a sweep here: in-process coordinator, local worker groups, live progress");
   run->add_option("spec", f.run.spec_path, "Sweep file (YAML)")->required();
@@ -487,6 +576,9 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   } else if (stats->parsed()) {
     name = "data stats";
     result = DataStats(f, out);
+  } else if (fit->parsed()) {
+    name = "fit";
+    result = Fit(f, out);
   } else if (serve->parsed()) {
     name = "serve";
     result = Serve(f, out);
