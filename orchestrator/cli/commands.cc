@@ -186,11 +186,7 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
       ASSIGN_OR_RETURN(std::vector<JobProgressRow> rows, store->JobProgress(c.sweep));
       for (const JobProgressRow& j : rows) {
         p.train_flops_total += j.train_flops;
-        if (j.status == "succeeded") {
-          p.train_flops_done += j.train_flops;
-        } else if (j.steps > 0 && (j.status == "running" || j.status == "leased")) {
-          p.train_flops_done += j.train_flops * std::min(1.0, double(j.step) / double(j.steps));
-        }
+        p.train_flops_done += j.flops_done();
       }
       ASSIGN_OR_RETURN(p.started_at, store->SweepStartedAt(c.sweep));
       if (!f.sweep.empty()) jobs = std::move(rows);
@@ -227,7 +223,7 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
   running.columns = {"job_id", "family", "scale", "sparsity", "stride", "context",
                      "status", "attempt", "step", "steps"};
   for (const JobProgressRow& j : jobs) {
-    if (j.status != "running" && j.status != "leased") continue;
+    if (!j.in_flight()) continue;
     running.rows.push_back({j.job_id, j.family, j.scale, j.sparsity, j.stride, j.context, j.status,
                             j.attempt, j.step, j.steps});
   }

@@ -205,12 +205,8 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
     std::vector<const JobProgressRow*> running;
     for (const JobProgressRow& p : *progress) {
       total += p.train_flops;
-      if (p.status == "succeeded") {
-        done += p.train_flops;
-      } else if (p.status == "running" || p.status == "leased") {
-        if (p.steps > 0) done += p.train_flops * std::min(1.0, double(p.step) / double(p.steps));
-        running.push_back(&p);
-      }
+      done += p.flops_done();
+      if (p.in_flight()) running.push_back(&p);
     }
     if (flops_at_start < 0) flops_at_start = done;
     const double elapsed =

@@ -163,11 +163,7 @@ class Service final : public pb::Coordinator::Service {
       double done = 0, total = 0;
       for (const JobProgressRow& p : *progress) {
         total += p.train_flops;
-        if (p.status == "succeeded") {
-          done += p.train_flops;
-        } else if (p.steps > 0) {
-          done += p.train_flops * std::min<double>(1.0, double(p.step) / double(p.steps));
-        }
+        done += p.flops_done();
       }
       out->set_train_flops_done(done);
       out->set_train_flops_total(total);

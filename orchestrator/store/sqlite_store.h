@@ -14,6 +14,7 @@
 #ifndef XMOD_ORCHESTRATOR_STORE_SQLITE_STORE_H_
 #define XMOD_ORCHESTRATOR_STORE_SQLITE_STORE_H_
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -94,6 +95,14 @@ struct JobProgressRow {
   double sparsity = 0.0, train_flops = 0.0;
   int64_t stride = 1, context = 0, attempt = 0, step = 0, steps = 0;
   std::optional<double> final_val_loss;
+
+  bool in_flight() const { return status == "leased" || status == "running"; }
+  // Training FLOPs done: all of a succeeded job, the reported share of one in flight.
+  double flops_done() const {
+    if (status == "succeeded") return train_flops;
+    if (!in_flight() || steps <= 0) return 0.0;
+    return train_flops * std::min(1.0, static_cast<double>(step) / static_cast<double>(steps));
+  }
 };
 
 class SqliteStore {
