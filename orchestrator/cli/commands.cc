@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "common/token_data.h"
 #include "orchestrator/cli/local_run.h"
+#include "orchestrator/fit/dense_law.h"
 #include "orchestrator/fit/fitter.h"
 #include "orchestrator/cli/output.h"
 #include "orchestrator/service/client.h"
@@ -391,7 +392,7 @@ absl::Status Fit(const Flags& f, std::ostream& out) {
   std::sort(points.begin(), points.end(),
             [](const LawPoint& a, const LawPoint& b) { return a.loss < b.loss; });
   points.resize(points.size() - f.exclude_top_loss);
-  ASSIGN_OR_RETURN(FitResult fit, FitDenseLaw(points));
+  ASSIGN_OR_RETURN(FitResult fit, FitLaw<DenseLaw>(points));
   if (format == Format::kJson) {
     nlohmann::json j = {{"law", fit.law},           {"params", fit.params},
                         {"objective", fit.objective}, {"rmse", fit.rmse},

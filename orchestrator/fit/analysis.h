@@ -1,0 +1,84 @@
+// Fitting a named law the way a sweep needs it: which points each law reads, the
+// two-stage (or joint) X-MoD fit, percentile bootstrap intervals, and the hold-out
+// of the largest scale. The CLI (`xmod fit`, `xmod plot`) and the tests use this.
+#ifndef XMOD_ORCHESTRATOR_FIT_ANALYSIS_H_
+#define XMOD_ORCHESTRATOR_FIT_ANALYSIS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "orchestrator/fit/fitter.h"
+#include "orchestrator/fit/law.h"
+
+namespace xmod {
+
+struct AnalysisOptions {
+  std::string law = "dense";  // "dense" or "xmod"
+  bool joint = false;         // xmod: refine all ten parameters together after the two stages
+  int bootstrap = 0;          // resamples for percentile intervals (0: none)
+  uint64_t seed = 0;          // of the resampling
+  double confidence = 0.95;   // interval coverage
+  bool holdout_largest = false;
+  FitOptions fit;
+};
+
+struct Interval {
+  double low = 0.0;
+  double high = 0.0;
+};
+
+struct HoldoutPoint {
+  LawPoint point;
+  double predicted = 0.0;  // loss, nats
+};
+
+struct LawReport {
+  std::string law;     // "dense" or "xmod"
+  std::string method;  // "single", "two-stage" or "joint"
+  // The final parameters; objective and rmse over every fitted point.
+  FitResult fit;
+  // xmod: the dense law on the dense runs, then the extras on the sparse runs.
+  std::vector<FitResult> stages;
+  std::vector<LawPoint> points;  // the points fitted (hold-out excluded)
+  std::map<std::string, Interval> intervals;  // per reported parameter
+  int bootstrap_used = 0;   // resamples that gave a fit
+  int bootstrap_failed = 0;  // resamples that were degenerate or did not fit
+  std::string holdout_scale;
+  std::vector<HoldoutPoint> holdout;
+  double holdout_rmse = 0.0;  // of log-loss over the held-out points
+  double seconds = 0.0;
+};
+
+// Laws FitNamedLaw knows.
+std::vector<std::string> KnownLaws();
+
+// Fits `options.law` to `points`. The dense law reads the dense points only
+// (stride 1 or capacity 1); the xmod law reads them all. INVALID_ARGUMENT for an
+// unknown law, too few points, degenerate data, or a hold-out that leaves too little.
+absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
+                                      const AnalysisOptions& options);
+
+// The law's predicted loss (nats) at `x` for internal parameters `raw`.
+absl::StatusOr<double> PredictLoss(const std::string& law, const std::vector<double>& raw,
+                                   const LawPoint& x);
+
+// Groups points into scales: by name where every point has one, otherwise points
+// whose N is within 25% of the group's smallest N. Returns one label per point and
+// the label of the largest scale (by mean log N).
+std::vector<std::string> ScaleLabels(const std::vector<LawPoint>& points, std::string* largest);
+
+// A stable hash (16 hex digits) of the fitted points, independent of their order.
+std::string PointsHash(const std::vector<LawPoint>& points);
+
+// `law`, `method`, `params`, `objective`, `rmse`, `n_points`, `converged`, `starts`,
+// `seconds`, and where present `stages`, `intervals` and `holdout` (DESIGN.md §4).
+nlohmann::json ReportJson(const LawReport& report);
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_FIT_ANALYSIS_H_

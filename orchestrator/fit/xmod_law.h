@@ -1,0 +1,109 @@
+// The X-MoD law, our working form relative to the FLOP-matched dense law
+// (DESIGN.md §1):
+//   L_x = L_dense(N_eff, D) + Δ_ctx + Δ_anc
+//   N_eff = N_active · (N_total / N_active)^eta                  sparse-capacity gain
+//   Δ_ctx = c_T · f_r · ((ρT)^(−beta_T) − T^(−beta_T)),  f_r = (s − 1)/s   routed layers
+//                                                           attend over ρT tokens
+//   Δ_anc = c_s · (1 − ρ) · (s − 1)^psi                           anchor-stride interaction
+// For a dense run (s = 1 or ρ = 1) both corrections vanish and N_eff = N, so the law
+// is the dense law there. The first five parameters are the dense law's, in its
+// order, so a dense fit can be frozen into them.
+#ifndef XMOD_ORCHESTRATOR_FIT_XMOD_LAW_H_
+#define XMOD_ORCHESTRATOR_FIT_XMOD_LAW_H_
+
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "orchestrator/fit/dense_law.h"
+
+namespace xmod {
+
+struct XModLaw {
+  static constexpr int kParameters = 10;
+  static constexpr int kDenseParameters = DenseLaw::kParameters;
+  static const char* Name() { return "xmod"; }
+  static std::vector<std::string> ParameterNames() {
+    return {"a", "b", "e", "alpha", "beta", "eta", "c_T", "beta_T", "c_s", "psi"};
+  }
+  // The dense law's grid, then 5 x 3 x 3 x 3 x 3 = 405 starts for the extras. The
+  // two-stage fit freezes the dense parameters (so it tries the 405); the joint
+  // fit starts from the two-stage optimum and from the dense optimum with each
+  // extras start (analysis.cc), not from the 2.2 million full combinations.
+  static std::vector<std::vector<double>> StartGrid() {
+    std::vector<std::vector<double>> grid = DenseLaw::StartGrid();
+    grid.push_back({0.0, 0.25, 0.5, 0.75, 1.0});  // eta
+    grid.push_back({0.0, 0.5, 2.0});              // c_T
+    grid.push_back({0.25, 0.5, 1.0});             // beta_T
+    grid.push_back({0.0, 0.02, 0.1});             // c_s
+    grid.push_back({0.5, 1.0, 2.0});              // psi
+    return grid;
+  }
+  // eta in [0, 1] and non-negative exponents as DESIGN.md says; the coefficients
+  // get wide finite bounds so that a flat direction cannot run off to infinity.
+  static std::vector<std::pair<double, double>> Bounds() {
+    std::vector<std::pair<double, double>> bounds = DenseLaw::Bounds();
+    bounds.push_back({0.0, 1.0});       // eta
+    bounds.push_back({-100.0, 100.0});  // c_T
+    bounds.push_back({0.0, 5.0});       // beta_T
+    bounds.push_back({-10.0, 10.0});    // c_s
+    bounds.push_back({0.0, 5.0});       // psi
+    return bounds;
+  }
+  template <typename T>
+  static T LogLoss(const T* p, const LawPoint& x) {
+    using std::exp;
+    using std::log;
+    const T log_n_eff = T(std::log(x.n)) + p[5] * std::log(x.NTotal() / x.n);
+    const T log_dense = LogSumExp3(p[0] - p[3] * log_n_eff, p[1] - p[4] * std::log(x.d), p[2]);
+    if (x.dense()) return log_dense;
+    const double s = x.stride, rho = x.capacity, t = x.context;
+    const T ctx = p[6] * ((s - 1.0) / s) *
+                  (exp(-p[7] * std::log(rho * t)) - exp(-p[7] * std::log(t)));
+    const T anc = p[8] * (1.0 - rho) * exp(p[9] * std::log(s - 1.0));
+    return log(exp(log_dense) + ctx + anc);  // NaN when the corrections drive it below 0
+  }
+  static std::map<std::string, double> Report(const double* p) {
+    std::map<std::string, double> r = DenseLaw::Report(p);
+    r["eta"] = p[5];
+    r["c_T"] = p[6];
+    r["beta_T"] = p[7];
+    r["c_s"] = p[8];
+    r["psi"] = p[9];
+    return r;
+  }
+  // What the five extras need to be identifiable from the sparse runs.
+  static absl::Status CheckPoints(const std::vector<LawPoint>& points) {
+    std::set<double> strides;
+    std::set<std::pair<double, double>> contexts;  // (ρT, T)
+    bool bigger_backbone = false;
+    for (const LawPoint& x : points) {
+      if (x.dense()) continue;
+      if (!(x.context >= 1.0 && x.capacity > 0.0)) {
+        return absl::InvalidArgumentError(
+            "a sparse point needs a context T >= 1 and a capacity in (0, 1)");
+      }
+      strides.insert(x.stride);
+      contexts.insert({x.capacity * x.context, x.context});
+      if (x.NTotal() != x.n) bigger_backbone = true;
+    }
+    if (strides.empty()) {
+      return absl::InvalidArgumentError("degenerate data: the xmod law needs sparse runs "
+                                        "(stride > 1, capacity < 1); none were given");
+    }
+    if (strides.size() < 2 || contexts.size() < 2 || !bigger_backbone) {
+      return absl::InvalidArgumentError(
+          "degenerate data: the xmod law's extras need sparse runs at two or more strides, "
+          "two or more routed context lengths (capacity x T), and N_total != N_active");
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_FIT_XMOD_LAW_H_
