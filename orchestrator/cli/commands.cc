@@ -17,8 +17,7 @@
 #include "common/status_macros.h"
 #include "common/token_data.h"
 #include "orchestrator/cli/local_run.h"
-#include "orchestrator/fit/dense_law.h"
-#include "orchestrator/fit/fitter.h"
+#include "orchestrator/cli/analysis_commands.h"
 #include "orchestrator/cli/output.h"
 #include "orchestrator/service/client.h"
 #include "orchestrator/service/server.h"
@@ -70,10 +69,9 @@ struct Flags {
   double lease_ttl = 30.0;
   // run
   LocalRunOptions run;
-  // fit
-  std::string csv;
-  std::string law = "dense";
-  int exclude_top_loss = 0;
+  // fit, plot
+  FitCommandOptions fit;
+  PlotCommandOptions plot;
 };
 
 absl::StatusOr<std::unique_ptr<RemoteCoordinator>> Connect(const Flags& f) {
@@ -338,79 +336,6 @@ absl::Status DataPrepare(const Flags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
-// Reads "N,D,loss" columns (any order, header row) from a CSV file.
-absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> header;
-  std::stringstream hs(line);
-  for (std::string c; std::getline(hs, c, ',');) {
-    while (!c.empty() && (c.back() == '\r' || c.back() == ' ')) c.pop_back();
-    header.push_back(c);
-  }
-  std::map<std::string, size_t> at;
-  for (const char* name : {"N", "D", "loss"}) {
-    auto it = std::find(header.begin(), header.end(), name);
-    if (it == header.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":1: header: missing column '", name, "' (need N,D,loss)"));
-    }
-    at[name] = static_cast<size_t>(it - header.begin());
-  }
-  std::vector<LawPoint> points;
-  for (int number = 2; std::getline(in, line); ++number) {
-    if (line.empty()) continue;
-    std::vector<std::string> cells;
-    std::stringstream ls(line);
-    for (std::string c; std::getline(ls, c, ',');) cells.push_back(c);
-    LawPoint p;
-    for (auto [name, target] : {std::pair{"N", &p.n}, std::pair{"D", &p.d}, std::pair{"loss", &p.loss}}) {
-      const size_t i = at[name];
-      char* end = nullptr;
-      *target = i < cells.size() ? std::strtod(cells[i].c_str(), &end) : 0.0;
-      if (i >= cells.size() || end == cells[i].c_str()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ":", number, ": ", name, ": not a number"));
-      }
-    }
-    points.push_back(p);
-  }
-  return points;
-}
-
-absl::Status Fit(const Flags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
-  if (f.law != "dense") {
-    return absl::InvalidArgumentError(absl::StrCat("--law ", f.law, ": only 'dense' is available"));
-  }
-  ASSIGN_OR_RETURN(std::vector<LawPoint> points, ReadLawCsv(f.csv));
-  if (f.exclude_top_loss < 0 || f.exclude_top_loss >= static_cast<int>(points.size())) {
-    return absl::InvalidArgumentError("--exclude-top-loss: out of range");
-  }
-  std::sort(points.begin(), points.end(),
-            [](const LawPoint& a, const LawPoint& b) { return a.loss < b.loss; });
-  points.resize(points.size() - f.exclude_top_loss);
-  ASSIGN_OR_RETURN(FitResult fit, FitLaw<DenseLaw>(points));
-  if (format == Format::kJson) {
-    nlohmann::json j = {{"law", fit.law},           {"params", fit.params},
-                        {"objective", fit.objective}, {"rmse", fit.rmse},
-                        {"n_points", fit.n_points},   {"starts", fit.starts},
-                        {"converged", fit.converged}};
-    out << j.dump(2) << "\n";
-    return absl::OkStatus();
-  }
-  QueryResult t;
-  t.columns = {"parameter", "value"};
-  for (const auto& [name, value] : fit.params) t.rows.push_back({name, value});
-  t.rows.push_back({std::string("objective"), fit.objective});
-  t.rows.push_back({std::string("rmse_log_loss"), fit.rmse});
-  t.rows.push_back({std::string("n_points"), int64_t{fit.n_points}});
-  PrintResult(t, format, out);
-  return absl::OkStatus();
-}
-
 absl::Status DataStats(const Flags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
   ASSIGN_OR_RETURN(std::unique_ptr<TokenDataset> ds, TokenDataset::Open(f.prepare.output_dir, 0));
@@ -494,12 +419,32 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   serve->add_option("--lease-ttl", f.lease_ttl, "Seconds a lease lasts without a heartbeat")
       ->capture_default_str();
 
-  auto* fit = app.add_subcommand("fit", "Fit a scaling law to (N, D, loss) points");
-  fit->add_option("--csv", f.csv, "CSV file with columns N,D,loss (header row)")->required();
-  fit->add_option("--law", f.law, "Law to fit (dense)")->capture_default_str();
-  fit->add_option("--exclude-top-loss", f.exclude_top_loss, "Drop the K highest-loss points")
+  auto* fit = app.add_subcommand(
+      "fit", "Fit a scaling law to a sweep's final losses (or to a CSV file) and store it");
+  fit->add_option("sweep", f.fit.sweep, "Sweep name (with --db)");
+  fit->add_option("--db", f.fit.db, "SQLite database file");
+  fit->add_option("--csv", f.fit.csv,
+                  "CSV file instead of a sweep: columns N,D,loss (dense) or "
+                  "N_active,N_total,D,T,capacity,stride,loss (xmod), header row");
+  fit->add_option("--law", f.fit.law, "Law to fit: dense or xmod")->capture_default_str();
+  fit->add_flag("--joint", f.fit.joint, "xmod: refine all parameters together after the two stages");
+  fit->add_flag("--holdout-largest", f.fit.holdout_largest,
+                "Fit without the largest scale and predict it");
+  fit->add_option("--bootstrap", f.fit.bootstrap, "Resamples for percentile intervals (0: none)")
       ->capture_default_str();
-  add_format(fit);
+  fit->add_option("--seed", f.fit.seed, "Seed of the bootstrap resampling")->capture_default_str();
+  fit->add_option("--exclude-top-loss", f.fit.exclude_top_loss, "Drop the K highest-loss points")
+      ->capture_default_str();
+  fit->add_option("--threads", f.fit.threads, "Threads (0: every core)")->capture_default_str();
+  fit->add_option("--format", f.fit.format, "Output format: table, csv or json")
+      ->capture_default_str();
+
+  auto* plot = app.add_subcommand("plot", "Draw a sweep's plots (gnuplot): curves, laws, ratios");
+  plot->add_option("sweep", f.plot.sweep, "Sweep name")->required();
+  plot->add_option("--db", f.plot.db, "SQLite database file")->required();
+  plot->add_option("--out", f.plot.out_dir, "Folder to write the plots to")->required();
+  plot->add_option("--image", f.plot.image, "Image format: svg or png")->capture_default_str();
+  plot->add_option("--threads", f.plot.threads, "Threads for the fits (0: every core)");
 
   auto* run = app.add_subcommand(
       "run", "Run a sweep here: in-process coordinator, local worker groups, live progress");
@@ -575,7 +520,10 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
     result = DataStats(f, out);
   } else if (fit->parsed()) {
     name = "fit";
-    result = Fit(f, out);
+    result = RunFitCommand(f.fit, out);
+  } else if (plot->parsed()) {
+    name = "plot";
+    result = RunPlotCommand(f.plot, out);
   } else if (serve->parsed()) {
     name = "serve";
     result = Serve(f, out);
@@ -588,7 +536,7 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   if (!result.ok()) {
     err << result.message() << "\n";
     err << "xmod " << name << ": " << (ExitCodeFor(result) == kExitUsage ? "invalid input" : "failed")
-        << "; nothing was written\n";
+        << (name == "plot" ? "\n" : "; nothing was written\n");
   }
   return ExitCodeFor(result);
 }

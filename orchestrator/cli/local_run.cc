@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "orchestrator/cli/analysis_commands.h"
 #include "orchestrator/cli/output.h"
 #include "orchestrator/scheduler/scheduler.h"
 #include "orchestrator/service/server.h"
@@ -299,6 +300,18 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
   const int64_t failed = c.counts.at(JobState::kFailed) + c.counts.at(JobState::kCancelled);
   const int64_t left = c.counts.at(JobState::kPending) + c.counts.at(JobState::kLeased) +
                        c.counts.at(JobState::kRunning);
+  // The laws, when the finished runs support them (stored in `fits` like `xmod fit`).
+  if (c.counts.at(JobState::kSucceeded) > 0 && !g_interrupted) {
+    for (const char* law : {"dense", "xmod"}) {
+      FitCommandOptions fit;
+      fit.sweep = spec->name;
+      fit.db = store_options.path;
+      fit.law = law;
+      out << "\n";
+      const absl::Status fitted = RunFitCommand(fit, out);
+      if (!fitted.ok()) out << "xmod fit --law " << law << ": not fitted: " << fitted.message() << "\n";
+    }
+  }
   out << fmt::format("\nxmod run: {} succeeded, {} failed or cancelled, {} unfinished\n",
                      c.counts.at(JobState::kSucceeded), failed, left);
   if (left > 0 && !g_interrupted) {

@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -240,6 +241,12 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   report.law = options.law;
   // Only the points this law reads take part (and count as scales).
   std::vector<LawPoint> usable = options.law == "dense" ? DensePoints(points) : points;
+  // A canonical order, so that the same set of points gives the same fit to the
+  // last bit whatever order it came in (sums of residuals depend on the order).
+  std::stable_sort(usable.begin(), usable.end(), [](const LawPoint& a, const LawPoint& b) {
+    return std::tie(a.n, a.n_total, a.d, a.context, a.capacity, a.stride, a.loss, a.id) <
+           std::tie(b.n, b.n_total, b.d, b.context, b.capacity, b.stride, b.loss, b.id);
+  });
   if (usable.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("law ", options.law, ": no usable points (the dense law needs dense runs)"));

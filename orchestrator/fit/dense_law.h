@@ -41,6 +41,7 @@ struct DenseLaw {
     return {{"E", std::exp(p[2])}, {"A", std::exp(p[0])}, {"B", std::exp(p[1])},
             {"alpha", p[3]}, {"beta", p[4]}};
   }
+  static std::vector<double> Inputs(const LawPoint& x) { return {x.n, x.d}; }
   // With one N (or one D) the A (B) term and E cannot be told apart.
   static absl::Status CheckPoints(const std::vector<LawPoint>& points) {
     std::set<double> ns, ds;

@@ -31,6 +31,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -138,12 +139,16 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
   }
   if (absl::Status s = Law::CheckPoints(points); !s.ok()) return s;
   const int free_parameters = kP - static_cast<int>(frozen.size());
-  if (static_cast<int>(points.size()) <= free_parameters) {
+  // Repeated measurements at the same inputs (two seeds, or a context the law
+  // ignores) do not pin down another parameter.
+  std::set<std::vector<double>> distinct;
+  for (const LawPoint& x : points) distinct.insert(Law::Inputs(x));
+  if (static_cast<int>(distinct.size()) <= free_parameters) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "too few points: law ", Law::Name(), " fits ", free_parameters, " parameters here but only ",
-        points.size(), " points were given (it needs at least ", free_parameters + 1, ")"));
+        "too few points: law ", Law::Name(), " fits ", free_parameters, " parameters here but the ",
+        points.size(), " points give only ", distinct.size(),
+        " distinct inputs (it needs at least ", free_parameters + 1, ")"));
   }
-
   std::vector<std::array<double, kP>> starts;
   if (!setup.starts.empty()) {
     for (const std::vector<double>& s : setup.starts) {

@@ -93,6 +93,18 @@ TEST(DenseLaw, TooFewOrDegeneratePointsAreClearErrors) {
   auto fit = FitLaw<DenseLaw>(one_scale);
   EXPECT_EQ(fit.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(fit.status().message()).find("degenerate"), std::string::npos);
+  // Eight points, but only four distinct (N, D): each measured at two contexts,
+  // which the dense law does not read. Five parameters cannot be fitted.
+  std::vector<LawPoint> repeated;
+  for (double n : {1e6, 2e6}) {
+    for (double r : {2.0, 6.0}) {
+      for (double wobble : {1.0, 1.01}) repeated.push_back(DensePoint(n, r * n, 3.0 * wobble));
+    }
+  }
+  fit = FitLaw<DenseLaw>(repeated);
+  EXPECT_EQ(fit.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(fit.status().message()).find("only 4 distinct inputs"), std::string::npos)
+      << fit.status();
 }
 
 }  // namespace
@@ -324,6 +336,17 @@ TEST(Analysis, DenseLawReadsOnlyTheDenseRuns) {
   EXPECT_EQ(fit->fit.n_points, 45);
   EXPECT_NEAR(fit->fit.params.at("E"), 1.69, 1e-3);
   EXPECT_NEAR(fit->fit.params.at("alpha"), 0.34, 1e-4);
+}
+
+TEST(Analysis, TheOrderOfThePointsDoesNotChangeTheFit) {
+  std::vector<LawPoint> points = SyntheticXModSweep(4);
+  auto a = FitNamedLaw(points, XModOptions());
+  std::mt19937_64 rng(9);
+  std::shuffle(points.begin(), points.end(), rng);
+  auto b = FitNamedLaw(points, XModOptions());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->fit.raw, b->fit.raw);
+  EXPECT_EQ(a->fit.objective, b->fit.objective);
 }
 
 TEST(Analysis, ScalesAndHashes) {

@@ -11,6 +11,9 @@
 //                                                     // parameters give no positive loss
 //   static std::map<std::string, double> Report(const double* p);  // the published names
 //   static absl::Status CheckPoints(const std::vector<LawPoint>& points);  // degenerate data
+//   static std::vector<double> Inputs(const LawPoint& x);  // what LogLoss reads of x; points
+//                                                     // with equal inputs count once
+//                                                     // against the parameters
 //
 // LogLoss is templated on the scalar type so that Ceres differentiates it. Adding a
 // law is a new header (dense_law.h and xmod_law.h are the two so far) plus a line in

@@ -76,6 +76,10 @@ struct XModLaw {
     r["psi"] = p[9];
     return r;
   }
+  static std::vector<double> Inputs(const LawPoint& x) {
+    if (x.dense()) return {x.n, x.d};  // T does not enter a dense run's prediction
+    return {x.n, x.NTotal(), x.d, x.context, x.capacity, x.stride};
+  }
   // What the five extras need to be identifiable from the sparse runs.
   static absl::Status CheckPoints(const std::vector<LawPoint>& points) {
     std::set<double> strides;

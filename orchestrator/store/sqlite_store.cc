@@ -409,6 +409,24 @@ absl::StatusOr<QueryResult> SqliteStore::JobCurve(const std::string& job_id) {
   return CollectLocked(s);
 }
 
+absl::StatusOr<int64_t> SqliteStore::RecordFit(const std::string& sweep, const FitRecord& fit) {
+  int64_t fit_id = 0;
+  RETURN_IF_ERROR(Write([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(int64_t sweep_id, SweepIdLocked(sweep));
+    ASSIGN_OR_RETURN(Statement * s,
+                     PrepareLocked("INSERT INTO fits (sweep_id, law, points_hash, n_points, "
+                                   "params_json, objective, rmse, result_json, created_at) "
+                                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"));
+    s->Bind(1, sweep_id).Bind(2, fit.law).Bind(3, fit.points_hash).Bind(4, fit.n_points);
+    s->Bind(5, fit.params_json).Bind(6, fit.objective).Bind(7, fit.rmse);
+    s->Bind(8, fit.result_json).Bind(9, Now());
+    RETURN_IF_ERROR(WriteLocked(s, "recording a fit"));
+    fit_id = sqlite3_last_insert_rowid(db_);
+    return absl::OkStatus();
+  }));
+  return fit_id;
+}
+
 absl::StatusOr<JobState> SqliteStore::GetJobState(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Statement * s, PrepareLocked("SELECT status FROM jobs WHERE job_id = ?1"));

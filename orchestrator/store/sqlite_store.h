@@ -53,6 +53,17 @@ struct SubmitResult {
   bool sweep_created = false;
 };
 
+// One fitted law, as `xmod fit SWEEP` stores it.
+struct FitRecord {
+  std::string law;
+  std::string points_hash;  // of the points fitted (analysis.h PointsHash)
+  int64_t n_points = 0;
+  std::string params_json;  // {"E": ..., ...}
+  double objective = 0.0;
+  double rmse = 0.0;
+  std::string result_json;  // the whole report, as `xmod fit --format json` prints it
+};
+
 struct StateCounts {
   std::string sweep;
   std::map<JobState, int64_t> counts;  // every state present, zero where none
@@ -141,6 +152,10 @@ class SqliteStore {
 
   // Rows of the job_curves view for one job, by step. NOT_FOUND for an unknown job.
   absl::StatusOr<QueryResult> JobCurve(const std::string& job_id);
+
+  // Appends a fit of `sweep`'s results to the `fits` table; returns its fit_id.
+  // NOT_FOUND when there is no such sweep.
+  absl::StatusOr<int64_t> RecordFit(const std::string& sweep, const FitRecord& fit);
 
   // The job's current state. NOT_FOUND for an unknown job.
   absl::StatusOr<JobState> GetJobState(const std::string& job_id);

@@ -1,0 +1,337 @@
+#include "orchestrator/cli/analysis_commands.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/accounting.h"
+#include "common/status_macros.h"
+#include "orchestrator/cli/output.h"
+
+namespace xmod {
+
+namespace {
+
+const Value* Cell(const QueryResult& t, const std::vector<Value>& row, const std::string& name) {
+  for (size_t i = 0; i < t.columns.size(); ++i) {
+    if (t.columns[i] == name) return &row[i];
+  }
+  return nullptr;
+}
+
+double Number(const Value* v) {
+  if (v == nullptr) return 0.0;
+  if (const auto* i = std::get_if<int64_t>(v)) return static_cast<double>(*i);
+  if (const auto* d = std::get_if<double>(v)) return *d;
+  return 0.0;
+}
+
+std::string Text(const Value* v) {
+  if (v == nullptr) return "";
+  if (const auto* s = std::get_if<std::string>(v)) return *s;
+  return "";
+}
+
+// Reads a law CSV (header row). Columns by name, any order: N (or N_active), D,
+// loss, and for sparse runs N_total, T, capacity, stride; an optional `scale`
+// column names the scale for --holdout-largest.
+absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const std::string& law) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  std::string line;
+  if (!std::getline(in, line)) return absl::InvalidArgumentError(absl::StrCat(path, ":1: empty file"));
+  std::vector<std::string> header;
+  std::stringstream hs(line);
+  for (std::string c; std::getline(hs, c, ',');) {
+    while (!c.empty() && (c.back() == '\r' || c.back() == ' ')) c.pop_back();
+    while (!c.empty() && c.front() == ' ') c.erase(c.begin());
+    header.push_back(c);
+  }
+  auto find = [&](const std::string& name) -> std::optional<size_t> {
+    auto it = std::find(header.begin(), header.end(), name);
+    if (it == header.end()) return std::nullopt;
+    return static_cast<size_t>(it - header.begin());
+  };
+  std::optional<size_t> n_col = find("N_active");
+  if (!n_col) n_col = find("N");
+  const std::optional<size_t> d_col = find("D"), loss_col = find("loss"), total_col = find("N_total"),
+                              t_col = find("T"), cap_col = find("capacity"),
+                              stride_col = find("stride"), scale_col = find("scale");
+  const std::string need = law == "xmod" ? "N_active,N_total,D,T,capacity,stride,loss"
+                                         : "N,D,loss";
+  auto missing = [&](const char* name) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":1: header: missing column '", name, "' (law ", law, " needs ", need, ")"));
+  };
+  if (!n_col) return missing(law == "xmod" ? "N_active" : "N");
+  if (!d_col) return missing("D");
+  if (!loss_col) return missing("loss");
+  if (law == "xmod") {
+    if (!total_col) return missing("N_total");
+    if (!t_col) return missing("T");
+    if (!cap_col) return missing("capacity");
+    if (!stride_col) return missing("stride");
+  }
+  std::vector<LawPoint> points;
+  for (int number = 2; std::getline(in, line); ++number) {
+    while (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    std::vector<std::string> cells;
+    std::stringstream ls(line);
+    for (std::string c; std::getline(ls, c, ',');) cells.push_back(c);
+    auto number_at = [&](std::optional<size_t> col, double* target) -> absl::Status {
+      if (!col) return absl::OkStatus();
+      char* end = nullptr;
+      const bool present = *col < cells.size();
+      if (present) *target = std::strtod(cells[*col].c_str(), &end);
+      if (!present || end == cells[*col].c_str() || !std::isfinite(*target)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ":", number, ": ", header[*col], ": not a finite number"));
+      }
+      return absl::OkStatus();
+    };
+    LawPoint p;
+    RETURN_IF_ERROR(number_at(n_col, &p.n));
+    RETURN_IF_ERROR(number_at(d_col, &p.d));
+    RETURN_IF_ERROR(number_at(loss_col, &p.loss));
+    RETURN_IF_ERROR(number_at(total_col, &p.n_total));
+    RETURN_IF_ERROR(number_at(t_col, &p.context));
+    RETURN_IF_ERROR(number_at(cap_col, &p.capacity));
+    RETURN_IF_ERROR(number_at(stride_col, &p.stride));
+    if (scale_col && *scale_col < cells.size()) p.scale = cells[*scale_col];
+    for (auto [col, value] : {std::pair{n_col, p.n}, std::pair{d_col, p.d},
+                              std::pair{loss_col, p.loss}}) {
+      if (!(value > 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ":", number, ": ", header[*col], ": must be positive"));
+      }
+    }
+    if (cap_col && !(p.capacity > 0 && p.capacity <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", number, ": capacity: must be in (0, 1]"));
+    }
+    if (stride_col && !(p.stride >= 1 && p.stride == std::floor(p.stride))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", number, ": stride: must be a whole number >= 1"));
+    }
+    p.id = absl::StrCat(path, ":", number);
+    points.push_back(p);
+  }
+  if (points.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no data rows"));
+  return points;
+}
+
+std::string Percent(double confidence, bool low) {
+  const double tail = (1.0 - confidence) / 2.0 * 100.0;
+  return fmt::format("{:g}%", low ? tail : 100.0 - tail);
+}
+
+void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostream& out) {
+  out << fmt::format("law {} ({}): {} points, summed Huber objective {:.6g}, RMSE of log-loss "
+                     "{:.4g}, {} starts, {}, {:.2f} s\n",
+                     r.law, r.method, r.fit.n_points, r.fit.objective, r.fit.rmse, r.fit.starts,
+                     r.fit.converged ? "converged" : "NOT CONVERGED (best start hit its limit)",
+                     r.seconds);
+  QueryResult t;
+  t.columns = {"parameter", "value"};
+  if (!r.intervals.empty()) {
+    t.columns.push_back(Percent(options.confidence, true));
+    t.columns.push_back(Percent(options.confidence, false));
+  }
+  for (const auto& [name, value] : r.fit.params) {
+    std::vector<Value> row{name, value};
+    if (!r.intervals.empty()) {
+      row.emplace_back(r.intervals.at(name).low);
+      row.emplace_back(r.intervals.at(name).high);
+    }
+    t.rows.push_back(std::move(row));
+  }
+  PrintResult(t, Format::kTable, out);
+  if (!r.intervals.empty()) {
+    out << fmt::format("intervals: percentile bootstrap, {} resamples (seed {}){}\n",
+                       r.bootstrap_used, options.seed,
+                       r.bootstrap_failed > 0
+                           ? fmt::format(", {} degenerate resamples skipped", r.bootstrap_failed)
+                           : "");
+  }
+  const char* stage_names[] = {"stage 1, dense law on the dense runs",
+                               "stage 2, extras on the sparse runs (dense law frozen)"};
+  for (size_t i = 0; i < r.stages.size() && i < 2; ++i) {
+    out << fmt::format("{}: {} points, objective {:.6g}, RMSE {:.4g}{}\n", stage_names[i],
+                       r.stages[i].n_points, r.stages[i].objective, r.stages[i].rmse,
+                       r.stages[i].converged ? "" : ", NOT CONVERGED");
+  }
+  if (!r.holdout.empty()) {
+    out << fmt::format("\nheld out: scale {} ({} runs), fitted on the other scales; RMSE of "
+                       "log-loss {:.4g}\n",
+                       r.holdout_scale, r.holdout.size(), r.holdout_rmse);
+    QueryResult h;
+    h.columns = {"run", "N_active", "N_total", "D", "T", "capacity", "stride",
+                 "observed", "predicted", "error_pct"};
+    for (const HoldoutPoint& p : r.holdout) {
+      h.rows.push_back({p.point.id, p.point.n, p.point.NTotal(), p.point.d, p.point.context,
+                        p.point.capacity, static_cast<int64_t>(p.point.stride), p.point.loss,
+                        p.predicted, 100.0 * (p.predicted / p.point.loss - 1.0)});
+    }
+    PrintResult(h, Format::kTable, out);
+  }
+}
+
+QueryResult ReportCsv(const LawReport& r) {
+  QueryResult t;
+  t.columns = {"name", "value", "low", "high"};
+  for (const auto& [name, value] : r.fit.params) {
+    auto it = r.intervals.find(name);
+    t.rows.push_back({name, value, it == r.intervals.end() ? Value{} : Value{it->second.low},
+                      it == r.intervals.end() ? Value{} : Value{it->second.high}});
+  }
+  t.rows.push_back({std::string("objective"), r.fit.objective, Value{}, Value{}});
+  t.rows.push_back({std::string("rmse"), r.fit.rmse, Value{}, Value{}});
+  t.rows.push_back({std::string("n_points"), int64_t{r.fit.n_points}, Value{}, Value{}});
+  if (!r.holdout.empty()) {
+    t.rows.push_back({std::string("holdout_rmse"), r.holdout_rmse, Value{}, Value{}});
+  }
+  return t;
+}
+
+}  // namespace
+
+LawPoint SweepJob::ToLawPoint() const {
+  LawPoint p;
+  p.id = id;
+  p.scale = scale;
+  p.n = n_active;
+  p.n_total = n_total;
+  p.d = static_cast<double>(tokens);
+  p.loss = final_val_loss.value_or(0.0);
+  p.context = static_cast<double>(context);
+  const bool dense = family == "dense" || stride <= 1;
+  p.stride = dense ? 1.0 : static_cast<double>(stride);
+  p.capacity = dense ? 1.0
+                     : static_cast<double>(RoutedTokens(capacity, context)) /
+                           static_cast<double>(context);
+  return p;
+}
+
+absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const std::string& sweep) {
+  ASSIGN_OR_RETURN(QueryResult t, store->JobResults(sweep));
+  std::vector<SweepJob> jobs;
+  for (const auto& row : t.rows) {
+    SweepJob j;
+    j.id = Text(Cell(t, row, "job_id"));
+    j.family = Text(Cell(t, row, "family"));
+    j.scale = Text(Cell(t, row, "scale"));
+    j.status = Text(Cell(t, row, "status"));
+    j.budget_kind = Text(Cell(t, row, "budget_kind"));
+    j.budget_value = Number(Cell(t, row, "budget_value"));
+    j.sparsity = Number(Cell(t, row, "sparsity"));
+    j.capacity = Number(Cell(t, row, "capacity"));
+    j.stride = static_cast<int64_t>(Number(Cell(t, row, "stride")));
+    j.context = static_cast<int64_t>(Number(Cell(t, row, "context")));
+    j.tokens = static_cast<int64_t>(Number(Cell(t, row, "tokens")));
+    j.n_total = Number(Cell(t, row, "n_params_total"));
+    j.n_active = Number(Cell(t, row, "n_params_active"));
+    j.flops_per_token = Number(Cell(t, row, "flops_per_token"));
+    j.train_flops = Number(Cell(t, row, "train_flops"));
+    const Value* loss = Cell(t, row, "final_val_loss");
+    if (loss != nullptr && !std::holds_alternative<std::monostate>(*loss)) {
+      j.final_val_loss = Number(loss);
+    }
+    jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
+std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs) {
+  std::vector<LawPoint> points;
+  for (const SweepJob& j : jobs) {
+    if (j.status != "succeeded" || !j.final_val_loss.has_value()) continue;
+    if (j.family != "dense" && j.family != "xmod") continue;
+    points.push_back(j.ToLawPoint());
+  }
+  return points;
+}
+
+absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
+  ASSIGN_OR_RETURN(Format format, ParseFormat(o.format));
+  if (o.csv.empty() == o.sweep.empty()) {
+    return absl::InvalidArgumentError("xmod fit: give a SWEEP (with --db FILE) or --csv FILE");
+  }
+  if (!o.sweep.empty() && o.db.empty()) {
+    return absl::InvalidArgumentError("xmod fit SWEEP: --db FILE is required");
+  }
+  const std::vector<std::string> laws = KnownLaws();
+  if (std::find(laws.begin(), laws.end(), o.law) == laws.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--law ", o.law, ": unknown law (known: dense, xmod)"));
+  }
+  std::vector<LawPoint> points;
+  std::unique_ptr<SqliteStore> store;
+  std::vector<SweepJob> jobs;
+  if (!o.csv.empty()) {
+    ASSIGN_OR_RETURN(points, ReadLawCsv(o.csv, o.law));
+  } else {
+    SqliteStore::Options store_options;
+    store_options.path = o.db;
+    ASSIGN_OR_RETURN(store, SqliteStore::Open(store_options));
+    ASSIGN_OR_RETURN(jobs, LoadSweepJobs(store.get(), o.sweep));
+    points = FitPoints(jobs);
+    if (points.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sweep '", o.sweep, "': no succeeded dense or xmod job with a final val_loss yet (",
+          jobs.size(), " jobs)"));
+    }
+  }
+  if (o.exclude_top_loss < 0 || o.exclude_top_loss >= static_cast<int>(points.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("--exclude-top-loss ", o.exclude_top_loss,
+                                                   ": out of range for ", points.size(), " points"));
+  }
+  std::stable_sort(points.begin(), points.end(),
+                   [](const LawPoint& a, const LawPoint& b) { return a.loss < b.loss; });
+  points.resize(points.size() - o.exclude_top_loss);
+
+  AnalysisOptions options;
+  options.law = o.law;
+  options.joint = o.joint;
+  options.bootstrap = o.bootstrap;
+  options.seed = o.seed;
+  options.holdout_largest = o.holdout_largest;
+  options.fit.threads = o.threads;
+  ASSIGN_OR_RETURN(LawReport report, FitNamedLaw(points, options));
+
+  nlohmann::json json = ReportJson(report);
+  json["points_hash"] = PointsHash(report.points);
+  if (store != nullptr) {
+    FitRecord record;
+    record.law = report.law;
+    record.points_hash = json["points_hash"];
+    record.n_points = report.fit.n_points;
+    record.params_json = nlohmann::json(report.fit.params).dump();
+    record.objective = report.fit.objective;
+    record.rmse = report.fit.rmse;
+    record.result_json = json.dump();
+    ASSIGN_OR_RETURN(int64_t fit_id, store->RecordFit(o.sweep, record));
+    json["fit_id"] = fit_id;
+  }
+  if (format == Format::kJson) {
+    out << json.dump(2) << "\n";
+  } else if (format == Format::kCsv) {
+    PrintResult(ReportCsv(report), format, out);
+  } else {
+    PrintReport(report, options, out);
+    if (json.contains("fit_id")) {
+      out << fmt::format("stored as fit {} of sweep '{}' (points {})\n",
+                         json["fit_id"].get<int64_t>(), o.sweep,
+                         json["points_hash"].get<std::string>());
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace xmod

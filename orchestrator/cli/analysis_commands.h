@@ -1,0 +1,66 @@
+// `xmod fit` and `xmod plot`: the scaling-law side of the command line. The fits
+// themselves live in orchestrator/fit/; this file reads the points (a CSV file or
+// a sweep's results in the database), prints reports, stores fits, and draws the
+// plots with gnuplot.
+#ifndef XMOD_ORCHESTRATOR_CLI_ANALYSIS_COMMANDS_H_
+#define XMOD_ORCHESTRATOR_CLI_ANALYSIS_COMMANDS_H_
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "orchestrator/fit/analysis.h"
+#include "orchestrator/store/sqlite_store.h"
+
+namespace xmod {
+
+struct FitCommandOptions {
+  std::string sweep;  // fit a sweep's results (with db) ...
+  std::string db;
+  std::string csv;    // ... or a CSV file
+  std::string law = "dense";
+  std::string format = "table";
+  int exclude_top_loss = 0;
+  bool holdout_largest = false;
+  bool joint = false;
+  int bootstrap = 0;
+  uint64_t seed = 0;
+  int threads = 0;
+};
+
+absl::Status RunFitCommand(const FitCommandOptions& options, std::ostream& out);
+
+struct PlotCommandOptions {
+  std::string sweep;
+  std::string db;
+  std::string out_dir;
+  std::string image = "svg";  // svg or png
+  int threads = 0;
+};
+
+absl::Status RunPlotCommand(const PlotCommandOptions& options, std::ostream& out);
+
+// One job of a sweep as the job_results view gives it.
+struct SweepJob {
+  std::string id, family, scale, status, budget_kind;
+  double sparsity = 0.0, capacity = 1.0, budget_value = 0.0;
+  int64_t stride = 1, context = 0, tokens = 0;
+  double n_total = 0.0, n_active = 0.0, flops_per_token = 0.0, train_flops = 0.0;
+  std::optional<double> final_val_loss;
+  // The law's view of this job (capacity as k/T, stride 1 for dense runs).
+  LawPoint ToLawPoint() const;
+};
+
+// Every job of `sweep`; NOT_FOUND when there is no such sweep.
+absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const std::string& sweep);
+
+// The points a law is fitted to: succeeded dense and X-MoD jobs with a final
+// val_loss (MoD baselines use a different gate and are not points of either law).
+std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs);
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_CLI_ANALYSIS_COMMANDS_H_
