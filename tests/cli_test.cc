@@ -335,6 +335,62 @@ TEST_F(Cli, FitOfAFinishedSweepRecoversTheLawAndStoresIt) {
   EXPECT_EQ(std::get<int64_t>(rows->rows[0][0]), 3);
 }
 
+TEST_F(Cli, FitReadsAnXModCsvWithHoldOutAndNamesMissingColumns) {
+  // Noiseless runs of the X-MoD law on a grid written out here (not the accounting's
+  // sizes): N_total grows with stride and sparsity as in a FLOP-matched model.
+  const double e = 1.69, a = 406.4, b = 410.7, alpha = 0.34, beta = 0.28;
+  const double eta = 0.4, c_t = 1.0, beta_t = 0.5, c_s = 0.05, psi = 0.8;
+  std::ofstream csv(Path("runs.csv"));
+  csv.precision(17);
+  csv << "scale,N_active,N_total,D,T,capacity,stride,loss\n";
+  int scale = 0;
+  for (double n : {1e7, 3e7, 1e8, 3e8}) {
+    ++scale;
+    for (double r : {5.0, 20.0}) {
+      for (double t : {256.0, 1024.0}) {
+        csv << "s" << scale << "," << n << "," << n << "," << r * n << "," << t << ",1,1,"
+            << e + a / std::pow(n, alpha) + b / std::pow(r * n, beta) << "\n";
+        for (double rho : {0.125, 0.5}) {
+          for (double s : {2.0, 4.0}) {
+            const double n_total = n * (1.0 + (s - 1.0) / s * (1.0 - rho) / rho * 0.5);
+            const double loss = e + a / std::pow(n * std::pow(n_total / n, eta), alpha) +
+                                b / std::pow(r * n, beta) +
+                                c_t * (s - 1) / s * (std::pow(rho * t, -beta_t) - std::pow(t, -beta_t)) +
+                                c_s * (1 - rho) * std::pow(s - 1, psi);
+            csv << "s" << scale << "," << n << "," << n_total << "," << r * n << "," << t << ","
+                << rho << "," << s << "," << loss << "\n";
+          }
+        }
+      }
+    }
+  }
+  csv.close();
+  CommandResult r = Xmod({"fit", "--csv", Path("runs.csv"), "--law", "xmod", "--holdout-largest",
+                          "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto fit = nlohmann::json::parse(r.out);
+  EXPECT_EQ(fit["holdout"]["scale"], "s4");
+  EXPECT_EQ(fit["holdout"]["points"].size(), 20u);
+  EXPECT_NEAR(fit["params"]["eta"].get<double>(), eta, 0.01);
+  EXPECT_NEAR(fit["params"]["psi"].get<double>(), psi, 0.02);
+  EXPECT_LT(fit["holdout"]["rmse"].get<double>(), 1e-3);
+  // CSV output: one row per parameter, then the fit's figures.
+  r = Xmod({"fit", "--csv", Path("runs.csv"), "--law", "xmod", "--format", "csv"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("name,value,low,high"));
+  EXPECT_THAT(r.out, HasSubstr("\neta,"));
+  // A dense-law CSV does not carry what the X-MoD law reads.
+  std::ofstream(Path("dense.csv")) << "N,D,loss\n1e6,1e8,3.0\n";
+  r = Xmod({"fit", "--csv", Path("dense.csv"), "--law", "xmod"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr(Path("dense.csv") + ":1: header: missing column 'N_total'"));
+  std::ofstream(Path("cap.csv")) << "N_active,N_total,D,T,capacity,stride,loss\n"
+                                    "1e6,2e6,1e8,256,1.5,2,3.0\n";
+  r = Xmod({"fit", "--csv", Path("cap.csv"), "--law", "xmod"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr(Path("cap.csv") + ":2: capacity: must be in (0, 1]"));
+}
+
 TEST_F(Cli, PlotWritesTheFourPlotsWithLabelsAndLegends) {
   const std::string db = Path("demo.db");
   ASSERT_EQ(Xmod({"submit", Sweep("demo"), "--db", db}).code, 0);

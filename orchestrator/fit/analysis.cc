@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <random>
@@ -12,7 +13,9 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/id.h"
 #include "common/status_macros.h"
 #include "orchestrator/fit/dense_law.h"
@@ -338,6 +341,42 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   report.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return report;
+}
+
+absl::StatusOr<std::vector<LawPoint>> ReadChinchillaReference(const std::string& path,
+                                                              int drop_highest) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> header = absl::StrSplit(line, ',');
+  auto column = [&](const char* name) -> absl::StatusOr<size_t> {
+    auto it = std::find(header.begin(), header.end(), name);
+    if (it == header.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":1: no column '", name, "'"));
+    }
+    return static_cast<size_t>(it - header.begin());
+  };
+  ASSIGN_OR_RETURN(const size_t n_col, column("Model Size"));
+  ASSIGN_OR_RETURN(const size_t c_col, column("Training FLOP"));
+  ASSIGN_OR_RETURN(const size_t l_col, column("loss"));
+  std::vector<LawPoint> points;
+  for (int number = 2; std::getline(in, line); ++number) {
+    const std::vector<std::string> f = absl::StrSplit(line, ',');
+    double n = 0, c = 0, loss = 0;
+    if (f.size() <= std::max({n_col, c_col, l_col}) || !absl::SimpleAtod(f[n_col], &n) ||
+        !absl::SimpleAtod(f[c_col], &c) || !absl::SimpleAtod(f[l_col], &loss) || !(n > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": not a valid run"));
+    }
+    points.push_back(DensePoint(n, c / (6.0 * n), loss));
+  }
+  if (drop_highest < 0 || drop_highest >= static_cast<int>(points.size())) {
+    return absl::InvalidArgumentError("drop_highest: out of range");
+  }
+  std::stable_sort(points.begin(), points.end(),
+                   [](const LawPoint& a, const LawPoint& b) { return a.loss < b.loss; });
+  points.resize(points.size() - drop_highest);
+  return points;
 }
 
 nlohmann::json ReportJson(const LawReport& report) {

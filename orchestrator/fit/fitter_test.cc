@@ -17,40 +17,16 @@
 namespace xmod {
 namespace {
 
-// The 245 Chinchilla runs of shared/data (Epoch AI's extraction); D = C / (6 N).
-std::vector<LawPoint> Chinchilla(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> header;
-  std::stringstream hs(line);
-  for (std::string f; std::getline(hs, f, ',');) header.push_back(f);
-  const auto col = [&](const std::string& name) {
-    return std::find(header.begin(), header.end(), name) - header.begin();
-  };
-  const auto n_col = col("Model Size"), c_col = col("Training FLOP"), l_col = col("loss");
-  std::vector<LawPoint> points;
-  while (std::getline(in, line)) {
-    std::vector<std::string> f;
-    std::stringstream ls(line);
-    for (std::string x; std::getline(ls, x, ',');) f.push_back(x);
-    const double n = std::stod(f[n_col]), c = std::stod(f[c_col]);
-    points.push_back(DensePoint(n, c / (6.0 * n), std::stod(f[l_col])));
-  }
-  return points;
-}
-
 // Epoch AI's refit (shared/data/README.md): dropping the 5 highest-loss runs,
 // E = 1.8172, A = 477.8, B = 2143, alpha = 0.34731, beta = 0.36716, summed Huber
 // objective 0.0010183.
 TEST(DenseLaw, ReproducesEpochsChinchillaRefit) {
   const std::string path = std::string(XMOD_SOURCE_DIR) + "/../shared/data/chinchilla_svg_extracted.csv";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
-  std::vector<LawPoint> points = Chinchilla(path);
-  ASSERT_EQ(points.size(), 245u);
-  std::sort(points.begin(), points.end(),
-            [](const LawPoint& a, const LawPoint& b) { return a.loss < b.loss; });
-  points.resize(points.size() - 5);
+  auto loaded = ReadChinchillaReference(path, 5);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const std::vector<LawPoint>& points = *loaded;
+  ASSERT_EQ(points.size(), 240u);  // 245 runs, the 5 highest-loss dropped
   const auto start = std::chrono::steady_clock::now();
   auto fit = FitLaw<DenseLaw>(points);
   const double seconds =

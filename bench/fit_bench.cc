@@ -1,0 +1,119 @@
+// The dense-law fit of the 240 Chinchilla reference points (shared/data, the 5
+// highest-loss runs dropped, D = C / 6N), timed three ways side by side in one
+// run, alternating rounds:
+//   scout+polish  the fitter as shipped: every one of the 5,400 starts gets 10
+//                 Levenberg-Marquardt iterations, the 64 best are solved to
+//                 convergence;
+//   exhaustive    every start solved to convergence (what the search replaces);
+//   scipy         bench/fit_scipy.py: SciPy L-BFGS-B from every start (skipped
+//                 when python3 with scipy is missing).
+// Prints times, objectives and ratios; exits 1 when scout+polish misses the
+// exhaustive optimum or takes more than 5 s.
+// Run: build/bin/fit_bench [--threads N] [--rounds R]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "orchestrator/fit/analysis.h"
+#include "orchestrator/fit/dense_law.h"
+#include "orchestrator/fit/fitter.h"
+
+namespace xmod {
+namespace {
+
+const std::string kCsv =
+    std::string(XMOD_SOURCE_DIR) + "/../shared/data/chinchilla_svg_extracted.csv";
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+int Main(int argc, char** argv) {
+  int threads = 2, rounds = 2;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--threads") threads = std::atoi(argv[i + 1]);
+    if (flag == "--rounds") rounds = std::atoi(argv[i + 1]);
+  }
+  auto loaded = ReadChinchillaReference(kCsv, 5);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(loaded.status().message()).c_str());
+    return 2;
+  }
+  const std::vector<LawPoint> points = *loaded;
+  const bool scipy =
+      std::system("python3 -c 'import scipy' >/dev/null 2>&1") == 0;
+  double t_scout = 0, t_full = 0, t_scipy = 0;
+  double o_scout = 0, o_full = 0, o_scipy = 0;
+  for (int r = 0; r < rounds; ++r) {
+    FitOptions options;
+    options.threads = threads;
+    auto start = std::chrono::steady_clock::now();
+    auto scout = FitLaw<DenseLaw>(points, options);
+    t_scout += Seconds(start);
+    options.polish = 1 << 20;  // no scout: every start to convergence
+    start = std::chrono::steady_clock::now();
+    auto full = FitLaw<DenseLaw>(points, options);
+    t_full += Seconds(start);
+    if (!scout.ok() || !full.ok()) {
+      std::fprintf(stderr, "fit failed\n");
+      return 1;
+    }
+    o_scout = scout->objective;
+    o_full = full->objective;
+    std::printf("round %d: scout+polish %.2f s (objective %.10f, E %.5f alpha %.5f beta %.5f); "
+                "exhaustive %.2f s (objective %.10f)\n",
+                r + 1, t_scout / (r + 1), o_scout, scout->params.at("E"),
+                scout->params.at("alpha"), scout->params.at("beta"), t_full / (r + 1), o_full);
+    if (scipy) {
+      start = std::chrono::steady_clock::now();
+      std::unique_ptr<FILE, int (*)(FILE*)> pipe(
+          popen(("python3 " + std::string(XMOD_SOURCE_DIR) + "/bench/fit_scipy.py " + kCsv).c_str(),
+                "r"),
+          pclose);
+      std::string out;
+      char buffer[4096];
+      while (pipe && fgets(buffer, sizeof buffer, pipe.get())) out += buffer;
+      t_scipy += Seconds(start);
+      const auto j = nlohmann::json::parse(out, nullptr, false);
+      if (j.is_discarded()) {
+        std::fprintf(stderr, "fit_scipy.py printed: %s\n", out.c_str());
+        return 1;
+      }
+      o_scipy = j["objective"];
+      std::printf("round %d: scipy %.2f s (objective %.10f, E %.5f alpha %.5f beta %.5f)\n", r + 1,
+                  t_scipy / (r + 1), o_scipy, j["E"].get<double>(), j["alpha"].get<double>(),
+                  j["beta"].get<double>());
+    }
+  }
+  t_scout /= rounds;
+  t_full /= rounds;
+  t_scipy /= rounds;
+  std::printf("\n%d points, 5400 starts, %d threads, mean of %d rounds\n", static_cast<int>(points.size()),
+              threads, rounds);
+  std::printf("scout+polish %.2f s | exhaustive %.2f s | exhaustive / scout+polish %.2f\n", t_scout,
+              t_full, t_full / t_scout);
+  if (scipy) {
+    std::printf("scipy L-BFGS-B %.2f s | scipy / scout+polish %.1f (scipy objective %.10f)\n",
+                t_scipy, t_scipy / t_scout, o_scipy);
+  } else {
+    std::printf("scipy: skipped (python3 with scipy not found)\n");
+  }
+  const bool same = o_scout <= o_full * (1 + 1e-9);
+  const bool fast = t_scout <= 5.0;
+  std::printf("scout+polish reaches the exhaustive optimum: %s; under 5 s: %s\n",
+              same ? "yes" : "NO", fast ? "yes" : "NO");
+  return same && fast ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace xmod
+
+int main(int argc, char** argv) { return xmod::Main(argc, argv); }
