@@ -28,8 +28,7 @@
 namespace xmod {
 namespace {
 
-const std::string kCsv =
-    std::string(XMOD_SOURCE_DIR) + "/../shared/data/chinchilla_svg_extracted.csv";
+const std::string kCsv = std::string(XMOD_SOURCE_DIR) + "/tests/data/chinchilla_svg_extracted.csv";
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();

@@ -323,14 +323,23 @@ TEST_F(Cli, FitOfAFinishedSweepRecoversTheLawAndStoresIt) {
   EXPECT_EQ(dense["holdout"]["scale"], "s4");
   EXPECT_EQ(dense["holdout"]["points"].size(), 4u);
   EXPECT_LT(dense["holdout"]["rmse"].get<double>(), 1e-3);  // noiseless: the law extrapolates
-  rows = (*store)->Query("SELECT COUNT(*) FROM fits");
-  EXPECT_EQ(std::get<int64_t>(rows->rows[0][0]), 3);
+  rows = (*store)->Query("SELECT method, COALESCE(holdout_scale, '-') FROM fits ORDER BY fit_id");
+  ASSERT_EQ(rows->rows.size(), 3u);
+  EXPECT_EQ(std::get<std::string>(rows->rows[0][0]), "two-stage");
+  EXPECT_EQ(std::get<std::string>(rows->rows[0][1]), "-");  // every scale fitted
+  EXPECT_EQ(std::get<std::string>(rows->rows[1][1]), "s4");
+  EXPECT_EQ(std::get<std::string>(rows->rows[2][0]), "single");
+  EXPECT_EQ(std::get<std::string>(rows->rows[2][1]), "s4");
 
   // Bad requests: exit 2, nothing stored.
   EXPECT_EQ(Xmod({"fit", "nosuch", "--db", db}).code, 2);
   EXPECT_EQ(Xmod({"fit", "demo", "--db", db, "--law", "chinchilla"}).code, 2);
   EXPECT_EQ(Xmod({"fit", "demo", "--db", db, "--law", "dense", "--joint"}).code, 2);
   EXPECT_EQ(Xmod({"fit", "demo"}).code, 2);  // no --db
+  r = Xmod({"fit", "demo", "--db", Path("typo.db")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("typo.db: no such database"));
+  EXPECT_FALSE(std::filesystem::exists(Path("typo.db")));
   rows = (*store)->Query("SELECT COUNT(*) FROM fits");
   EXPECT_EQ(std::get<int64_t>(rows->rows[0][0]), 3);
 }
@@ -389,6 +398,17 @@ TEST_F(Cli, FitReadsAnXModCsvWithHoldOutAndNamesMissingColumns) {
   r = Xmod({"fit", "--csv", Path("cap.csv"), "--law", "xmod"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr(Path("cap.csv") + ":2: capacity: must be in (0, 1]"));
+  std::ofstream(Path("junk.csv")) << "N_active,N_total,D,T,capacity,stride,loss\n"
+                                     "1e6,5e5,1e8,256,0.5,2,3.0\n"
+                                     "1e6,2e6,1e8x,256,0.5,2,3.0\n";
+  r = Xmod({"fit", "--csv", Path("junk.csv"), "--law", "xmod"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr(Path("junk.csv") + ":2: N_total: must be at least N_active"));
+  std::ofstream(Path("junk.csv")) << "N_active,N_total,D,T,capacity,stride,loss\n"
+                                     "1e6,2e6,1e8x,256,0.5,2,3.0\n";
+  r = Xmod({"fit", "--csv", Path("junk.csv"), "--law", "xmod"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr(Path("junk.csv") + ":2: D: not a finite number"));
 }
 
 TEST_F(Cli, PlotWritesTheFourPlotsWithLabelsAndLegends) {

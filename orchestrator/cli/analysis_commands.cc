@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -89,8 +90,11 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
       if (!col) return absl::OkStatus();
       char* end = nullptr;
       const bool present = *col < cells.size();
-      if (present) *target = std::strtod(cells[*col].c_str(), &end);
-      if (!present || end == cells[*col].c_str() || !std::isfinite(*target)) {
+      std::string cell = present ? cells[*col] : "";
+      while (!cell.empty() && cell.back() == ' ') cell.pop_back();
+      while (!cell.empty() && cell.front() == ' ') cell.erase(cell.begin());
+      if (present) *target = std::strtod(cell.c_str(), &end);
+      if (!present || cell.empty() || *end != '\0' || !std::isfinite(*target)) {
         return absl::InvalidArgumentError(
             absl::StrCat(path, ":", number, ": ", header[*col], ": not a finite number"));
       }
@@ -111,6 +115,14 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
         return absl::InvalidArgumentError(
             absl::StrCat(path, ":", number, ": ", header[*col], ": must be positive"));
       }
+    }
+    if (total_col && !(p.n_total >= p.n)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", number, ": N_total: must be at least N_active"));
+    }
+    if (t_col && !p.dense() && !(p.context >= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", number, ": T: a sparse run needs T >= 1"));
     }
     if (cap_col && !(p.capacity > 0 && p.capacity <= 1)) {
       return absl::InvalidArgumentError(
@@ -273,14 +285,17 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
   }
   std::vector<LawPoint> points;
   std::unique_ptr<SqliteStore> store;
-  std::vector<SweepJob> jobs;
   if (!o.csv.empty()) {
     ASSIGN_OR_RETURN(points, ReadLawCsv(o.csv, o.law));
   } else {
+    // A mistyped --db is an error, not a new empty database.
+    if (!std::filesystem::exists(o.db)) {
+      return absl::NotFoundError(absl::StrCat(o.db, ": no such database"));
+    }
     SqliteStore::Options store_options;
     store_options.path = o.db;
     ASSIGN_OR_RETURN(store, SqliteStore::Open(store_options));
-    ASSIGN_OR_RETURN(jobs, LoadSweepJobs(store.get(), o.sweep));
+    ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store.get(), o.sweep));
     points = FitPoints(jobs);
     if (points.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -288,20 +303,13 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
           jobs.size(), " jobs)"));
     }
   }
-  if (o.exclude_top_loss < 0 || o.exclude_top_loss >= static_cast<int>(points.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("--exclude-top-loss ", o.exclude_top_loss,
-                                                   ": out of range for ", points.size(), " points"));
-  }
-  std::stable_sort(points.begin(), points.end(),
-                   [](const LawPoint& a, const LawPoint& b) { return a.loss < b.loss; });
-  points.resize(points.size() - o.exclude_top_loss);
-
   AnalysisOptions options;
   options.law = o.law;
   options.joint = o.joint;
   options.bootstrap = o.bootstrap;
   options.seed = o.seed;
   options.holdout_largest = o.holdout_largest;
+  options.exclude_top_loss = o.exclude_top_loss;
   options.fit.threads = o.threads;
   ASSIGN_OR_RETURN(LawReport report, FitNamedLaw(points, options));
 
@@ -309,6 +317,8 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
   json["points_hash"] = PointsHash(report.points);
   if (store != nullptr) {
     FitRecord record;
+    record.method = report.method;
+    record.holdout_scale = report.holdout_scale;
     record.law = report.law;
     record.points_hash = json["points_hash"];
     record.n_points = report.fit.n_points;

@@ -1,10 +1,12 @@
 // `xmod plot`: four plots of a sweep, drawn by gnuplot from data files and scripts
 // written next to the images (so a user can restyle them and rerun gnuplot).
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -40,23 +42,33 @@ std::optional<std::string> FindOnPath(const std::string& program) {
 
 // Runs gnuplot on `script` inside `dir`; its messages go to <script>.log.
 absl::Status RunGnuplot(const std::string& gnuplot, const fs::path& dir, const std::string& script) {
-  const std::string log = script + ".log";
+  const std::string log = (dir / (script + ".log")).string();
+  std::fflush(nullptr);  // nothing buffered may be written twice by the child
   const pid_t pid = ::fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
-    if (::chdir(dir.c_str()) != 0) ::_exit(126);
-    if (std::freopen(log.c_str(), "w", stderr) == nullptr) ::_exit(126);
-    std::freopen("/dev/null", "w", stdout);
+    const int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (err < 0 || null < 0 || ::chdir(dir.c_str()) != 0 || ::dup2(err, 2) < 0 ||
+        ::dup2(null, 1) < 0) {
+      ::_exit(126);
+    }
     ::execl(gnuplot.c_str(), "gnuplot", script.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return absl::InternalError("waiting for gnuplot failed");
+  }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::ifstream in(dir / log);
+    std::ifstream in(log);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    return absl::InternalError(absl::StrCat("gnuplot failed on ", (dir / script).string(), ": ",
-                                            text.substr(0, 2000)));
+    return absl::InternalError(absl::StrCat(
+        "gnuplot failed on ", (dir / script).string(), " (",
+        WIFEXITED(status) ? absl::StrCat("exit ", WEXITSTATUS(status))
+                          : absl::StrCat("signal ", WTERMSIG(status)),
+        WIFEXITED(status) && WEXITSTATUS(status) >= 126 ? ": could not start" : "", "): ",
+        text.substr(0, 2000)));
   }
   return absl::OkStatus();
 }
@@ -87,10 +99,10 @@ std::string Quote(const std::string& s) {
       out += "\\n";
       continue;
     }
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '_') {
-      out += "\\\\_";  // enhanced text: a literal underscore
-      continue;
+    if (c == '"' || c == '\\') {
+      out += '\\';
+    } else if (std::string_view("_^{}@&~").find(c) != std::string_view::npos) {
+      out += "\\\\";  // enhanced text: the character itself, not markup
     }
     out += c;
   }
@@ -119,6 +131,7 @@ std::string LogTics() { return "set format x '10^{%L}'\n"; }
 // A log y axis over [lo, hi] (padded) with readable tics: gnuplot's own would
 // only mark powers of ten, and a loss axis rarely spans one.
 std::string LogYAxis(double lo, double hi) {
+  if (!(lo > 0 && lo <= hi && std::isfinite(hi))) return "";  // gnuplot's own range
   lo *= 0.97;
   hi *= 1.03;
   std::vector<std::string> tics;
@@ -200,7 +213,7 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
       for (const auto& row : curve.rows) {
         const auto* v = std::get_if<double>(&row[val_col]);
         const auto* t = std::get_if<int64_t>(&row[tokens_col]);
-        if (v == nullptr || t == nullptr || *t <= 0 || !(*v > 0)) continue;
+        if (v == nullptr || t == nullptr || *t <= 0 || !(*v > 0) || !std::isfinite(*v)) continue;
         y_lo = std::min(y_lo, *v);
         y_hi = std::max(y_hi, *v);
         rows += fmt::format("{} {:.9g}\n", *t, *v);
@@ -321,8 +334,10 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
             best_n = n;
           }
           iso << fmt::format("{:.9g} {:.9g}\n", n, l);
-          iso_lo = std::min(iso_lo, l);
-          iso_hi = std::max(iso_hi, l);
+          if (std::isfinite(l)) {
+            iso_lo = std::min(iso_lo, l);
+            iso_hi = std::max(iso_hi, l);
+          }
         }
         iso << "\n\n";
         minima << fmt::format("{:.9g} {:.9g}\n", best_n, best_l);

@@ -101,7 +101,10 @@ absl::StatusOr<Fitted> FitXMod(const std::vector<LawPoint>& points, bool joint,
     // with each extras start of the grid.
     FitSetup setup;
     setup.starts.push_back(stage2->raw);
-    if (previous == nullptr) {
+    if (previous != nullptr) {
+      // A resample also starts from the full joint fit's optima.
+      for (const auto& o : previous->fit.optima) setup.starts.push_back(o);
+    } else {
       const auto grid = XModLaw::StartGrid();
       std::vector<std::vector<double>> extras(1);
       for (int k = XModLaw::kDenseParameters; k < XModLaw::kParameters; ++k) {
@@ -155,8 +158,10 @@ std::vector<LawPoint> Resample(const std::vector<LawPoint>& points, std::mt19937
   std::vector<LawPoint> out;
   for (const auto& part : {DensePoints(points), SparsePoints(points)}) {
     if (part.empty()) continue;
-    std::uniform_int_distribution<size_t> pick(0, part.size() - 1);
-    for (size_t i = 0; i < part.size(); ++i) out.push_back(part[pick(*rng)]);
+    // Plain modulo rather than std::uniform_int_distribution, whose algorithm
+    // differs between standard libraries: the same seed gives the same intervals
+    // everywhere (the bias is below 2^-40 for any realistic point count).
+    for (size_t i = 0; i < part.size(); ++i) out.push_back(part[(*rng)() % part.size()]);
   }
   return out;
 }
@@ -216,8 +221,8 @@ absl::StatusOr<double> PredictLoss(const std::string& law, const std::vector<dou
 std::string PointsHash(const std::vector<LawPoint>& points) {
   std::vector<std::string> rows;
   for (const LawPoint& x : points) {
-    rows.push_back(absl::StrFormat("%s|%.17g|%.17g|%.17g|%.17g|%.17g|%.17g|%.17g", x.id, x.n,
-                                   x.NTotal(), x.d, x.context, x.capacity, x.stride, x.loss));
+    rows.push_back(absl::StrFormat("%.17g|%.17g|%.17g|%.17g|%.17g|%.17g|%.17g", x.n, x.NTotal(),
+                                   x.d, x.context, x.capacity, x.stride, x.loss));
   }
   std::sort(rows.begin(), rows.end());
   std::string all;
@@ -244,16 +249,38 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   report.law = options.law;
   // Only the points this law reads take part (and count as scales).
   std::vector<LawPoint> usable = options.law == "dense" ? DensePoints(points) : points;
+  if (usable.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("law ", options.law, ": no usable points (the dense law needs dense runs)"));
+  }
+  // Every point, held out or not, must be one the law can predict.
+  for (const LawPoint& x : usable) {
+    if (!(x.n > 0 && x.d > 0 && x.loss > 0 && x.NTotal() > 0) ||
+        !std::isfinite(x.n * x.d * x.loss * x.NTotal()) ||
+        (!x.dense() && !(x.context >= 1 && x.capacity > 0 && x.NTotal() >= x.n))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          x.id.empty() ? "a point" : x.id, ": not a valid run for law ", options.law, " (N ", x.n,
+          ", N_total ", x.NTotal(), ", D ", x.d, ", T ", x.context, ", capacity ", x.capacity,
+          ", loss ", x.loss, ")"));
+    }
+  }
+  if (options.exclude_top_loss < 0 ||
+      options.exclude_top_loss >= static_cast<int>(usable.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("--exclude-top-loss ", options.exclude_top_loss,
+                                                   ": out of range for the ", usable.size(),
+                                                   " points law ", options.law, " reads"));
+  }
+  if (options.exclude_top_loss > 0) {
+    std::stable_sort(usable.begin(), usable.end(),
+                     [](const LawPoint& a, const LawPoint& b) { return a.loss < b.loss; });
+    usable.resize(usable.size() - options.exclude_top_loss);
+  }
   // A canonical order, so that the same set of points gives the same fit to the
   // last bit whatever order it came in (sums of residuals depend on the order).
   std::stable_sort(usable.begin(), usable.end(), [](const LawPoint& a, const LawPoint& b) {
     return std::tie(a.n, a.n_total, a.d, a.context, a.capacity, a.stride, a.loss, a.id) <
            std::tie(b.n, b.n_total, b.d, b.context, b.capacity, b.stride, b.loss, b.id);
   });
-  if (usable.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("law ", options.law, ": no usable points (the dense law needs dense runs)"));
-  }
   std::vector<LawPoint> fit_points;
   if (options.holdout_largest) {
     const std::vector<std::string> labels = ScaleLabels(usable, &report.holdout_scale);
@@ -349,6 +376,7 @@ absl::StatusOr<std::vector<LawPoint>> ReadChinchillaReference(const std::string&
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
   std::string line;
   std::getline(in, line);
+  while (!line.empty() && line.back() == '\r') line.pop_back();
   std::vector<std::string> header = absl::StrSplit(line, ',');
   auto column = [&](const char* name) -> absl::StatusOr<size_t> {
     auto it = std::find(header.begin(), header.end(), name);
@@ -362,13 +390,20 @@ absl::StatusOr<std::vector<LawPoint>> ReadChinchillaReference(const std::string&
   ASSIGN_OR_RETURN(const size_t l_col, column("loss"));
   std::vector<LawPoint> points;
   for (int number = 2; std::getline(in, line); ++number) {
+    while (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
     const std::vector<std::string> f = absl::StrSplit(line, ',');
-    double n = 0, c = 0, loss = 0;
-    if (f.size() <= std::max({n_col, c_col, l_col}) || !absl::SimpleAtod(f[n_col], &n) ||
-        !absl::SimpleAtod(f[c_col], &c) || !absl::SimpleAtod(f[l_col], &loss) || !(n > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": not a valid run"));
+    double values[3] = {0, 0, 0};
+    const size_t columns[3] = {n_col, c_col, l_col};
+    for (int k = 0; k < 3; ++k) {
+      if (columns[k] >= f.size() || !absl::SimpleAtod(f[columns[k]], &values[k]) ||
+          !(values[k] > 0) || !std::isfinite(values[k])) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": ",
+                                                       header[columns[k]],
+                                                       ": not a positive number"));
+      }
     }
-    points.push_back(DensePoint(n, c / (6.0 * n), loss));
+    points.push_back(DensePoint(values[0], values[1] / (6.0 * values[0]), values[2]));
   }
   if (drop_highest < 0 || drop_highest >= static_cast<int>(points.size())) {
     return absl::InvalidArgumentError("drop_highest: out of range");

@@ -24,6 +24,7 @@ struct AnalysisOptions {
   uint64_t seed = 0;          // of the resampling
   double confidence = 0.95;   // interval coverage
   bool holdout_largest = false;
+  int exclude_top_loss = 0;  // drop the K highest-loss points the law reads
   FitOptions fit;
 };
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "orchestrator/fit/dense_law.h"
 
 namespace xmod {
@@ -58,9 +59,11 @@ struct XModLaw {
   static T LogLoss(const T* p, const LawPoint& x) {
     using std::exp;
     using std::log;
+    if (x.dense()) {  // exactly the dense law: N_eff = N, no corrections
+      return LogSumExp3(p[0] - p[3] * std::log(x.n), p[1] - p[4] * std::log(x.d), p[2]);
+    }
     const T log_n_eff = T(std::log(x.n)) + p[5] * std::log(x.NTotal() / x.n);
     const T log_dense = LogSumExp3(p[0] - p[3] * log_n_eff, p[1] - p[4] * std::log(x.d), p[2]);
-    if (x.dense()) return log_dense;
     const double s = x.stride, rho = x.capacity, t = x.context;
     const T ctx = p[6] * ((s - 1.0) / s) *
                   (exp(-p[7] * std::log(rho * t)) - exp(-p[7] * std::log(t)));
@@ -87,9 +90,11 @@ struct XModLaw {
     bool bigger_backbone = false;
     for (const LawPoint& x : points) {
       if (x.dense()) continue;
-      if (!(x.context >= 1.0 && x.capacity > 0.0)) {
-        return absl::InvalidArgumentError(
-            "a sparse point needs a context T >= 1 and a capacity in (0, 1)");
+      if (!(x.context >= 1.0 && x.capacity > 0.0 && x.NTotal() >= x.n)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            x.id.empty() ? "a sparse point" : x.id, ": a sparse run needs T >= 1, a capacity in "
+            "(0, 1) and N_total >= N_active (T ", x.context, ", capacity ", x.capacity,
+            ", N_total ", x.NTotal(), ", N_active ", x.n, ")"));
       }
       strides.insert(x.stride);
       contexts.insert({x.capacity * x.context, x.context});

@@ -32,6 +32,7 @@ class SqliteStore::Statement {
   }
   Statement& Bind(int i, std::string_view v) { return Bind(i, std::string(v)); }
   Statement& Bind(int i, const char* v) { return Bind(i, std::string(v)); }
+  Statement& BindNull(int i) { sqlite3_bind_null(stmt_, i); return *this; }
 
  private:
   sqlite3_stmt* stmt_;
@@ -415,11 +416,17 @@ absl::StatusOr<int64_t> SqliteStore::RecordFit(const std::string& sweep, const F
     ASSIGN_OR_RETURN(int64_t sweep_id, SweepIdLocked(sweep));
     ASSIGN_OR_RETURN(Statement * s,
                      PrepareLocked("INSERT INTO fits (sweep_id, law, points_hash, n_points, "
-                                   "params_json, objective, rmse, result_json, created_at) "
-                                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"));
+                                   "params_json, objective, rmse, result_json, created_at, "
+                                   "method, holdout_scale) "
+                                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"));
     s->Bind(1, sweep_id).Bind(2, fit.law).Bind(3, fit.points_hash).Bind(4, fit.n_points);
     s->Bind(5, fit.params_json).Bind(6, fit.objective).Bind(7, fit.rmse);
-    s->Bind(8, fit.result_json).Bind(9, Now());
+    s->Bind(8, fit.result_json).Bind(9, Now()).Bind(10, fit.method);
+    if (fit.holdout_scale.empty()) {
+      s->BindNull(11);
+    } else {
+      s->Bind(11, fit.holdout_scale);
+    }
     RETURN_IF_ERROR(WriteLocked(s, "recording a fit"));
     fit_id = sqlite3_last_insert_rowid(db_);
     return absl::OkStatus();

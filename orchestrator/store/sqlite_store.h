@@ -62,6 +62,8 @@ struct FitRecord {
   double objective = 0.0;
   double rmse = 0.0;
   std::string result_json;  // the whole report, as `xmod fit --format json` prints it
+  std::string method;         // "single", "two-stage" or "joint"
+  std::string holdout_scale;  // empty: every scale was fitted
 };
 
 struct StateCounts {
