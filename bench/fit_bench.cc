@@ -6,10 +6,11 @@
 //                 convergence;
 //   exhaustive    every start solved to convergence (what the search replaces);
 //   scipy         bench/fit_scipy.py: SciPy L-BFGS-B from every start (skipped
-//                 when python3 with scipy is missing).
+//                 when that Python has no scipy; Debian's python3-scipy is in
+//                 /usr/bin/python3, the default).
 // Prints times, objectives and ratios; exits 1 when scout+polish misses the
 // exhaustive optimum or takes more than 5 s.
-// Run: build/bin/fit_bench [--threads N] [--rounds R]
+// Run: build/bin/fit_bench [--threads N] [--rounds R] [--python /usr/bin/python3]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,10 +37,12 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 
 int Main(int argc, char** argv) {
   int threads = 2, rounds = 2;
+  std::string python = "/usr/bin/python3";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--threads") threads = std::atoi(argv[i + 1]);
     if (flag == "--rounds") rounds = std::atoi(argv[i + 1]);
+    if (flag == "--python") python = argv[i + 1];
   }
   auto loaded = ReadChinchillaReference(kCsv, 5);
   if (!loaded.ok()) {
@@ -48,7 +51,7 @@ int Main(int argc, char** argv) {
   }
   const std::vector<LawPoint> points = *loaded;
   const bool scipy =
-      std::system("python3 -c 'import scipy' >/dev/null 2>&1") == 0;
+      std::system((python + " -c 'import scipy' >/dev/null 2>&1").c_str()) == 0;
   double t_scout = 0, t_full = 0, t_scipy = 0;
   double o_scout = 0, o_full = 0, o_scipy = 0;
   for (int r = 0; r < rounds; ++r) {
@@ -56,11 +59,13 @@ int Main(int argc, char** argv) {
     options.threads = threads;
     auto start = std::chrono::steady_clock::now();
     auto scout = FitLaw<DenseLaw>(points, options);
-    t_scout += Seconds(start);
+    const double s_scout = Seconds(start);
     options.polish = 1 << 20;  // no scout: every start to convergence
     start = std::chrono::steady_clock::now();
     auto full = FitLaw<DenseLaw>(points, options);
-    t_full += Seconds(start);
+    const double s_full = Seconds(start);
+    t_scout += s_scout;
+    t_full += s_full;
     if (!scout.ok() || !full.ok()) {
       std::fprintf(stderr, "fit failed\n");
       return 1;
@@ -69,18 +74,19 @@ int Main(int argc, char** argv) {
     o_full = full->objective;
     std::printf("round %d: scout+polish %.2f s (objective %.10f, E %.5f alpha %.5f beta %.5f); "
                 "exhaustive %.2f s (objective %.10f)\n",
-                r + 1, t_scout / (r + 1), o_scout, scout->params.at("E"),
-                scout->params.at("alpha"), scout->params.at("beta"), t_full / (r + 1), o_full);
+                r + 1, s_scout, o_scout, scout->params.at("E"), scout->params.at("alpha"),
+                scout->params.at("beta"), s_full, o_full);
     if (scipy) {
       start = std::chrono::steady_clock::now();
       std::unique_ptr<FILE, int (*)(FILE*)> pipe(
-          popen(("python3 " + std::string(XMOD_SOURCE_DIR) + "/bench/fit_scipy.py " + kCsv).c_str(),
+          popen((python + " " + std::string(XMOD_SOURCE_DIR) + "/bench/fit_scipy.py " + kCsv).c_str(),
                 "r"),
           pclose);
       std::string out;
       char buffer[4096];
       while (pipe && fgets(buffer, sizeof buffer, pipe.get())) out += buffer;
-      t_scipy += Seconds(start);
+      const double s_scipy = Seconds(start);
+      t_scipy += s_scipy;
       const auto j = nlohmann::json::parse(out, nullptr, false);
       if (j.is_discarded()) {
         std::fprintf(stderr, "fit_scipy.py printed: %s\n", out.c_str());
@@ -88,7 +94,7 @@ int Main(int argc, char** argv) {
       }
       o_scipy = j["objective"];
       std::printf("round %d: scipy %.2f s (objective %.10f, E %.5f alpha %.5f beta %.5f)\n", r + 1,
-                  t_scipy / (r + 1), o_scipy, j["E"].get<double>(), j["alpha"].get<double>(),
+                  s_scipy, o_scipy, j["E"].get<double>(), j["alpha"].get<double>(),
                   j["beta"].get<double>());
     }
   }

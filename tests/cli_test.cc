@@ -421,7 +421,7 @@ TEST_F(Cli, PlotWritesTheFourPlotsWithLabelsAndLegends) {
       {"loss_vs_tokens", {"training tokens seen", "validation loss", "dense", "X-MoD ρ=0.125 s=4",
                           "MoD (ρ=0.125, s=2)"}},
       {"loss_vs_flops", {"training FLOPs", "isoFLOP profiles", "non-embedding parameters",
-                         "dense law, N=", "law minimum"}},
+                         "dense law, N=", "lowest predicted loss"}},
       {"predicted_vs_observed", {"observed final validation loss", "predicted final validation loss",
                                  "held out: scale s4", "predicted = observed"}},
       {"xmod_vs_dense", {"sparsity", "relative to dense (%)", "X-MoD, stride s=2: mean",

@@ -349,7 +349,7 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
       iso.close();
       minima.close();
       right += ", \\\n     'isoflop_min.dat' using 1:2 with points pt 6 ps 1.8 lw 2 lc rgb "
-               "'#000000' title 'law minimum'";
+               "'#000000' title 'lowest predicted loss on the plotted N range'";
       law_note = fmt::format("dense law fitted on {} dense runs: E={:.3g}, A={:.3g}, B={:.3g}, "
                              "α={:.3f}, β={:.3f}",
                              r.fit.n_points, e, a, b, alpha, beta);
