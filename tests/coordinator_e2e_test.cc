@@ -195,6 +195,59 @@ TEST_F(CoordinatorE2e, AZombieGroupWhoseLeaseExpiredCanWriteNothing) {
   ExpectCompleteCurves();
 }
 
+// The pid of rank `rank` among the descendants of a group started by mpirun.
+pid_t RankPid(pid_t group, int rank) {
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (pid_t p : ProcessTree(group)) {
+    std::ifstream env("/proc/" + std::to_string(p) + "/environ");
+    std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+    for (size_t at = 0; at < all.size();) {
+      const size_t end = all.find('\0', at);
+      if (all.compare(at, end == std::string::npos ? std::string::npos : end - at, want) == 0) {
+        return p;
+      }
+      if (end == std::string::npos) break;
+      at = end + 1;
+    }
+  }
+  return -1;
+}
+
+TEST_F(CoordinatorE2e, AGroupWithAStoppedRankIsEndedByItsWatchdogAndTheJobMovesOn) {
+  const int port = testing::FreePort();
+  Serve(port, 30);  // a long lease: only the watchdog can free the job quickly
+  Submit(port, Fixture("long.yaml"));
+  const pid_t a = testing::SpawnGroup(
+      {MPIEXEC, "-np", "2", "--allow-run-as-root", "--oversubscribe", XMOD_WORKER_BIN,
+       "--coordinator", "127.0.0.1:" + std::to_string(port), "--run-dir", Path("runs"),
+       "--threads", "1", "--name", "a", "--poll-seconds", "0.2", "--stall-timeout", "3"},
+      Path("a.log"));
+  spawned_.push_back(a);
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM checkpoints WHERE step >= 20") > 0; }, 120))
+      << testing::Slurp(Path("a.log"));
+  const pid_t rank1 = RankPid(a, 1);
+  ASSERT_GT(rank1, 0);
+  ::kill(rank1, SIGSTOP);  // rank 0 now waits in the next all-reduce, heartbeating
+  // The watchdog reports the attempt failed and ends the group, well before the
+  // 30 s lease would have run out.
+  const auto stopped = std::chrono::steady_clock::now();
+  EXPECT_NE(testing::WaitExit(a, 60), 0);
+  EXPECT_THAT(testing::Slurp(Path("a.log")), ::testing::HasSubstr("no training step for 3 s"));
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM jobs WHERE status = 'pending'") == 1; }, 10));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count(), 25);
+  auto reason = Rows("SELECT reason FROM attempts WHERE attempt = 1");
+  ASSERT_EQ(reason.size(), 1u);
+  EXPECT_THAT(std::get<std::string>(reason[0][0]), ::testing::HasSubstr("stalled"));
+  ::kill(rank1, SIGKILL);  // if mpirun left it stopped
+  const pid_t b = Group(port, 2, "b");
+  EXPECT_EQ(testing::WaitExit(b, 180), 0) << testing::Slurp(Path("b.log"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 1);
+  EXPECT_GE(Count("SELECT resumed_from_step FROM attempts WHERE attempt = 2"), 20);
+  ExpectCompleteCurves();
+}
+
 TEST_F(CoordinatorE2e, SigUsr2CheckpointsReportsPreemptedAndUsesNoAttempt) {
   const int port = testing::FreePort();
   Serve(port, 10);

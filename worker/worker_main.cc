@@ -27,6 +27,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "LibTorch threads per rank (0: cores / ranks)");
   app.add_option("--poll-seconds", o.poll_seconds, "Wait between lease attempts when idle")
       ->capture_default_str();
+  app.add_option("--stall-timeout", o.stall_seconds,
+                 "Seconds without a training step after which the group reports the job "
+                 "failed and exits (0: never)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

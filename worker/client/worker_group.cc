@@ -79,12 +79,18 @@ class JobSession {
   ~JobSession() { StopHeartbeat(); }
 
   void StartHeartbeat(double ttl) {
-    heartbeat_ = std::thread([this, ttl] {
+    last_progress_ = Now();
+    // The watchdog looks at least every few seconds, even with a long lease.
+    const double period = std::max(0.05, std::min(ttl / 3.0, o_.stall_seconds > 0
+                                                                  ? o_.stall_seconds / 4.0
+                                                                  : ttl / 3.0));
+    heartbeat_ = std::thread([this, period] {
       std::unique_lock<std::mutex> lock(mu_);
       while (!heartbeat_stop_) {
-        cv_.wait_for(lock, std::chrono::duration<double>(std::max(0.05, ttl / 3.0)));
+        cv_.wait_for(lock, std::chrono::duration<double>(period));
         if (heartbeat_stop_) break;
         lock.unlock();
+        if (o_.stall_seconds > 0 && Now() - last_progress_ > o_.stall_seconds) Stalled();
         Beat();
         lock.lock();
       }
@@ -107,7 +113,10 @@ class JobSession {
   bool lost() const { return lost_; }
   bool cancelled() const { return cancelled_; }
 
-  void OnStep(int64_t step) { step_ = step; }
+  void OnStep(int64_t step) {
+    step_ = step;
+    last_progress_ = Now();
+  }
 
   void OnMetrics(const std::vector<Metric>& metrics) {
     std::lock_guard<std::mutex> lock(buffer_mu_);
@@ -202,6 +211,36 @@ class JobSession {
     if (resp.action() == pb::HeartbeatResponse::DRAIN) drain_ = true;
   }
 
+  static double Now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // The watchdog fired: training made no step for stall_seconds. The training
+  // thread is stuck (most likely in a collective with a rank that stopped), so
+  // nothing can be unwound: report the attempt failed, so the job is leased again
+  // without waiting for the lease to run out, and end the process. mpirun then
+  // ends the other ranks.
+  [[noreturn]] void Stalled() {
+    std::cerr << "job " << lease_.job_id() << ": no training step for " << o_.stall_seconds
+              << " s (last step " << step_ << "); reporting the attempt failed and ending the group"
+              << std::endl;
+    if (!lost_ && !cancelled_) {
+      pb::FailJobRequest fail;
+      fail.set_job_id(lease_.job_id());
+      fail.set_fencing_token(lease_.fencing_token());
+      fail.set_reason(pb::FailJobRequest::ERROR);
+      fail.set_retryable(true);
+      fail.set_message(absl::StrCat("stalled: no training step for ", o_.stall_seconds, " s"));
+      fail.set_step(step_);
+      pb::FailJobResponse none;
+      auto context = MakeContext(o_.token, 10.0);
+      const grpc::Status s = client_.stub().FailJob(context.get(), fail, &none);
+      if (!s.ok()) std::cerr << "job " << lease_.job_id() << ": " << s.error_message() << std::endl;
+    }
+    std::_Exit(3);
+  }
+
   // Marks the job lost on FAILED_PRECONDITION / NOT_FOUND; false on any error.
   bool Check(const grpc::Status& s) {
     if (s.ok()) return true;
@@ -240,6 +279,7 @@ class JobSession {
   std::string worker_id_;
   pb::LeaseJobResponse lease_;
   std::atomic<int64_t> step_{0};
+  std::atomic<double> last_progress_{0.0};  // steady-clock seconds of the last step
   std::atomic<bool> lost_{false}, cancelled_{false}, drain_{false};
   std::thread heartbeat_;
   std::mutex mu_;

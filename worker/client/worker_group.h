@@ -7,6 +7,10 @@
 // A stale fencing token (the lease expired and the job moved on) makes the group
 // drop the job and write nothing more. SIGTERM or SIGUSR2 (see RequestStop)
 // checkpoints at the next step boundary, reports `preempted` and ends the group.
+// A watchdog on rank 0 ends the group when no training step completes for
+// `stall_seconds` (a rank stopped or hung in a collective, a dead filesystem):
+// it reports the attempt failed (retryable) so the job is leased again at once,
+// and exits; mpirun then takes the other ranks down.
 #ifndef XMOD_WORKER_CLIENT_WORKER_GROUP_H_
 #define XMOD_WORKER_CLIENT_WORKER_GROUP_H_
 
@@ -28,6 +32,7 @@ struct WorkerGroupOptions {
   std::string device = "cpu";    // "cuda:<local rank>" on GPU nodes
   double poll_seconds = 1.0;     // wait between leases when idle
   int64_t metrics_batch = 256;   // points per ReportMetrics call (also flushed every 2 s)
+  double stall_seconds = 1800;   // no step for this long ends the group (0: never)
 };
 
 // Runs until the coordinator says the sweeps are done (or, with exit_when_idle,
