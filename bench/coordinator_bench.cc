@@ -4,7 +4,9 @@
 //      heartbeat, report 100 metrics and complete 10,000 no-op jobs: jobs per
 //      second end to end (target >= 1,000);
 //   2. metric ingest over gRPC in 1,000-point batches vs raw batched inserts of
-//      the same points into the same schema through the store (target >= 0.25).
+//      the same points into the same schema through the store (target >= 0.25);
+//   3. the cost of durability: run 1 again with synchronous=NORMAL instead of
+//      the store's default FULL, and the ratio of the two rates (no target).
 // Exits 1 when a target is missed. Usage: coordinator_bench [--groups N]
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
@@ -40,12 +42,13 @@ std::string ReadText(const std::string& path) {
 }
 
 struct Coordinator {
-  explicit Coordinator(const std::string& db) {
+  explicit Coordinator(const std::string& db, bool durable = true) {
     std::filesystem::remove(db);
     std::filesystem::remove(db + "-wal");
     std::filesystem::remove(db + "-shm");
     SqliteStore::Options o;
     o.path = db;
+    o.durable = durable;
     store = std::move(SqliteStore::Open(o).value());
     SchedulerOptions so;
     so.lease_ttl_seconds = 600;
@@ -76,8 +79,8 @@ pb::ReportMetricsRequest Batch(const std::string& job, int64_t token, int64_t fi
 }
 
 // 1. No-op jobs through the whole lease protocol.
-double JobsPerSecond(const std::string& dir, int groups, int64_t* jobs_done) {
-  Coordinator c(dir + "/jobs.db");
+double JobsPerSecond(const std::string& dir, int groups, int64_t* jobs_done, bool durable = true) {
+  Coordinator c(dir + "/jobs.db", durable);
   auto submitted = c.scheduler->Submit(
       ReadText(std::string(XMOD_SOURCE_DIR) + "/bench/grid-10k.yaml"), "grid-10k.yaml");
   if (!submitted.ok()) {
@@ -227,6 +230,11 @@ int main(int argc, char** argv) {
   std::printf("2. metric ingest, 1000-point batches: gRPC %.0f rows/s vs raw SQLite %.0f rows/s: "
               "ratio %.3f (target >= 0.25: %s)\n",
               grpc_rate, raw, ratio, ratio >= 0.25 ? "met" : "MISSED");
+  int64_t jobs_normal = 0;
+  const double normal = xmod::JobsPerSecond(dir, groups, &jobs_normal, /*durable=*/false);
+  std::printf("3. durability: %.0f jobs/s with synchronous=FULL (the default) vs %.0f with "
+              "NORMAL: ratio %.3f\n",
+              rate, normal, rate / normal);
   std::filesystem::remove_all(dir);
   return met ? 0 : 1;
 }

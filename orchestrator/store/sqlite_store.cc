@@ -90,7 +90,8 @@ absl::Status SqliteStore::Init() {
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(ExecLocked("PRAGMA journal_mode=WAL"));
-  RETURN_IF_ERROR(ExecLocked("PRAGMA synchronous=NORMAL"));
+  RETURN_IF_ERROR(ExecLocked(options_.durable ? "PRAGMA synchronous=FULL"
+                                              : "PRAGMA synchronous=NORMAL"));
   RETURN_IF_ERROR(ExecLocked("PRAGMA foreign_keys=ON"));
   // A sweep's rows (10,000 resolved configs are ~20 MB) should stay in memory:
   // a larger page cache and memory-mapped reads instead of a pread per page.

@@ -5,8 +5,10 @@
 // Writes run in BEGIN IMMEDIATE transactions with prepared statements; a batch
 // (a submitted sweep, a metric batch) is one transaction, so a failure anywhere
 // in it leaves the database as it was. The file runs in WAL mode with
-// synchronous=NORMAL: a crash loses at most the last commits before it, never a
-// half-written batch.
+// synchronous=FULL: a commit is on disk when the call returns, so neither a
+// process crash nor a power loss takes back a row a worker was told is stored
+// (synchronous=NORMAL, Options::durable = false, survives process crashes only;
+// coordinator_bench measures both).
 //
 // Thread-safe: one mutex serializes all use of the connection; concurrent
 // writers are grouped into one transaction (each still atomic on its own). Processes that only read
@@ -125,6 +127,7 @@ class SqliteStore {
     bool read_only = false;      // open existing file only; refuse every write statement
     WriteFaults* faults = nullptr;  // not owned; must outlive the store
     int busy_timeout_ms = 10000;
+    bool durable = true;          // synchronous=FULL; false: NORMAL (not power-loss safe)
     std::function<double()> now;  // seconds since the epoch; wall clock when empty
   };
 
