@@ -111,6 +111,13 @@ class JobSession {
   // Stop without writing anything: the job is no longer this group's.
   bool ShouldAbandon() const { return lost_ || cancelled_; }
   bool lost() const { return lost_; }
+  // One heartbeat now: whether the job is still this group's. An unreachable
+  // coordinator counts as yes (the checkpoint is then only recorded if the lease
+  // still holds when the group reports it).
+  bool ConfirmLease() {
+    Beat();
+    return !ShouldAbandon();
+  }
   bool cancelled() const { return cancelled_; }
 
   void OnStep(int64_t step) {
@@ -359,6 +366,7 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
     t.device = o.device;
     t.preempt = [&] { return session.ShouldStop(); };
     t.abandon = [&] { return session.ShouldAbandon(); };
+    t.confirm_checkpoint = [&] { return session.ConfirmLease(); };
     t.on_metrics = [&](const std::vector<Metric>& m) { session.OnMetrics(m); };
     t.on_checkpoint = [&](int64_t step, const std::string& path) { session.OnCheckpoint(step, path); };
     t.on_step = [&](int64_t step) { session.OnStep(step); };

@@ -249,6 +249,10 @@ class Run {
                    (o_.preempt && o_.preempt())) {
           stop = "1";
         }
+        const bool checkpoint_next = step % job_.checkpoint_interval == 0 || last || stop == "1";
+        if (stop != "2" && checkpoint_next && o_.confirm_checkpoint && !o_.confirm_checkpoint()) {
+          stop = "2";
+        }
       }
       RETURN_IF_ERROR(comm_.Broadcast(&stop, 0));
       if (stop == "2") {

@@ -40,6 +40,11 @@ struct TrainerOptions {
   // Polled on rank 0 at every step boundary; true stops at once without a
   // checkpoint (the job is no longer this group's: lease lost or cancelled).
   std::function<bool()> abandon;
+  // Asked on rank 0 before each checkpoint is written; false abandons like
+  // `abandon` (nothing written). The worker group asks the coordinator, so a group
+  // whose lease ran out while it was frozen does not write a checkpoint folder
+  // the job's new holder may be using.
+  std::function<bool()> confirm_checkpoint;
   // Called on rank 0 with the metrics of each step that reports any.
   std::function<void(const std::vector<Metric>&)> on_metrics;
   // Called on rank 0 after a checkpoint is complete on disk, with its folder.

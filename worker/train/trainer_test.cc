@@ -155,6 +155,32 @@ TEST_F(Trainer, ADamagedNewestCheckpointFallsBackToTheOneBefore) {
   EXPECT_EQ(resumed->resumed_from, 10);
 }
 
+TEST_F(Trainer, ACheckpointTheGroupCannotConfirmIsNotWritten) {
+  const TrainJob job = TinyJob(Family::kDense, 30);
+  auto data = OpenJobData(job);
+  ASSERT_TRUE(data.ok());
+  auto comm = MakeSingleProcessCommunicator();
+  TrainerOptions options;
+  options.run_dir = (dir_ / "z").string();
+  options.threads = 1;
+  std::vector<int64_t> asked;
+  int64_t last_step = 0;
+  options.on_step = [&](int64_t step) { last_step = step; };
+  // The lease is confirmed for the checkpoint at step 10, lost before step 20's.
+  options.confirm_checkpoint = [&] {
+    asked.push_back(last_step);
+    return last_step < 20;
+  };
+  auto result = Train(job, **data, *comm, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->outcome, TrainOutcome::kStopped);
+  EXPECT_EQ(result->step, 20);
+  EXPECT_EQ(asked, (std::vector<int64_t>{10, 20}));  // asked at checkpoint steps only
+  const auto checkpoints = dir_ / "z" / "checkpoints";
+  EXPECT_TRUE(std::filesystem::exists(checkpoints / "step_00000010"));
+  EXPECT_FALSE(std::filesystem::exists(checkpoints / "step_00000020"));
+}
+
 // Metric rows of a run's metrics.jsonl: every value finite, every step below `limit`.
 void ExpectOnlyFiniteRowsBefore(const std::filesystem::path& file, int64_t limit) {
   std::ifstream in(file);
