@@ -25,18 +25,11 @@ namespace xmod {
 
 namespace {
 
-std::vector<LawPoint> DensePoints(const std::vector<LawPoint>& points) {
+// The dense runs of `points` (dense = true) or the sparse ones.
+std::vector<LawPoint> Runs(const std::vector<LawPoint>& points, bool dense) {
   std::vector<LawPoint> out;
   for (const LawPoint& x : points) {
-    if (x.dense()) out.push_back(x);
-  }
-  return out;
-}
-
-std::vector<LawPoint> SparsePoints(const std::vector<LawPoint>& points) {
-  std::vector<LawPoint> out;
-  for (const LawPoint& x : points) {
-    if (!x.dense()) out.push_back(x);
+    if (x.dense() == dense) out.push_back(x);
   }
   return out;
 }
@@ -58,7 +51,7 @@ struct Fitted {
 
 absl::StatusOr<Fitted> FitDense(const std::vector<LawPoint>& points, const FitOptions& options,
                                 const Fitted* previous) {
-  const std::vector<LawPoint> dense = DensePoints(points);
+  const std::vector<LawPoint> dense = Runs(points, true);
   Fitted out;
   out.method = "single";
   ASSIGN_OR_RETURN(out.fit, FitLaw<DenseLaw>(dense, options,
@@ -68,8 +61,10 @@ absl::StatusOr<Fitted> FitDense(const std::vector<LawPoint>& points, const FitOp
 
 absl::StatusOr<Fitted> FitXMod(const std::vector<LawPoint>& points, bool joint,
                                const FitOptions& options, const Fitted* previous) {
-  const std::vector<LawPoint> dense = DensePoints(points);
-  const std::vector<LawPoint> sparse = SparsePoints(points);
+  const std::vector<LawPoint> dense = Runs(points, true);
+  const std::vector<LawPoint> sparse = Runs(points, false);
+  std::vector<LawPoint> both = dense;
+  both.insert(both.end(), sparse.begin(), sparse.end());
   Fitted out;
   out.method = joint ? "joint" : "two-stage";
   // Stage 1: the dense law on the dense runs.
@@ -106,31 +101,15 @@ absl::StatusOr<Fitted> FitXMod(const std::vector<LawPoint>& points, bool joint,
       for (const auto& o : previous->fit.optima) setup.starts.push_back(o);
     } else {
       const auto grid = XModLaw::StartGrid();
-      std::vector<std::vector<double>> extras(1);
-      for (int k = XModLaw::kDenseParameters; k < XModLaw::kParameters; ++k) {
-        std::vector<std::vector<double>> next;
-        for (const auto& e : extras) {
-          for (double v : grid[k]) {
-            auto t = e;
-            t.push_back(v);
-            next.push_back(t);
-          }
-        }
-        extras.swap(next);
-      }
-      for (const auto& e : extras) {
+      for (const auto& e : GridProduct({grid.begin() + XModLaw::kDenseParameters, grid.end()})) {
         std::vector<double> s(stage1->raw.begin(), stage1->raw.end());
         s.insert(s.end(), e.begin(), e.end());
         setup.starts.push_back(s);
       }
     }
-    std::vector<LawPoint> both = dense;
-    both.insert(both.end(), sparse.begin(), sparse.end());
     ASSIGN_OR_RETURN(all, FitLaw<XModLaw>(both, options, setup));
     all.starts += stage1->starts + stage2->starts;
   } else {
-    std::vector<LawPoint> both = dense;
-    both.insert(both.end(), sparse.begin(), sparse.end());
     all.objective = LawObjective<XModLaw>(all.raw.data(), both, options.huber_delta, &all.rmse);
   }
   out.fit = std::move(all);
@@ -156,7 +135,7 @@ double Quantile(std::vector<double> values, double q) {
 // so every resample keeps both kinds in their proportions.
 std::vector<LawPoint> Resample(const std::vector<LawPoint>& points, std::mt19937_64* rng) {
   std::vector<LawPoint> out;
-  for (const auto& part : {DensePoints(points), SparsePoints(points)}) {
+  for (const auto& part : {Runs(points, true), Runs(points, false)}) {
     if (part.empty()) continue;
     // Plain modulo rather than std::uniform_int_distribution, whose algorithm
     // differs between standard libraries: the same seed gives the same intervals
@@ -248,16 +227,14 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   LawReport report;
   report.law = options.law;
   // Only the points this law reads take part (and count as scales).
-  std::vector<LawPoint> usable = options.law == "dense" ? DensePoints(points) : points;
+  std::vector<LawPoint> usable = options.law == "dense" ? Runs(points, true) : points;
   if (usable.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("law ", options.law, ": no usable points (the dense law needs dense runs)"));
   }
   // Every point, held out or not, must be one the law can predict.
   for (const LawPoint& x : usable) {
-    if (!(x.n > 0 && x.d > 0 && x.loss > 0 && x.NTotal() > 0) ||
-        !std::isfinite(x.n * x.d * x.loss * x.NTotal()) ||
-        (!x.dense() && !(x.context >= 1 && x.capacity > 0 && x.NTotal() >= x.n))) {
+    if (!x.Valid()) {
       return absl::InvalidArgumentError(absl::StrCat(
           x.id.empty() ? "a point" : x.id, ": not a valid run for law ", options.law, " (N ", x.n,
           ", N_total ", x.NTotal(), ", D ", x.d, ", T ", x.context, ", capacity ", x.capacity,

@@ -119,8 +119,8 @@ struct HuberResiduals {
 
 }  // namespace fit_internal
 
-// INVALID_ARGUMENT when there are no more points than free parameters, a value is
-// non-positive or non-finite, or the law finds the data degenerate (CheckPoints).
+// INVALID_ARGUMENT when there are no more distinct points than free parameters, a
+// point is not Valid(), or the law finds the data degenerate (CheckPoints).
 template <typename Law>
 absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
                                  const FitOptions& options = {}, const FitSetup& setup = {}) {
@@ -130,11 +130,11 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
     if (setup.fixed[k].has_value()) frozen.push_back(k);
   }
   for (const LawPoint& x : points) {
-    if (!(x.n > 0 && x.d > 0 && x.loss > 0 && x.NTotal() > 0) ||
-        !std::isfinite(x.n * x.d * x.loss * x.NTotal())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a point has a non-positive or non-finite value (N ", x.n, ", D ", x.d,
-                       ", loss ", x.loss, x.id.empty() ? "" : ", job ", x.id, ")"));
+    if (!x.Valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          x.id.empty() ? "a point" : x.id, ": not a valid run for law ", Law::Name(), " (N ", x.n,
+          ", N_total ", x.NTotal(), ", D ", x.d, ", T ", x.context, ", capacity ", x.capacity,
+          ", loss ", x.loss, ")"));
     }
   }
   if (absl::Status s = Law::CheckPoints(points); !s.ok()) return s;
@@ -158,21 +158,14 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
       starts.push_back(a);
     }
   } else {
-    // Every combination of the grid, in a fixed order.
-    const auto grid = Law::StartGrid();
-    starts.assign(1, std::array<double, kP>{});
-    for (int i = 0; i < kP; ++i) {
-      std::vector<double> values = grid[i];
-      if (std::find(frozen.begin(), frozen.end(), i) != frozen.end()) values = {0.0};
-      std::vector<std::array<double, kP>> next;
-      for (const auto& s : starts) {
-        for (double v : values) {
-          auto t = s;
-          t[i] = v;
-          next.push_back(t);
-        }
-      }
-      starts.swap(next);
+    // Every combination of the grid, in a fixed order; a frozen parameter has one
+    // value (set below).
+    std::vector<std::vector<double>> grid = Law::StartGrid();
+    for (int k : frozen) grid[k] = {0.0};
+    for (const std::vector<double>& s : GridProduct(grid)) {
+      std::array<double, kP> a;
+      std::copy(s.begin(), s.end(), a.begin());
+      starts.push_back(a);
     }
   }
   for (auto& s : starts) {

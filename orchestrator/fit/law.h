@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 namespace xmod {
 
@@ -41,6 +42,14 @@ struct LawPoint {
   double NTotal() const { return n_total > 0 ? n_total : n; }
   // A dense run: every layer sees every token.
   bool dense() const { return stride <= 1.0 || capacity >= 1.0; }
+  // Whether a law can predict this run: positive, finite sizes and loss, and for a
+  // sparse run a context T >= 1, a capacity > 0 and N_total >= N_active.
+  bool Valid() const {
+    if (!(n > 0 && d > 0 && loss > 0 && NTotal() > 0) || !std::isfinite(n * d * loss * NTotal())) {
+      return false;
+    }
+    return dense() || (context >= 1.0 && capacity > 0.0 && NTotal() >= n);
+  }
 };
 
 // A dense run with N parameters, D tokens and final loss `loss`.
@@ -50,6 +59,24 @@ inline LawPoint DensePoint(double n, double d, double loss) {
   x.d = d;
   x.loss = loss;
   return x;
+}
+
+// Every combination of `grid` (one list of values per coordinate), the last
+// coordinate varying fastest.
+inline std::vector<std::vector<double>> GridProduct(const std::vector<std::vector<double>>& grid) {
+  std::vector<std::vector<double>> out(1);
+  for (const std::vector<double>& values : grid) {
+    std::vector<std::vector<double>> next;
+    next.reserve(out.size() * values.size());
+    for (const auto& prefix : out) {
+      for (double v : values) {
+        next.push_back(prefix);
+        next.back().push_back(v);
+      }
+    }
+    out.swap(next);
+  }
+  return out;
 }
 
 // log-sum-exp of three terms, stable for any magnitudes.

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "orchestrator/fit/dense_law.h"
 
 namespace xmod {
@@ -89,13 +88,7 @@ struct XModLaw {
     std::set<std::pair<double, double>> contexts;  // (ρT, T)
     bool bigger_backbone = false;
     for (const LawPoint& x : points) {
-      if (x.dense()) continue;
-      if (!(x.context >= 1.0 && x.capacity > 0.0 && x.NTotal() >= x.n)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            x.id.empty() ? "a sparse point" : x.id, ": a sparse run needs T >= 1, a capacity in "
-            "(0, 1) and N_total >= N_active (T ", x.context, ", capacity ", x.capacity,
-            ", N_total ", x.NTotal(), ", N_active ", x.n, ")"));
-      }
+      if (x.dense()) continue;  // the fitter has checked every point is Valid()
       strides.insert(x.stride);
       contexts.insert({x.capacity * x.context, x.context});
       if (x.NTotal() != x.n) bigger_backbone = true;
