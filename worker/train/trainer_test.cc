@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -66,7 +67,8 @@ class Trainer : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   absl::StatusOr<TrainResult> Run(const TrainJob& job, const std::string& run, bool resume = false,
-                                  int64_t stop_after = 0) {
+                                  int64_t stop_after = 0,
+                                  const std::function<void(TrainerOptions&)>& hooks = nullptr) {
     auto data = OpenJobData(job);
     EXPECT_TRUE(data.ok());
     auto comm = MakeSingleProcessCommunicator();
@@ -75,6 +77,7 @@ class Trainer : public ::testing::Test {
     options.resume = resume;
     options.stop_after_step = stop_after;
     options.threads = 1;
+    if (hooks) hooks(options);
     return Train(job, **data, *comm, options);
   }
 
@@ -156,22 +159,16 @@ TEST_F(Trainer, ADamagedNewestCheckpointFallsBackToTheOneBefore) {
 }
 
 TEST_F(Trainer, ACheckpointTheGroupCannotConfirmIsNotWritten) {
-  const TrainJob job = TinyJob(Family::kDense, 30);
-  auto data = OpenJobData(job);
-  ASSERT_TRUE(data.ok());
-  auto comm = MakeSingleProcessCommunicator();
-  TrainerOptions options;
-  options.run_dir = (dir_ / "z").string();
-  options.threads = 1;
   std::vector<int64_t> asked;
   int64_t last_step = 0;
-  options.on_step = [&](int64_t step) { last_step = step; };
-  // The lease is confirmed for the checkpoint at step 10, lost before step 20's.
-  options.confirm_checkpoint = [&] {
-    asked.push_back(last_step);
-    return last_step < 20;
-  };
-  auto result = Train(job, **data, *comm, options);
+  auto result = Run(TinyJob(Family::kDense, 30), "z", false, 0, [&](TrainerOptions& options) {
+    options.on_step = [&](int64_t step) { last_step = step; };
+    // The lease is confirmed for the checkpoint at step 10, lost before step 20's.
+    options.confirm_checkpoint = [&] {
+      asked.push_back(last_step);
+      return last_step < 20;
+    };
+  });
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->outcome, TrainOutcome::kStopped);
   EXPECT_EQ(result->step, 20);
