@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -69,6 +70,16 @@ ParamCount CountParams(const ModelShape& shape);
 
 // Forward matmul FLOPs per token (layers + head), as defined above.
 double ForwardFlopsPerToken(const ModelShape& shape);
+
+// Forward FLOPs per token when routed layer i (in layer order) processes the
+// fraction per_routed_layer_capacity[i] of the tokens: a routed layer at capacity c
+// costs c·2(4d² + 3·d·d_ff) + c²·4·T·d + 2d, anchors and head as above. Used to
+// price the capacities threshold routing realises, which need not be k/T.
+// Precondition: the vector holds NumRoutedLayers(shape) entries (a missing entry
+// is charged at EffectiveCapacity, an extra one is ignored). At
+// EffectiveCapacity for every layer this is ForwardFlopsPerToken(shape).
+double ForwardFlopsPerTokenAt(const ModelShape& shape,
+                              const std::vector<double>& per_routed_layer_capacity);
 
 // 3 × ForwardFlopsPerToken.
 double TrainFlopsPerToken(const ModelShape& shape);

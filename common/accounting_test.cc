@@ -68,6 +68,25 @@ TEST(Accounting, ModHasRoutersButNoGatesAndMatchesHandCount) {
   EXPECT_DOUBLE_EQ(ForwardFlopsPerToken(s), 292096.0);
 }
 
+TEST(Accounting, FlopsAtTheNominalCapacityOfEveryRoutedLayerAreTheChargedFlops) {
+  for (const ModelShape& s : {Tiny(Family::kXmod, 4, 2, 0.25, 128), Tiny(Family::kMod, 4, 2, 0.125, 64),
+                              Tiny(Family::kXmod, 129, 8, 0.125, 256),
+                              Tiny(Family::kDense, 3, 1, 1.0, 128)}) {
+    const std::vector<double> nominal(static_cast<size_t>(NumRoutedLayers(s)), EffectiveCapacity(s));
+    EXPECT_NEAR(ForwardFlopsPerTokenAt(s, nominal), ForwardFlopsPerToken(s),
+                1e-12 * ForwardFlopsPerToken(s))
+        << FamilyName(s.family) << " " << s.n_layers;
+  }
+}
+
+// The X-MoD model of the hand count above with its two routed layers at 0.5 and 0:
+//   0.5·100352 + 0.25·32768 + 128 = 58496; 0 + 0 + 128 = 128
+//   forward = 2·133120 + 58496 + 128 + 32768 = 357632
+TEST(Accounting, FlopsAtRealisedCapacitiesPriceEachRoutedLayerByItsOwn) {
+  const ModelShape s = Tiny(Family::kXmod, 4, 2, 0.25, 128);
+  EXPECT_DOUBLE_EQ(ForwardFlopsPerTokenAt(s, {0.5, 0.0}), 357632.0);
+}
+
 // Stride 3 with 7 layers: anchors at 0, 3, 6 -> 4 routed layers.
 TEST(Accounting, AnchorsFallOnMultiplesOfTheStride) {
   ModelShape s = Tiny(Family::kXmod, 7, 3, 0.5, 64);

@@ -24,6 +24,11 @@ struct TokenMeta {
   std::string tokenizer = "bytes";
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
+  // How val.bin was held out, in words, e.g. "every 20th document, offset 10: 25 of
+  // 500 documents held out"; empty for datasets written before it was recorded.
+  std::string val_split;
+  // The input files held out whole, in input order (empty for a chunk split).
+  std::vector<std::string> val_documents;
 };
 
 // A read-only, memory-mapped token file. Thread-safe after Open.
@@ -75,14 +80,29 @@ class TokenDataset {
 std::string StripBrownTags(const std::string& text);
 
 struct PrepareOptions {
-  std::vector<std::string> inputs;  // text files, concatenated in this order
+  std::vector<std::string> inputs;  // text files (documents), concatenated in this order
   std::string output_dir;
   bool strip_tags = false;
-  double val_fraction = 0.05;       // the last fraction of the bytes goes to val.bin
+  double val_fraction = 0.05;       // about this fraction goes to val.bin (see below)
 };
+
+// Inputs of at most this many bytes per chunk when a split by document is not possible.
+inline constexpr int64_t kValChunkBytes = 64 * 1024;
 
 // Writes a byte-level (vocab 256, uint16) dataset. Files are written under
 // temporary names and renamed, so a failure leaves no partial dataset.
+//
+// The validation set is held out by whole documents spread through the corpus,
+// not taken from its end (a sorted corpus ends in one genre): with period
+// n = max(2, round(1 / val_fraction)) and offset n / 2, input i goes to val.bin when
+// i % n == offset, the middle document of every block of n. With fewer than n
+// inputs (a single file, say), the concatenated text is cut into chunks of
+// min(kValChunkBytes, bytes / n) bytes and chunk j is held out when j % n == offset.
+// Train and validation keep the input order. meta.json records the rule
+// ("val_split", also returned in TokenMeta::val_split for the CLI to print) and
+// the held-out documents ("val_documents").
+// INVALID_ARGUMENT for no inputs, a fraction outside (0, 1), or a split that leaves
+// fewer than 2 tokens on either side; NOT_FOUND for an unreadable input.
 // Returns the metadata written.
 absl::StatusOr<TokenMeta> PrepareByteDataset(const PrepareOptions& options);
 

@@ -1,6 +1,7 @@
 #include "orchestrator/cli/analysis_commands.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/accounting.h"
 #include "common/status_macros.h"
@@ -166,23 +168,58 @@ void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostrea
   }
   PrintResult(t, Format::kTable, out);
   if (!r.intervals.empty()) {
-    out << fmt::format("intervals: percentile bootstrap, {} resamples (seed {}){}\n",
-                       r.bootstrap_used, options.seed,
-                       r.bootstrap_failed > 0
-                           ? fmt::format(", {} degenerate resamples skipped", r.bootstrap_failed)
-                           : "");
+    const int total = r.bootstrap_used + r.bootstrap_failed;
+    out << fmt::format("intervals: percentile bootstrap over {} configurations (replicates resampled "
+                       "together), refits from the optima and a thinned start grid; {} of {} "
+                       "resamples fitted, {} failed ({:.1f}%), seed {}\n",
+                       r.bootstrap_clusters, r.bootstrap_used, total, r.bootstrap_failed,
+                       total > 0 ? 100.0 * r.bootstrap_failed / total : 0.0, options.seed);
   }
-  const char* stage_names[] = {"stage 1, dense law on the dense runs",
-                               "stage 2, extras on the sparse runs (dense law frozen)"};
-  for (size_t i = 0; i < r.stages.size() && i < 2; ++i) {
-    out << fmt::format("{}: {} points, objective {:.6g}, RMSE {:.4g}{}\n", stage_names[i],
-                       r.stages[i].n_points, r.stages[i].objective, r.stages[i].rmse,
-                       r.stages[i].converged ? "" : ", NOT CONVERGED");
+  if (!r.fixed.empty()) {
+    out << fmt::format("frozen (--fix): {}\n", fmt::join(r.fixed, ", "));
   }
+  out << fmt::format("on a bound: {}\n", r.on_bound.empty() ? std::string("none")
+                                                             : fmt::format("{}", fmt::join(r.on_bound, ", ")));
+  if (r.law == "xmod" || r.dense.size() > 1) {
+    // The dense law (reference) at each context.
+    for (const ContextFit& c : r.dense) {
+      out << fmt::format("\ndense law at T = {:g}: {} points, objective {:.6g}, RMSE {:.4g}{}{}\n",
+                         c.context, c.fit.n_points, c.fit.objective, c.fit.rmse,
+                         c.fit.converged ? "" : ", NOT CONVERGED",
+                         c.on_bound.empty() ? "" : fmt::format(", on a bound: {}", fmt::join(c.on_bound, ", ")));
+      QueryResult t2;
+      t2.columns = {"parameter", "value"};
+      if (!c.intervals.empty()) {
+        t2.columns.push_back(Percent(options.confidence, true));
+        t2.columns.push_back(Percent(options.confidence, false));
+      }
+      for (const auto& [name, value] : c.fit.params) {
+        std::vector<Value> row{name, value};
+        if (!c.intervals.empty()) {
+          row.emplace_back(c.intervals.at(name).low);
+          row.emplace_back(c.intervals.at(name).high);
+        }
+        t2.rows.push_back(std::move(row));
+      }
+      PrintResult(t2, Format::kTable, out);
+    }
+  }
+  if (r.law == "xmod" && r.stages.size() == 2) {
+    out << fmt::format("extras on the sparse runs (each against the dense law at its context): "
+                       "{} points, objective {:.6g}, RMSE {:.4g}{}\n",
+                       r.stages[1].n_points, r.stages[1].objective, r.stages[1].rmse,
+                       r.stages[1].converged ? "" : ", NOT CONVERGED");
+  }
+  out << fmt::format("noise: {} configurations, {} with 2+ seeds, median seed sd {:.2f}% of the loss; "
+                     "median evaluation SE {:.2f}% ({} points)\n",
+                     r.noise.configurations, r.noise.replicated, 100.0 * r.noise.seed_sd,
+                     100.0 * r.noise.eval_se, r.noise.with_se);
   if (!r.holdout.empty()) {
     out << fmt::format("\nheld out: scale {} ({} runs), fitted on the other scales; RMSE of "
-                       "log-loss {:.4g}\n",
-                       r.holdout_scale, r.holdout.size(), r.holdout_rmse);
+                       "log-loss {:.4g} (about {:.2f}% of the loss) against a seed noise of "
+                       "{:.2f}% and an evaluation SE of {:.2f}%\n",
+                       r.holdout_scale, r.holdout.size(), r.holdout_rmse, 100.0 * r.holdout_rmse,
+                       100.0 * r.noise.seed_sd, 100.0 * r.noise.eval_se);
     QueryResult h;
     h.columns = {"run", "N_active", "N_total", "D", "T", "capacity", "stride",
                  "observed", "predicted", "error_pct"};
@@ -214,17 +251,28 @@ QueryResult ReportCsv(const LawReport& r) {
 
 }  // namespace
 
-LawPoint SweepJob::ToLawPoint() const {
+std::optional<double> SweepJob::Loss(const std::string& metric) const {
+  if (metric == "val_loss" || !routed()) return final_val_loss;
+  return final_val_loss_causal;
+}
+
+LawPoint SweepJob::ToLawPoint(const PointOptions& options) const {
   LawPoint p;
   p.id = id;
   p.scale = scale;
-  p.n = n_active;
-  p.n_total = n_total;
-  p.d = static_cast<double>(tokens);
-  p.loss = final_val_loss.value_or(0.0);
+  p.config = config_key;
+  const double extra = options.total_params ? n_embedding : 0.0;
+  p.n = n_active + extra;
+  p.n_total = n_total + extra;
+  // What the job trained on (whole steps), not the budget it was sized for.
+  p.d = static_cast<double>(tokens_trained > 0 ? tokens_trained : tokens);
+  p.loss = Loss(options.metric).value_or(0.0);
+  const bool top_k = options.metric == "val_loss" || !routed();
+  p.se = (top_k ? final_val_loss_se : final_val_loss_causal_se).value_or(0.0);
   p.context = static_cast<double>(context);
-  const bool dense = family == "dense" || stride <= 1;
+  const bool dense = !routed();
   p.stride = dense ? 1.0 : static_cast<double>(stride);
+  p.layers = static_cast<double>(n_layers);
   p.capacity = dense ? 1.0
                      : static_cast<double>(RoutedTokens(capacity, context)) /
                            static_cast<double>(context);
@@ -234,6 +282,11 @@ LawPoint SweepJob::ToLawPoint() const {
 absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const std::string& sweep) {
   ASSIGN_OR_RETURN(QueryResult t, store->JobResults(sweep));
   std::vector<SweepJob> jobs;
+  auto optional = [&](const std::vector<Value>& row, const char* name) -> std::optional<double> {
+    const Value* v = Cell(t, row, name);
+    if (v == nullptr || std::holds_alternative<std::monostate>(*v)) return std::nullopt;
+    return Number(v);
+  };
   for (const auto& row : t.rows) {
     SweepJob j;
     j.id = Text(Cell(t, row, "job_id"));
@@ -241,31 +294,39 @@ absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const st
     j.scale = Text(Cell(t, row, "scale"));
     j.status = Text(Cell(t, row, "status"));
     j.budget_kind = Text(Cell(t, row, "budget_kind"));
+    j.config_key = Text(Cell(t, row, "config_key"));
     j.budget_value = Number(Cell(t, row, "budget_value"));
     j.sparsity = Number(Cell(t, row, "sparsity"));
     j.capacity = Number(Cell(t, row, "capacity"));
     j.stride = static_cast<int64_t>(Number(Cell(t, row, "stride")));
     j.context = static_cast<int64_t>(Number(Cell(t, row, "context")));
     j.tokens = static_cast<int64_t>(Number(Cell(t, row, "tokens")));
+    j.tokens_trained = static_cast<int64_t>(Number(Cell(t, row, "tokens_trained")));
+    j.n_layers = static_cast<int64_t>(Number(Cell(t, row, "n_layers")));
+    j.seed = static_cast<int64_t>(Number(Cell(t, row, "seed")));
     j.n_total = Number(Cell(t, row, "n_params_total"));
     j.n_active = Number(Cell(t, row, "n_params_active"));
+    j.n_embedding = Number(Cell(t, row, "n_params_embedding"));
     j.flops_per_token = Number(Cell(t, row, "flops_per_token"));
     j.train_flops = Number(Cell(t, row, "train_flops"));
-    const Value* loss = Cell(t, row, "final_val_loss");
-    if (loss != nullptr && !std::holds_alternative<std::monostate>(*loss)) {
-      j.final_val_loss = Number(loss);
-    }
+    j.final_val_loss = optional(row, "final_val_loss");
+    j.final_val_loss_causal = optional(row, "final_val_loss_causal");
+    j.final_val_loss_se = optional(row, "final_val_loss_se");
+    j.final_val_loss_causal_se = optional(row, "final_val_loss_causal_se");
+    j.final_capacity = optional(row, "final_capacity");
+    j.final_capacity_causal = optional(row, "final_capacity_causal");
+    j.final_flops_ratio_causal = optional(row, "final_flops_ratio_causal");
     jobs.push_back(std::move(j));
   }
   return jobs;
 }
 
-std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs) {
+std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs, const PointOptions& options) {
   std::vector<LawPoint> points;
   for (const SweepJob& j : jobs) {
-    if (j.status != "succeeded" || !j.final_val_loss.has_value()) continue;
+    if (j.status != "succeeded" || !j.Loss(options.metric).has_value()) continue;
     if (j.family != "dense" && j.family != "xmod") continue;
-    points.push_back(j.ToLawPoint());
+    points.push_back(j.ToLawPoint(options));
   }
   return points;
 }
@@ -283,9 +344,37 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
     return absl::InvalidArgumentError(
         absl::StrCat("--law ", o.law, ": unknown law (known: dense, xmod)"));
   }
+  if (o.metric != "auto" && o.metric != "val_loss" && o.metric != "val_loss_causal") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metric ", o.metric, ": unknown metric (known: auto, val_loss, val_loss_causal)"));
+  }
+  if (o.params != "non-embedding" && o.params != "total") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--params ", o.params, ": unknown count (known: non-embedding, total)"));
+  }
+  std::map<std::string, double> fixed;
+  for (const std::string& f : o.fix) {
+    const size_t eq = f.find('=');
+    double value = 0;
+    if (eq == std::string::npos || eq == 0 ||
+        !absl::SimpleAtod(f.substr(eq + 1), &value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--fix ", f, ": expected NAME=VALUE (e.g. --fix beta_T=0.5)"));
+    }
+    if (!fixed.emplace(f.substr(0, eq), value).second) {
+      return absl::InvalidArgumentError(absl::StrCat("--fix ", f.substr(0, eq), ": given twice"));
+    }
+  }
+  PointOptions point_options;
+  point_options.metric = o.metric;
+  point_options.total_params = o.params == "total";
   std::vector<LawPoint> points;
   std::unique_ptr<SqliteStore> store;
   if (!o.csv.empty()) {
+    if (o.metric != "auto" || o.params != "non-embedding") {
+      return absl::InvalidArgumentError(
+          "--metric and --params choose among a sweep's columns; a CSV file gives one loss and N");
+    }
     ASSIGN_OR_RETURN(points, ReadLawCsv(o.csv, o.law));
   } else {
     // A mistyped --db is an error, not a new empty database.
@@ -296,12 +385,23 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
     store_options.path = o.db;
     ASSIGN_OR_RETURN(store, SqliteStore::Open(store_options));
     ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store.get(), o.sweep));
-    points = FitPoints(jobs);
+    points = FitPoints(jobs, point_options);
     if (points.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "sweep '", o.sweep, "': no succeeded dense or xmod job with a final val_loss yet (",
+          "sweep '", o.sweep, "': no succeeded dense or xmod job with a final ",
+          o.metric == "val_loss" ? "val_loss" : "loss (val_loss_causal for routed runs)", " yet (",
           jobs.size(), " jobs)"));
     }
+  }
+  if (o.context > 0) {
+    std::vector<LawPoint> at;
+    for (const LawPoint& x : points) {
+      if (x.context == static_cast<double>(o.context)) at.push_back(x);
+    }
+    if (at.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--context ", o.context, ": no run at that context"));
+    }
+    points = std::move(at);
   }
   AnalysisOptions options;
   options.law = o.law;
@@ -311,9 +411,16 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
   options.holdout_largest = o.holdout_largest;
   options.exclude_top_loss = o.exclude_top_loss;
   options.fit.threads = o.threads;
+  options.fixed = fixed;
   ASSIGN_OR_RETURN(LawReport report, FitNamedLaw(points, options));
 
   nlohmann::json json = ReportJson(report);
+  const std::string metric_used =
+      !o.csv.empty() ? "loss column"
+                     : (o.metric == "val_loss" ? "val_loss (top-k) for every run"
+                                               : "val_loss_causal for routed runs, val_loss for dense");
+  json["metric"] = metric_used;
+  json["params_counted"] = o.params;
   json["points_hash"] = PointsHash(report.points);
   if (store != nullptr) {
     FitRecord record;
@@ -334,6 +441,8 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
   } else if (format == Format::kCsv) {
     PrintResult(ReportCsv(report), format, out);
   } else {
+    out << fmt::format("metric: {}; N: {} parameters; D: tokens trained (steps x batch)\n",
+                       metric_used, o.params);
     PrintReport(report, options, out);
     if (json.contains("fit_id")) {
       out << fmt::format("stored as fit {} of sweep '{}' (points {})\n",

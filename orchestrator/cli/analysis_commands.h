@@ -29,6 +29,10 @@ struct FitCommandOptions {
   int bootstrap = 0;
   uint64_t seed = 0;
   int threads = 0;
+  std::vector<std::string> fix;         // NAME=VALUE, reported units
+  std::string metric = "auto";          // auto | val_loss | val_loss_causal
+  std::string params = "non-embedding"; // non-embedding | total (N counts the embeddings too)
+  int64_t context = 0;                  // only the runs at this T (0: every context)
 };
 
 absl::Status RunFitCommand(const FitCommandOptions& options, std::ostream& out);
@@ -44,14 +48,28 @@ struct PlotCommandOptions {
 absl::Status RunPlotCommand(const PlotCommandOptions& options, std::ostream& out);
 
 // One job of a sweep as the job_results view gives it.
+// Which number of a job a law reads.
+struct PointOptions {
+  // auto: routed families (xmod, mod) by val_loss_causal, dense by val_loss (the
+  // same number for them); val_loss: the top-k loss for every family.
+  std::string metric = "auto";
+  bool total_params = false;  // N and N_total include the embedding and head
+};
+
 struct SweepJob {
-  std::string id, family, scale, status, budget_kind;
+  std::string id, family, scale, status, budget_kind, config_key;
   double sparsity = 0.0, capacity = 1.0, budget_value = 0.0;
-  int64_t stride = 1, context = 0, tokens = 0;
-  double n_total = 0.0, n_active = 0.0, flops_per_token = 0.0, train_flops = 0.0;
-  std::optional<double> final_val_loss;
-  // The law's view of this job (capacity as k/T, stride 1 for dense runs).
-  LawPoint ToLawPoint() const;
+  int64_t stride = 1, context = 0, tokens = 0, tokens_trained = 0, n_layers = 0, seed = 0;
+  double n_total = 0.0, n_active = 0.0, n_embedding = 0.0, flops_per_token = 0.0,
+         train_flops = 0.0;
+  std::optional<double> final_val_loss, final_val_loss_causal, final_val_loss_se,
+      final_val_loss_causal_se, final_capacity, final_capacity_causal, final_flops_ratio_causal;
+  bool routed() const { return family != "dense" && stride > 1; }
+  // The loss `metric` selects (see PointOptions), if the job has it.
+  std::optional<double> Loss(const std::string& metric) const;
+  // The law's view of this job (capacity as k/T, stride 1 for dense runs, D the
+  // tokens trained, the loss the metric selects and its standard error).
+  LawPoint ToLawPoint(const PointOptions& options = {}) const;
 };
 
 // Every job of `sweep`; NOT_FOUND when there is no such sweep.
@@ -59,7 +77,7 @@ absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const st
 
 // The points a law is fitted to: succeeded dense and X-MoD jobs with a final
 // val_loss (MoD baselines use a different gate and are not points of either law).
-std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs);
+std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs, const PointOptions& options = {});
 
 }  // namespace xmod
 

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <thread>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -24,6 +25,7 @@
 #include "orchestrator/scheduler/scheduler.h"
 #include "proto/channel.h"
 #include "orchestrator/store/sqlite_store.h"
+#include "orchestrator/sweep/design_check.h"
 #include "orchestrator/sweep/expand.h"
 #include "orchestrator/sweep/spec.h"
 
@@ -57,6 +59,8 @@ struct Flags {
   std::string target;
   std::string sql;
   PrepareOptions prepare;
+  bool allow_unidentifiable = false;  // expand, check, submit: design errors become warnings
+  std::ostream* err = nullptr;         // where design warnings go
   // Remote coordinator.
   std::string coordinator;
   std::string token_file;
@@ -110,17 +114,41 @@ QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
   return t;
 }
 
-absl::StatusOr<std::vector<ResolvedJob>> LoadAndExpand(const std::string& path,
-                                                       SweepSpec* spec_out) {
-  ASSIGN_OR_RETURN(SweepSpec spec, LoadSweepSpec(path));
+// Parses, expands and design-checks a sweep file: design errors refuse it (unless
+// --allow-unidentifiable), warnings go to f.err.
+absl::StatusOr<std::vector<ResolvedJob>> LoadAndExpand(const Flags& f, SweepSpec* spec_out) {
+  ASSIGN_OR_RETURN(SweepSpec spec, LoadSweepSpec(f.spec));
   ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, ExpandSweep(spec));
+  const DesignReport design = CheckDesign(spec, jobs);
+  RETURN_IF_ERROR(DesignStatus(design, f.spec, f.allow_unidentifiable));
+  if (f.err != nullptr) {
+    for (const DesignFinding& d : design.findings) {
+      *f.err << f.spec << ":" << d.line << ": " << d.field << ": "
+             << (d.error ? "error (allowed): " : "warning: ") << d.message << "\n";
+    }
+  }
   if (spec_out != nullptr) *spec_out = std::move(spec);
   return jobs;
 }
 
+// xmod check: the design report, whole; exit 2 when it has errors.
+absl::Status Check(const Flags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(SweepSpec spec, LoadSweepSpec(f.spec));
+  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, ExpandSweep(spec));
+  const DesignReport design = CheckDesign(spec, jobs);
+  double flops = 0;
+  for (const ResolvedJob& j : jobs) flops += j.train_flops;
+  out << fmt::format("sweep '{}': {} jobs, {:.3g} training FLOPs; laws checked: [{}]\n", spec.name,
+                     jobs.size(), flops, fmt::join(design.laws, ", "));
+  out << design.Text(f.spec);
+  RETURN_IF_ERROR(DesignStatus(design, f.spec, f.allow_unidentifiable));
+  out << (design.ok() ? "design check passed\n" : "design check failed (allowed)\n");
+  return absl::OkStatus();
+}
+
 absl::Status Expand(const Flags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
-  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, LoadAndExpand(f.spec, nullptr));
+  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, LoadAndExpand(f, nullptr));
   if (format == Format::kJson) {
     // The full resolved job: one element is what `xmod-train --job` reads.
     nlohmann::json array = nlohmann::json::array();
@@ -144,7 +172,7 @@ absl::Status Submit(const Flags& f, std::ostream& out) {
   // Everything is validated and expanded before the database is touched (the
   // coordinator validates again: the file is sent as text).
   SweepSpec spec;
-  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, LoadAndExpand(f.spec, &spec));
+  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, LoadAndExpand(f, &spec));
   SubmitResult r;
   if (!f.coordinator.empty()) {
     ASSIGN_OR_RETURN(auto remote, Connect(f));
@@ -374,9 +402,20 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   auto* expand = app.add_subcommand("expand", "Resolve a sweep's grid into jobs without running");
   expand->add_option("spec", f.spec, "Sweep file (YAML)")->required();
   add_format(expand);
+  auto add_allow = [&](CLI::App* cmd) {
+    cmd->add_flag("--allow-unidentifiable", f.allow_unidentifiable,
+                  "Accept a sweep whose design check fails (the errors are printed as warnings)");
+  };
+  add_allow(expand);
+
+  auto* check = app.add_subcommand(
+      "check", "Can this sweep identify its laws? FLOP matching, layouts, budgets, replicates");
+  check->add_option("spec", f.spec, "Sweep file (YAML)")->required();
+  add_allow(check);
 
   auto* submit = app.add_subcommand("submit", "Validate, expand and record a sweep");
   submit->add_option("spec", f.spec, "Sweep file (YAML)")->required();
+  add_allow(submit);
   add_db_or_remote(submit);
 
   auto* status = app.add_subcommand("status", "Jobs per state, for one sweep or all");
@@ -438,6 +477,16 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   fit->add_option("--threads", f.fit.threads, "Threads (0: every core)")->capture_default_str();
   fit->add_option("--format", f.fit.format, "Output format: table, csv or json")
       ->capture_default_str();
+  fit->add_option("--fix", f.fit.fix,
+                  "Freeze a parameter: NAME=VALUE (E, A, B, alpha, beta, eta, c_T, beta_T, c_s, "
+                  "psi), repeatable");
+  fit->add_option("--metric", f.fit.metric,
+                  "Loss fitted: auto (val_loss_causal for routed runs), val_loss, val_loss_causal")
+      ->capture_default_str();
+  fit->add_option("--params", f.fit.params,
+                  "Parameter count N: non-embedding or total (with embedding and head)")
+      ->capture_default_str();
+  fit->add_option("--context", f.fit.context, "Fit only the runs at this context length T");
 
   auto* plot = app.add_subcommand("plot", "Draw a sweep's plots (gnuplot): curves, laws, ratios");
   plot->add_option("sweep", f.plot.sweep, "Sweep name")->required();
@@ -457,6 +506,8 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ->capture_default_str();
   run->add_option("--lease-ttl", f.run.lease_ttl_seconds, "Seconds a lease lasts")
       ->capture_default_str();
+  run->add_flag("--allow-unidentifiable", f.run.allow_unidentifiable,
+                "Run a sweep whose design check fails");
 
   auto* data = app.add_subcommand("data", "Token datasets");
   data->require_subcommand(1);
@@ -488,9 +539,13 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
 
   absl::Status result;
   std::string name;
+  f.err = &err;
   if (expand->parsed()) {
     name = "expand";
     result = Expand(f, out);
+  } else if (check->parsed()) {
+    name = "check";
+    result = Check(f, out);
   } else if (submit->parsed()) {
     name = "submit";
     result = Submit(f, out);

@@ -23,6 +23,7 @@
 #include "orchestrator/cli/output.h"
 #include "orchestrator/scheduler/scheduler.h"
 #include "orchestrator/service/server.h"
+#include "orchestrator/sweep/design_check.h"
 #include "orchestrator/sweep/expand.h"
 #include "orchestrator/sweep/spec.h"
 
@@ -124,6 +125,14 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
   if (!spec.ok()) return fail(spec.status());
   auto jobs = ExpandSweep(*spec);
   if (!jobs.ok()) return fail(jobs.status());
+  const DesignReport design = CheckDesign(*spec, *jobs);
+  if (absl::Status s = DesignStatus(design, o.spec_path, o.allow_unidentifiable); !s.ok()) {
+    return fail(s);
+  }
+  for (const DesignFinding& d : design.findings) {
+    err << o.spec_path << ":" << d.line << ": " << d.field << ": "
+        << (d.error ? "error (allowed): " : "warning: ") << d.message << "\n";
+  }
   if (o.groups < 1 || o.ranks < 1) {
     return fail(absl::InvalidArgumentError("--groups and --ranks must be at least 1"));
   }

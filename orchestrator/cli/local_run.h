@@ -34,6 +34,7 @@ struct LocalRunOptions {
   std::string worker_binary;      // default: xmod-worker beside this executable
   std::string mpirun = "mpirun";
   bool tty = false;               // redraw progress in place
+  bool allow_unidentifiable = false;  // run even when the design check fails
   double refresh_seconds = 1.0;
   Launcher launch = SpawnProcess;
 };

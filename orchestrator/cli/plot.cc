@@ -416,7 +416,7 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
                             std::find(configs.begin(), configs.end(), label) - configs.begin(),
                             held, p.id);
       };
-      for (const LawPoint& p : r.points) row(p, *PredictLoss(r.law, r.fit.raw, p), 0);
+      for (const LawPoint& p : r.points) row(p, r.Predict(p).value_or(0.0), 0);
       for (const HoldoutPoint& h : r.holdout) row(h.point, h.predicted, 1);
       data.close();
       std::set<std::string> fitted_configs;
@@ -460,10 +460,12 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
   // 4. Sparse runs relative to their FLOP-matched dense baseline (same scale,
   // context and budget), across sparsity and stride.
   {
-    std::map<std::tuple<std::string, int64_t, std::string, double>, double> dense_loss;
+    // Paired by seed too: a sparse run is compared with the dense run that shares
+    // its initialisation seed and batch order. Routed runs read val_loss_causal.
+    std::map<std::tuple<std::string, int64_t, std::string, double, int64_t>, double> dense_loss;
     for (const SweepJob& j : done) {
       if (j.family == "dense" || j.stride <= 1) {
-        dense_loss[{j.scale, j.context, j.budget_kind, j.budget_value}] = *j.final_val_loss;
+        dense_loss[{j.scale, j.context, j.budget_kind, j.budget_value, j.seed}] = *j.final_val_loss;
       }
     }
     // Series: one per X-MoD stride, and MoD.
@@ -471,11 +473,11 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
     std::set<double> sparsities;
     for (const SweepJob& j : done) {
       if (j.family == "dense" || j.stride <= 1) continue;
-      auto it = dense_loss.find({j.scale, j.context, j.budget_kind, j.budget_value});
-      if (it == dense_loss.end()) continue;
+      auto it = dense_loss.find({j.scale, j.context, j.budget_kind, j.budget_value, j.seed});
+      if (it == dense_loss.end() || !j.Loss("auto").has_value()) continue;
       const std::string name = j.family == "mod" ? fmt::format("MoD baseline (s={})", j.stride)
                                                  : fmt::format("X-MoD, stride s={}", j.stride);
-      series[name].push_back({j.sparsity, 100.0 * (*j.final_val_loss / it->second - 1.0)});
+      series[name].push_back({j.sparsity, 100.0 * (*j.Loss("auto") / it->second - 1.0)});
       sparsities.insert(j.sparsity);
     }
     if (series.empty()) {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/id.h"
 #include "common/status_macros.h"
@@ -34,93 +35,274 @@ std::vector<LawPoint> Runs(const std::vector<LawPoint>& points, bool dense) {
   return out;
 }
 
-// Starts for a refit: the full-data fit's distinct optima.
-FitSetup FromOptima(const FitResult& fit) {
-  FitSetup setup;
-  setup.starts = fit.optima.empty() ? std::vector<std::vector<double>>{fit.raw} : fit.optima;
-  return setup;
+// Distinct contexts of `points`, ascending.
+std::vector<double> Contexts(const std::vector<LawPoint>& points) {
+  std::set<double> c;
+  for (const LawPoint& x : points) c.insert(x.context);
+  return {c.begin(), c.end()};
 }
 
-// How one law is fitted to one point set; `previous` (when given) is the full-data
-// fit whose optima seed a bootstrap refit instead of the whole grid.
-struct Fitted {
-  FitResult fit;
-  std::vector<FitResult> stages;
-  std::string method;
-};
+// Reported name of each internal parameter of the X-MoD law (the dense law's are
+// its first five), and whether the reported value is the exponential of it.
+const char* kReported[] = {"A", "B", "E", "alpha", "beta", "eta", "c_T", "beta_T", "c_s", "psi"};
+bool LogScaled(int k) { return k <= 2; }
 
-absl::StatusOr<Fitted> FitDense(const std::vector<LawPoint>& points, const FitOptions& options,
-                                const Fitted* previous) {
-  const std::vector<LawPoint> dense = Runs(points, true);
-  Fitted out;
-  out.method = "single";
-  ASSIGN_OR_RETURN(out.fit, FitLaw<DenseLaw>(dense, options,
-                                             previous ? FromOptima(previous->fit) : FitSetup{}));
+// --fix, resolved to internal parameters of `law` (dense: 5, xmod: 10).
+absl::StatusOr<std::vector<std::optional<double>>> ResolveFixed(
+    const std::map<std::string, double>& fixed, const std::string& law) {
+  const int count = law == "dense" ? DenseLaw::kParameters : XModLaw::kParameters;
+  const auto bounds = XModLaw::Bounds();
+  std::vector<std::optional<double>> out(count);
+  for (const auto& [name, value] : fixed) {
+    int index = -1;
+    for (int k = 0; k < count; ++k) {
+      if (name == kReported[k]) index = k;
+    }
+    if (index < 0) {
+      std::vector<std::string> names(kReported, kReported + count);
+      return absl::InvalidArgumentError(absl::StrCat("--fix ", name, ": law ", law,
+                                                     " has no parameter '", name, "' (known: ",
+                                                     absl::StrJoin(names, ", "), ")"));
+    }
+    if (!std::isfinite(value) || (LogScaled(index) && !(value > 0))) {
+      return absl::InvalidArgumentError(absl::StrCat("--fix ", name, "=", value, ": ",
+                                                     LogScaled(index) ? "must be positive" : "must be finite"));
+    }
+    const double raw = LogScaled(index) ? std::log(value) : value;
+    if (raw < bounds[index].first || raw > bounds[index].second) {
+      return absl::InvalidArgumentError(absl::StrCat("--fix ", name, "=", value, ": outside the law's bounds [",
+                                                     bounds[index].first, ", ", bounds[index].second, "]"));
+    }
+    out[index] = raw;
+  }
   return out;
 }
 
-absl::StatusOr<Fitted> FitXMod(const std::vector<LawPoint>& points, bool joint,
+// Every other value of each axis of a start grid (the first, third, ...): the
+// stated subset a bootstrap refit searches besides the full fit's optima.
+std::vector<std::vector<double>> ThinnedGrid(const std::vector<std::vector<double>>& grid) {
+  std::vector<std::vector<double>> out;
+  for (const auto& axis : grid) {
+    std::vector<double> kept;
+    for (size_t i = 0; i < axis.size(); i += 2) kept.push_back(axis[i]);
+    out.push_back(kept);
+  }
+  return GridProduct(out);
+}
+
+// Reported parameters of `raw` that sit on a bound (frozen ones excluded).
+std::vector<std::string> OnBound(const std::vector<double>& raw,
+                                 const std::vector<std::pair<double, double>>& bounds,
+                                 const std::vector<std::optional<double>>& fixed) {
+  std::vector<std::string> out;
+  for (size_t k = 0; k < raw.size() && k < bounds.size(); ++k) {
+    if (k < fixed.size() && fixed[k].has_value()) continue;
+    for (double b : {bounds[k].first, bounds[k].second}) {
+      if (std::isfinite(b) && std::abs(raw[k] - b) <= 1e-6 * (1.0 + std::abs(b))) {
+        out.push_back(kReported[k]);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+// How one law is fitted to one point set; `previous` (when given) is the full-data
+// fit: a bootstrap refit starts from its optima and from the thinned grid.
+struct Fitted {
+  std::vector<ContextFit> dense;
+  FitResult extras;
+  FitResult fit;
+  std::string method;
+};
+
+struct Fixed {
+  std::vector<std::optional<double>> all;    // the law's parameters
+  std::vector<std::optional<double>> dense;  // the first five
+};
+
+FitSetup Starts(const std::vector<std::optional<double>>& fixed, const FitResult* previous,
+                const std::vector<std::vector<double>>& grid, size_t first, size_t count,
+                const std::vector<double>& prefix) {
+  FitSetup setup;
+  setup.fixed = fixed;
+  if (previous == nullptr) return setup;  // the law's whole grid
+  setup.starts = previous->optima.empty() ? std::vector<std::vector<double>>{previous->raw}
+                                          : previous->optima;
+  const std::vector<std::vector<double>> axes(grid.begin() + first, grid.begin() + first + count);
+  for (const std::vector<double>& g : ThinnedGrid(axes)) {
+    std::vector<double> start = prefix;
+    start.insert(start.end(), g.begin(), g.end());
+    setup.starts.push_back(start);
+  }
+  return setup;
+}
+
+// The dense law at each context of the dense points.
+absl::Status FitDensePerContext(const std::vector<LawPoint>& dense, const Fixed& fixed,
+                                const FitOptions& options, const Fitted* previous,
+                                const std::string& what, Fitted* out) {
+  const std::vector<double> contexts = Contexts(dense);
+  if (previous != nullptr && previous->dense.size() != contexts.size()) {
+    return absl::InvalidArgumentError("a resample lost a context");
+  }
+  for (size_t i = 0; i < contexts.size(); ++i) {
+    std::vector<LawPoint> at;
+    for (const LawPoint& x : dense) {
+      if (x.context == contexts[i]) at.push_back(x);
+    }
+    ContextFit c;
+    c.context = contexts[i];
+    absl::StatusOr<FitResult> r = FitLaw<DenseLaw>(
+        at, options,
+        Starts(fixed.dense, previous ? &previous->dense[i].fit : nullptr, DenseLaw::StartGrid(), 0,
+               DenseLaw::kParameters, {}));
+    if (!r.ok()) {
+      return absl::Status(r.status().code(),
+                          absl::StrCat(what, contexts.size() > 1 || contexts[i] > 0
+                                                 ? absl::StrCat("dense law at T = ", contexts[i])
+                                                 : std::string("dense law"),
+                                       " (", at.size(), " dense runs): ", r.status().message()));
+    }
+    c.fit = *std::move(r);
+    c.on_bound = OnBound(c.fit.raw, DenseLaw::Bounds(), fixed.dense);
+    out->dense.push_back(std::move(c));
+  }
+  return absl::OkStatus();
+}
+
+// Objective and RMSE of several fits together.
+void Combine(const std::vector<const FitResult*>& parts, FitResult* into) {
+  double objective = 0, squares = 0;
+  int n = 0;
+  for (const FitResult* f : parts) {
+    objective += f->objective;
+    squares += f->rmse * f->rmse * f->n_points;
+    n += f->n_points;
+  }
+  into->objective = objective;
+  into->n_points = n;
+  into->rmse = n > 0 ? std::sqrt(squares / n) : 0.0;
+}
+
+absl::StatusOr<Fitted> FitDense(const std::vector<LawPoint>& points, const Fixed& fixed,
+                                const FitOptions& options, const Fitted* previous) {
+  Fitted out;
+  RETURN_IF_ERROR(FitDensePerContext(Runs(points, true), fixed, options, previous, "", &out));
+  out.method = out.dense.size() > 1 ? "per-context" : "single";
+  out.fit = out.dense[0].fit;
+  std::vector<const FitResult*> parts;
+  for (const ContextFit& c : out.dense) parts.push_back(&c.fit);
+  Combine(parts, &out.fit);
+  out.fit.starts = 0;
+  for (const ContextFit& c : out.dense) out.fit.starts += c.fit.starts;
+  out.fit.converged = std::all_of(out.dense.begin(), out.dense.end(),
+                                  [](const ContextFit& c) { return c.fit.converged; });
+  return out;
+}
+
+// The dense fit of `context` among `dense`, or null.
+const ContextFit* AtContext(const std::vector<ContextFit>& dense, double context) {
+  for (const ContextFit& c : dense) {
+    if (c.context == context) return &c;
+  }
+  if (dense.size() == 1 && dense[0].context == 0.0) return &dense[0];  // points without T
+  return nullptr;
+}
+
+absl::StatusOr<std::vector<LawPoint>> WithReferences(const std::vector<LawPoint>& sparse,
+                                                     const std::vector<ContextFit>& dense) {
+  std::vector<LawPoint> out = sparse;
+  for (LawPoint& x : out) {
+    const ContextFit* c = AtContext(dense, x.context);
+    if (c == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "xmod law: ", x.id.empty() ? "a sparse run" : x.id, " is at T = ", x.context,
+          " but no dense run is; each sparse run is compared with the dense law at its own "
+          "context"));
+    }
+    x.has_reference = true;
+    std::copy(c->fit.raw.begin(), c->fit.raw.begin() + DenseLaw::kParameters, x.reference);
+  }
+  return out;
+}
+
+absl::StatusOr<Fitted> FitXMod(const std::vector<LawPoint>& points, bool joint, const Fixed& fixed,
                                const FitOptions& options, const Fitted* previous) {
   const std::vector<LawPoint> dense = Runs(points, true);
   const std::vector<LawPoint> sparse = Runs(points, false);
-  std::vector<LawPoint> both = dense;
-  both.insert(both.end(), sparse.begin(), sparse.end());
   Fitted out;
   out.method = joint ? "joint" : "two-stage";
-  // Stage 1: the dense law on the dense runs.
-  absl::StatusOr<FitResult> stage1 =
-      FitLaw<DenseLaw>(dense, options, previous ? FromOptima(previous->stages[0]) : FitSetup{});
-  if (!stage1.ok()) {
-    return absl::Status(stage1.status().code(),
-                        absl::StrCat("xmod law, stage 1 (dense law on the ", dense.size(),
-                                     " dense runs): ", stage1.status().message()));
+  // Stage 1: the dense law at each context.
+  if (dense.empty()) {
+    return absl::InvalidArgumentError(
+        "xmod law, stage 1: no dense runs (the dense reference needs them)");
   }
-  // Stage 2: the five extras on the sparse runs, the dense law frozen.
-  FitSetup setup2;
-  setup2.fixed.assign(XModLaw::kParameters, std::nullopt);
-  for (int k = 0; k < XModLaw::kDenseParameters; ++k) setup2.fixed[k] = stage1->raw[k];
-  if (previous != nullptr) setup2.starts = previous->stages[1].optima;
-  absl::StatusOr<FitResult> stage2 = FitLaw<XModLaw>(sparse, options, setup2);
+  RETURN_IF_ERROR(FitDensePerContext(dense, fixed, options, previous, "xmod law, stage 1, ", &out));
+  if (joint && out.dense.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--joint: the dense reference is fitted per context and these runs span ",
+        out.dense.size(), " contexts; a joint fit shares one dense law (select one with --context T)"));
+  }
+  // Stage 2: the five extras on the sparse runs, each against its context's dense law.
+  absl::StatusOr<std::vector<LawPoint>> referenced = WithReferences(sparse, out.dense);
+  if (!referenced.ok()) return referenced.status();
+  const std::vector<double>& first = out.dense[0].fit.raw;
+  std::vector<std::optional<double>> fixed2 = fixed.all;
+  fixed2.resize(XModLaw::kParameters);
+  for (int k = 0; k < XModLaw::kDenseParameters; ++k) fixed2[k] = first[k];
+  FitSetup setup2 = Starts(fixed2, previous ? &previous->extras : nullptr, XModLaw::StartGrid(),
+                           XModLaw::kDenseParameters,
+                           XModLaw::kParameters - XModLaw::kDenseParameters, first);
+  absl::StatusOr<FitResult> stage2 = FitLaw<XModLaw>(*referenced, options, setup2);
   if (!stage2.ok()) {
     return absl::Status(stage2.status().code(),
                         absl::StrCat("xmod law, stage 2 (extras on the ", sparse.size(),
                                      " sparse runs): ", stage2.status().message()));
   }
-  out.stages = {*stage1, *stage2};
+  out.extras = *stage2;
   FitResult all = *stage2;
-  all.n_points = static_cast<int>(dense.size() + sparse.size());
-  all.starts = stage1->starts + stage2->starts;
-  all.converged = stage1->converged && stage2->converged;
+  std::vector<const FitResult*> parts;
+  for (const ContextFit& c : out.dense) parts.push_back(&c.fit);
+  parts.push_back(&*stage2);
+  Combine(parts, &all);
+  all.starts = stage2->starts;
+  all.converged = stage2->converged;
+  for (const ContextFit& c : out.dense) {
+    all.starts += c.fit.starts;
+    all.converged = all.converged && c.fit.converged;
+  }
   if (joint) {
-    // All ten together, from the two-stage optimum and from the dense optimum
-    // with each extras start of the grid.
+    // All ten together (one context), from the two-stage optimum and from the
+    // dense optimum with each extras start of the grid.
+    std::vector<LawPoint> both = dense;
+    both.insert(both.end(), sparse.begin(), sparse.end());
     FitSetup setup;
+    setup.fixed = fixed.all;
     setup.starts.push_back(stage2->raw);
     if (previous != nullptr) {
-      // A resample also starts from the full joint fit's optima.
       for (const auto& o : previous->fit.optima) setup.starts.push_back(o);
     } else {
       const auto grid = XModLaw::StartGrid();
       for (const auto& e : GridProduct({grid.begin() + XModLaw::kDenseParameters, grid.end()})) {
-        std::vector<double> s(stage1->raw.begin(), stage1->raw.end());
+        std::vector<double> s(first.begin(), first.end());
         s.insert(s.end(), e.begin(), e.end());
         setup.starts.push_back(s);
       }
     }
+    const int before = all.starts;
     ASSIGN_OR_RETURN(all, FitLaw<XModLaw>(both, options, setup));
-    all.starts += stage1->starts + stage2->starts;
-  } else {
-    all.objective = LawObjective<XModLaw>(all.raw.data(), both, options.huber_delta, &all.rmse);
+    all.starts += before;
   }
   out.fit = std::move(all);
   return out;
 }
 
 absl::StatusOr<Fitted> FitOnce(const std::vector<LawPoint>& points,
-                               const AnalysisOptions& options, const FitOptions& fit_options,
-                               const Fitted* previous) {
-  if (options.law == "dense") return FitDense(points, fit_options, previous);
-  return FitXMod(points, options.joint, fit_options, previous);
+                               const AnalysisOptions& options, const Fixed& fixed,
+                               const FitOptions& fit_options, const Fitted* previous) {
+  if (options.law == "dense") return FitDense(points, fixed, fit_options, previous);
+  return FitXMod(points, options.joint, fixed, fit_options, previous);
 }
 
 double Quantile(std::vector<double> values, double q) {
@@ -131,21 +313,83 @@ double Quantile(std::vector<double> values, double q) {
   return values[lo] + (at - static_cast<double>(lo)) * (values[hi] - values[lo]);
 }
 
-// A resample with replacement of `points`, dense and sparse runs drawn separately
-// so every resample keeps both kinds in their proportions.
-std::vector<LawPoint> Resample(const std::vector<LawPoint>& points, std::mt19937_64* rng) {
-  std::vector<LawPoint> out;
-  for (const auto& part : {Runs(points, true), Runs(points, false)}) {
-    if (part.empty()) continue;
-    // Plain modulo rather than std::uniform_int_distribution, whose algorithm
-    // differs between standard libraries: the same seed gives the same intervals
-    // everywhere (the bias is below 2^-40 for any realistic point count).
-    for (size_t i = 0; i < part.size(); ++i) out.push_back(part[(*rng)() % part.size()]);
+// Points grouped into clusters: the replicates of one configuration (same
+// `config`) move together; a point without a config is its own cluster.
+std::vector<std::vector<LawPoint>> Clusters(const std::vector<LawPoint>& points) {
+  std::map<std::string, size_t> index;
+  std::vector<std::vector<LawPoint>> out;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const std::string key = points[i].config.empty() ? absl::StrCat("#", i) : points[i].config;
+    auto [it, fresh] = index.emplace(key, out.size());
+    if (fresh) out.emplace_back();
+    out[it->second].push_back(points[i]);
   }
   return out;
 }
 
+// A resample with replacement of the configurations of `points`, dense and
+// sparse runs drawn separately so every resample keeps both kinds.
+std::vector<LawPoint> Resample(const std::vector<std::vector<LawPoint>>& dense,
+                               const std::vector<std::vector<LawPoint>>& sparse,
+                               std::mt19937_64* rng) {
+  std::vector<LawPoint> out;
+  for (const auto* part : {&dense, &sparse}) {
+    if (part->empty()) continue;
+    // Plain modulo rather than std::uniform_int_distribution, whose algorithm
+    // differs between standard libraries: the same seed gives the same intervals
+    // everywhere (the bias is below 2^-40 for any realistic count).
+    for (size_t i = 0; i < part->size(); ++i) {
+      const auto& cluster = (*part)[(*rng)() % part->size()];
+      out.insert(out.end(), cluster.begin(), cluster.end());
+    }
+  }
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+NoiseSummary Noise(const std::vector<LawPoint>& points) {
+  NoiseSummary n;
+  std::vector<double> sds, ses;
+  for (const auto& cluster : Clusters(points)) {
+    ++n.configurations;
+    if (cluster.size() < 2) continue;
+    ++n.replicated;
+    double mean = 0, squares = 0;
+    for (const LawPoint& x : cluster) mean += x.loss;
+    mean /= static_cast<double>(cluster.size());
+    for (const LawPoint& x : cluster) squares += (x.loss - mean) * (x.loss - mean);
+    sds.push_back(std::sqrt(squares / static_cast<double>(cluster.size() - 1)) / mean);
+  }
+  for (const LawPoint& x : points) {
+    if (x.se > 0) ses.push_back(x.se / x.loss);
+  }
+  n.seed_sd = Median(sds);
+  n.with_se = static_cast<int>(ses.size());
+  n.eval_se = Median(ses);
+  return n;
+}
+
 }  // namespace
+
+absl::StatusOr<double> LawReport::Predict(const LawPoint& x) const {
+  if (law == "dense" || x.dense()) {
+    if (law == "xmod" && method == "joint") return std::exp(XModLaw::LogLoss(fit.raw.data(), x));
+    const ContextFit* c = AtContext(dense, x.context);
+    if (c == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no dense law was fitted at T = ", x.context));
+    }
+    return std::exp(DenseLaw::LogLoss(c->fit.raw.data(), x));
+  }
+  if (method == "joint") return std::exp(XModLaw::LogLoss(fit.raw.data(), x));
+  ASSIGN_OR_RETURN(std::vector<LawPoint> one, WithReferences({x}, dense));
+  return std::exp(XModLaw::LogLoss(fit.raw.data(), one[0]));
+}
 
 std::vector<std::string> KnownLaws() { return {"dense", "xmod"}; }
 
@@ -221,6 +465,10 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
     return absl::InvalidArgumentError("--joint: only the xmod law has stages to join");
   }
   if (options.bootstrap < 0) return absl::InvalidArgumentError("--bootstrap: must be >= 0");
+  Fixed fixed;
+  ASSIGN_OR_RETURN(fixed.all, ResolveFixed(options.fixed, options.law));
+  fixed.dense.assign(fixed.all.begin(), fixed.all.begin() + DenseLaw::kParameters);
+  fixed.all.resize(options.law == "dense" ? DenseLaw::kParameters : XModLaw::kParameters);
   if (!(options.confidence > 0 && options.confidence < 1)) {
     return absl::InvalidArgumentError("confidence must be in (0, 1)");
   }
@@ -278,7 +526,9 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
     fit_points = usable;
   }
 
-  absl::StatusOr<Fitted> full = FitOnce(fit_points, options, options.fit, nullptr);
+  report.noise = Noise(usable);
+  for (const auto& [name, value] : options.fixed) report.fixed.push_back(name);
+  absl::StatusOr<Fitted> full = FitOnce(fit_points, options, fixed, options.fit, nullptr);
   if (!full.ok()) {
     if (!options.holdout_largest) return full.status();
     return absl::Status(full.status().code(),
@@ -287,13 +537,35 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   }
   report.method = full->method;
   report.fit = full->fit;
-  report.stages = full->stages;
+  report.dense = full->dense;
+  if (options.law == "xmod") report.stages = {full->dense[0].fit, full->extras};
   report.points = fit_points;
+  report.on_bound = options.law == "dense"
+                        ? OnBound(report.fit.raw, DenseLaw::Bounds(), fixed.all)
+                        : OnBound(report.fit.raw, XModLaw::Bounds(), fixed.all);
+  if (options.law == "xmod" && report.method != "joint") {
+    // The dense parameters' flags are per context; the extras' are the law's own.
+    std::vector<std::string> extras;
+    for (const std::string& name : report.on_bound) {
+      if (std::find(kReported, kReported + DenseLaw::kParameters, name) == kReported + DenseLaw::kParameters) {
+        extras.push_back(name);
+      }
+    }
+    for (const ContextFit& c : report.dense) {
+      for (const std::string& name : c.on_bound) extras.push_back(absl::StrCat(name, "@T=", c.context));
+    }
+    report.on_bound = extras;
+  }
 
   if (!report.holdout.empty()) {
     double squares = 0.0;
     for (HoldoutPoint& h : report.holdout) {
-      ASSIGN_OR_RETURN(h.predicted, PredictLoss(options.law, report.fit.raw, h.point));
+      absl::StatusOr<double> predicted = report.Predict(h.point);
+      if (!predicted.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--holdout-largest: ", predicted.status().message(), " among the fitted scales"));
+      }
+      h.predicted = *predicted;
       const double r = std::log(h.predicted) - std::log(h.point.loss);
       squares += r * r;
     }
@@ -301,19 +573,31 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   }
 
   if (options.bootstrap > 0) {
-    // Each resample is refitted from the full fit's distinct optima; resamples run
-    // in parallel, each single-threaded, each with its own seeded generator, so the
-    // intervals do not depend on the thread count.
-    std::vector<std::optional<std::map<std::string, double>>> draws(options.bootstrap);
+    // Each resample draws configurations with replacement (replicates move
+    // together) and is refitted from the full fit's optima and the thinned grid;
+    // resamples run in parallel, each single-threaded with its own seeded
+    // generator, so the intervals do not depend on the thread count.
+    const auto dense_clusters = Clusters(Runs(fit_points, true));
+    const auto sparse_clusters = Clusters(Runs(fit_points, false));
+    report.bootstrap_clusters = static_cast<int>(dense_clusters.size() + sparse_clusters.size());
+    struct Draw {
+      std::map<std::string, double> params;
+      std::vector<std::map<std::string, double>> dense;
+    };
+    std::vector<std::optional<Draw>> draws(options.bootstrap);
     std::atomic<int> next{0};
     FitOptions one = options.fit;
     one.threads = 1;
     auto work = [&] {
       for (int b = next++; b < options.bootstrap; b = next++) {
         std::mt19937_64 rng(options.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(b) + 1);
-        const std::vector<LawPoint> sample = Resample(fit_points, &rng);
-        absl::StatusOr<Fitted> refit = FitOnce(sample, options, one, &*full);
-        if (refit.ok()) draws[b] = refit->fit.params;
+        const std::vector<LawPoint> sample = Resample(dense_clusters, sparse_clusters, &rng);
+        absl::StatusOr<Fitted> refit = FitOnce(sample, options, fixed, one, &*full);
+        if (!refit.ok()) continue;
+        Draw d;
+        d.params = refit->fit.params;
+        for (const ContextFit& c : refit->dense) d.dense.push_back(c.fit.params);
+        draws[b] = std::move(d);
       }
     };
     const int threads = std::max(
@@ -324,13 +608,17 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
     for (int t = 0; t < threads; ++t) pool.emplace_back(work);
     for (auto& t : pool) t.join();
     std::map<std::string, std::vector<double>> values;
+    std::vector<std::map<std::string, std::vector<double>>> dense_values(report.dense.size());
     for (const auto& d : draws) {
       if (!d.has_value()) {
         ++report.bootstrap_failed;
         continue;
       }
       ++report.bootstrap_used;
-      for (const auto& [name, v] : *d) values[name].push_back(v);
+      for (const auto& [name, v] : d->params) values[name].push_back(v);
+      for (size_t i = 0; i < d->dense.size() && i < dense_values.size(); ++i) {
+        for (const auto& [name, v] : d->dense[i]) dense_values[i][name].push_back(v);
+      }
     }
     if (report.bootstrap_used < 2) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -340,6 +628,11 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
     const double tail = (1.0 - options.confidence) / 2.0;
     for (const auto& [name, v] : values) {
       report.intervals[name] = {Quantile(v, tail), Quantile(v, 1.0 - tail)};
+    }
+    for (size_t i = 0; i < report.dense.size(); ++i) {
+      for (const auto& [name, v] : dense_values[i]) {
+        report.dense[i].intervals[name] = {Quantile(v, tail), Quantile(v, 1.0 - tail)};
+      }
     }
   }
   report.seconds =
@@ -412,12 +705,42 @@ nlohmann::json ReportJson(const LawReport& report) {
     }
     j["stages"] = stages;
   }
+  auto intervals_json = [](const std::map<std::string, Interval>& in) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [name, iv] : in) out[name] = {iv.low, iv.high};
+    return out;
+  };
   if (!report.intervals.empty()) {
-    nlohmann::json intervals = nlohmann::json::object();
-    for (const auto& [name, iv] : report.intervals) intervals[name] = {iv.low, iv.high};
-    j["intervals"] = intervals;
-    j["bootstrap"] = {{"used", report.bootstrap_used}, {"failed", report.bootstrap_failed}};
+    j["intervals"] = intervals_json(report.intervals);
+    const int total = report.bootstrap_used + report.bootstrap_failed;
+    j["bootstrap"] = {{"used", report.bootstrap_used},
+                      {"failed", report.bootstrap_failed},
+                      {"failed_share", total > 0 ? static_cast<double>(report.bootstrap_failed) / total : 0.0},
+                      {"clusters", report.bootstrap_clusters},
+                      {"resampling", "configurations with replacement (replicates together), "
+                                     "dense and sparse separately"},
+                      {"starts", "the full fit's optima and every other value of each grid axis"}};
   }
+  nlohmann::json dense = nlohmann::json::array();
+  for (const ContextFit& c : report.dense) {
+    nlohmann::json row = {{"context", c.context},
+                          {"params", c.fit.params},
+                          {"objective", c.fit.objective},
+                          {"rmse", c.fit.rmse},
+                          {"n_points", c.fit.n_points},
+                          {"converged", c.fit.converged},
+                          {"on_bound", c.on_bound}};
+    if (!c.intervals.empty()) row["intervals"] = intervals_json(c.intervals);
+    dense.push_back(row);
+  }
+  j["dense"] = dense;
+  j["on_bound"] = report.on_bound;
+  j["fixed"] = report.fixed;
+  j["noise"] = {{"configurations", report.noise.configurations},
+                {"replicated", report.noise.replicated},
+                {"seed_sd_relative", report.noise.seed_sd},
+                {"points_with_se", report.noise.with_se},
+                {"eval_se_relative", report.noise.eval_se}};
   if (!report.holdout.empty()) {
     nlohmann::json rows = nlohmann::json::array();
     for (const HoldoutPoint& h : report.holdout) {

@@ -20,6 +20,10 @@ namespace xmod {
 struct AnalysisOptions {
   std::string law = "dense";  // "dense" or "xmod"
   bool joint = false;         // xmod: refine all ten parameters together after the two stages
+                              // (one context only: the dense reference is then one law)
+  // Frozen parameters by their reported names (E, A, B, alpha, beta, eta, c_T,
+  // beta_T, c_s, psi), in reported units (E, A, B as losses, not logs).
+  std::map<std::string, double> fixed;
   int bootstrap = 0;          // resamples for percentile intervals (0: none)
   uint64_t seed = 0;          // of the resampling
   double confidence = 0.95;   // interval coverage
@@ -38,21 +42,50 @@ struct HoldoutPoint {
   double predicted = 0.0;  // loss, nats
 };
 
+// The dense law fitted at one context (the dense reference of the X-MoD law).
+struct ContextFit {
+  double context = 0.0;  // T; 0 for points without a context (e.g. a CSV with no T)
+  FitResult fit;
+  std::map<std::string, Interval> intervals;
+  std::vector<std::string> on_bound;  // reported parameters that sit on a bound
+};
+
+// How noisy the fitted losses are, next to which a law's errors are read.
+struct NoiseSummary {
+  int configurations = 0;   // distinct configurations among the fitted points
+  int replicated = 0;       // of them, with two or more seeds
+  double seed_sd = 0.0;     // median over replicated configurations of sd/mean (relative)
+  int with_se = 0;          // points whose evaluation standard error is known
+  double eval_se = 0.0;     // median of se/loss over those points (relative)
+};
+
 struct LawReport {
   std::string law;     // "dense" or "xmod"
-  std::string method;  // "single", "two-stage" or "joint"
-  // The final parameters; objective and rmse over every fitted point.
+  std::string method;  // "single", "per-context", "two-stage" or "joint"
+  // The final parameters; objective and rmse over every fitted point. With a dense
+  // reference per context, the dense part of `fit` is the first context's; the
+  // other contexts are in `dense` (use Predict, not the raw vector, to predict).
   FitResult fit;
-  // xmod: the dense law on the dense runs, then the extras on the sparse runs.
+  // The dense law per context (the dense law's result, or the X-MoD law's stage 1).
+  std::vector<ContextFit> dense;
+  // xmod: the dense law on the dense runs (first context), then the extras on the
+  // sparse runs.
   std::vector<FitResult> stages;
   std::vector<LawPoint> points;  // the points fitted (hold-out excluded)
-  std::map<std::string, Interval> intervals;  // per reported parameter
+  std::map<std::string, Interval> intervals;  // per reported parameter (extras for xmod)
+  std::vector<std::string> on_bound;           // reported parameters on a bound
+  std::vector<std::string> fixed;              // reported parameters frozen by --fix
   int bootstrap_used = 0;   // resamples that gave a fit
   int bootstrap_failed = 0;  // resamples that were degenerate or did not fit
+  int bootstrap_clusters = 0;  // configurations resampled (replicates move together)
+  NoiseSummary noise;
   std::string holdout_scale;
   std::vector<HoldoutPoint> holdout;
   double holdout_rmse = 0.0;  // of log-loss over the held-out points
   double seconds = 0.0;
+
+  // The fitted law's loss (nats) at `x`, with the dense reference of x's context.
+  absl::StatusOr<double> Predict(const LawPoint& x) const;
 };
 
 // Laws FitNamedLaw knows.

@@ -36,8 +36,26 @@ struct LawPoint {
   double context = 0.0;   // T
   double capacity = 1.0;  // ρ the routed layers run at (k / T)
   double stride = 1.0;    // anchor stride s; 1 is a dense model
+  double layers = 0.0;    // L of the sparse model; 0: unknown (f_r falls back to (s−1)/s)
   std::string scale;      // the sweep's scale name ("" when unknown), used for hold-out
   std::string id;         // job id when the point came from a database
+  // Replicates: points of one configuration (everything but the seed) share
+  // `config`; the bootstrap resamples configurations. Empty: the point is its own.
+  std::string config;
+  double se = 0.0;        // standard error of `loss` from the evaluation (0: unknown)
+  // The dense law (a, b, e, alpha, beta) at this point's context, when the X-MoD
+  // law compares a sparse run with a dense reference fitted per context.
+  bool has_reference = false;
+  double reference[5] = {0, 0, 0, 0, 0};
+
+  // Fraction of layers that are routed: (L − ⌈L/s⌉)/L from the real layout.
+  double RoutedFraction() const {
+    if (layers >= 1.0 && stride > 1.0) {
+      const double anchors = std::ceil(layers / stride);
+      return (layers - anchors) / layers;
+    }
+    return stride > 1.0 ? (stride - 1.0) / stride : 0.0;
+  }
 
   double NTotal() const { return n_total > 0 ? n_total : n; }
   // A dense run: every layer sees every token.

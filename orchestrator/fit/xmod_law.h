@@ -2,8 +2,11 @@
 // (DESIGN.md §1):
 //   L_x = L_dense(N_eff, D) + Δ_ctx + Δ_anc
 //   N_eff = N_active · (N_total / N_active)^eta                  sparse-capacity gain
-//   Δ_ctx = c_T · f_r · ((ρT)^(−beta_T) − T^(−beta_T)),  f_r = (s − 1)/s   routed layers
-//                                                           attend over ρT tokens
+//   Δ_ctx = c_T · f_r · ((ρT)^(−beta_T) − T^(−beta_T)),  f_r = (L − ⌈L/s⌉)/L, the routed
+//                                      share of the real layout; routed layers attend over ρT
+//   L_dense is the dense law at the run's own context T (fitted per context in
+//   analysis.cc and carried by the point as its reference), so the extras describe
+//   only the sparse correction, never the dense model's own dependence on T.
 //   Δ_anc = c_s · (1 − ρ) · (s − 1)^psi                           anchor-stride interaction
 // For a dense run (s = 1 or ρ = 1) both corrections vanish and N_eff = N, so the law
 // is the dense law there. The first five parameters are the dense law's, in its
@@ -62,9 +65,17 @@ struct XModLaw {
       return LogSumExp3(p[0] - p[3] * std::log(x.n), p[1] - p[4] * std::log(x.d), p[2]);
     }
     const T log_n_eff = T(std::log(x.n)) + p[5] * std::log(x.NTotal() / x.n);
-    const T log_dense = LogSumExp3(p[0] - p[3] * log_n_eff, p[1] - p[4] * std::log(x.d), p[2]);
+    // The dense reference: this law's own dense parameters, or the dense law
+    // fitted at the run's context (analysis.cc), frozen.
+    T log_dense;
+    if (x.has_reference) {
+      const double* q = x.reference;
+      log_dense = LogSumExp3(T(q[0]) - T(q[3]) * log_n_eff, T(q[1] - q[4] * std::log(x.d)), T(q[2]));
+    } else {
+      log_dense = LogSumExp3(p[0] - p[3] * log_n_eff, p[1] - p[4] * std::log(x.d), p[2]);
+    }
     const double s = x.stride, rho = x.capacity, t = x.context;
-    const T ctx = p[6] * ((s - 1.0) / s) *
+    const T ctx = p[6] * x.RoutedFraction() *
                   (exp(-p[7] * std::log(rho * t)) - exp(-p[7] * std::log(t)));
     const T anc = p[8] * (1.0 - rho) * exp(p[9] * std::log(s - 1.0));
     return log(exp(log_dense) + ctx + anc);  // NaN when the corrections drive it below 0
@@ -79,8 +90,8 @@ struct XModLaw {
     return r;
   }
   static std::vector<double> Inputs(const LawPoint& x) {
-    if (x.dense()) return {x.n, x.d};  // T does not enter a dense run's prediction
-    return {x.n, x.NTotal(), x.d, x.context, x.capacity, x.stride};
+    if (x.dense()) return {x.n, x.d, x.context};
+    return {x.n, x.NTotal(), x.d, x.context, x.capacity, x.stride, x.layers};
   }
   // What the five extras need to be identifiable from the sparse runs.
   static absl::Status CheckPoints(const std::vector<LawPoint>& points) {

@@ -17,7 +17,7 @@ nlohmann::json ResolvedJob::CanonicalConfig() const {
                                                   {"vocab_size", data.vocab_size}}
                                  : nlohmann::json{{"path", data.path},
                                                   {"vocab_size", data.vocab_size}};
-  return nlohmann::json{
+  nlohmann::json j{
       {"family", FamilyName(shape.family)},
       {"d_model", shape.d_model},
       {"n_heads", shape.n_heads},
@@ -53,6 +53,10 @@ nlohmann::json ResolvedJob::CanonicalConfig() const {
       {"precision", precision},
       {"data", data_json},
   };
+  // Only present when the sweep asks for a separate final evaluation, so the ids of
+  // jobs that do not are what they were before the field existed.
+  if (final_eval_tokens >= 0) j["final_eval_tokens"] = final_eval_tokens;
+  return j;
 }
 
 nlohmann::json ResolvedJob::ToJson() const {
@@ -71,6 +75,7 @@ nlohmann::json ResolvedJob::ToJson() const {
   j["budget_kind"] = BudgetKindName(budget_kind);
   j["budget_value"] = budget_value;
   j["train_flops"] = train_flops;
+  j["tokens_trained"] = tokens_trained();
   j["ranks"] = ranks;
   j["max_attempts"] = max_attempts;
   j["priority"] = priority;
@@ -86,8 +91,9 @@ struct Point {
   int64_t stride;
 };
 
-absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const ScaleSpec& scale,
-                                    int64_t context, double budget_value, Point point) {
+absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& block,
+                                    const ScaleSpec& scale, int64_t context, double budget_value,
+                                    uint64_t seed, Point point) {
   const TrainSpec& t = spec.train;
   ResolvedJob job;
   job.scale = scale.name;
@@ -143,28 +149,42 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const ScaleSpec& scal
   job.flops_per_token = TrainFlopsPerToken(s);
   job.dense_flops_per_token = 3.0 * dense_forward;
 
-  job.budget_kind = spec.budget_kind;
+  job.budget_kind = block.budget_kind;
   job.budget_value = budget_value;
-  job.tokens = BudgetTokens(spec.budget_kind, budget_value, job.n_params_active,
+  job.tokens = BudgetTokens(block.budget_kind, budget_value, job.n_params_active,
                             job.flops_per_token);
-  job.batch_tokens = t.batch_tokens;
-  job.batch_size = t.batch_tokens / context;
-  job.steps = StepsFor(job.tokens, t.batch_tokens);
+  // The compute rule sees the FLOP-matched dense model's compute, so a sparse job
+  // trains with the lr and batch of the dense job it is compared with.
+  const double rule_compute = RuleCompute(dense, job.tokens);
+  if (scale.batch_tokens.has_value()) {
+    job.batch_tokens = *scale.batch_tokens;
+  } else if (t.batch_auto) {
+    job.batch_tokens = RuleBatchTokens(rule_compute, context * spec.resources.ranks);
+  } else {
+    job.batch_tokens = t.batch_tokens;
+  }
+  job.batch_size = job.batch_tokens / context;
+  job.steps = StepsFor(job.tokens, job.batch_tokens);
   job.train_flops = job.flops_per_token * static_cast<double>(job.steps) *
-                    static_cast<double>(t.batch_tokens);
+                    static_cast<double>(job.batch_tokens);
 
+  const int64_t micro_tokens = scale.micro_batch_tokens.value_or(t.micro_batch_tokens);
   const int64_t per_rank = job.batch_size / spec.resources.ranks;
   job.micro_batch_size =
-      t.micro_batch_tokens > 0 ? std::min(per_rank, t.micro_batch_tokens / context) : per_rank;
+      micro_tokens > 0 ? std::min(per_rank, micro_tokens / context) : per_rank;
   // Micro-batches must tile the per-rank batch exactly; take the largest divisor that fits.
   while (job.micro_batch_size > 1 && per_rank % job.micro_batch_size != 0) --job.micro_batch_size;
   job.micro_batch_size = std::max<int64_t>(1, job.micro_batch_size);
 
-  job.lr = t.lr;
-  job.min_lr = t.lr * t.min_lr_ratio;
-  job.warmup_steps = t.warmup_steps >= 0
-                         ? std::min(t.warmup_steps, job.steps)
+  job.lr = scale.lr.has_value() ? *scale.lr : (t.lr_auto ? RuleLr(rule_compute) : t.lr);
+  job.min_lr = job.lr * t.min_lr_ratio;
+  const int64_t warmup_given = scale.warmup_steps.value_or(t.warmup_steps);
+  job.warmup_steps = warmup_given >= 0
+                         ? warmup_given
                          : std::llround(t.warmup_fraction * static_cast<double>(job.steps));
+  // The floor never takes more than a quarter of a short job.
+  job.warmup_steps = std::max(job.warmup_steps, std::min(t.min_warmup_steps, job.steps / 4));
+  job.warmup_steps = std::min(job.warmup_steps, job.steps);
   job.schedule = t.schedule;
   job.decay_steps = t.schedule == Schedule::kWsd
                         ? std::llround(t.decay_fraction * static_cast<double>(job.steps))
@@ -181,7 +201,10 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const ScaleSpec& scal
   job.checkpoint_interval = t.checkpoint_interval > 0 ? std::min(t.checkpoint_interval, job.steps)
                                                       : job.steps;
   job.log_interval = t.log_interval;
-  job.seed = t.seed;
+  job.final_eval_tokens =
+      t.final_eval_tokens > 0 ? std::max<int64_t>(1, t.final_eval_tokens / context) * context
+                              : t.final_eval_tokens;
+  job.seed = seed;
   job.precision = t.precision;
   job.data = spec.data;
   job.ranks = spec.resources.ranks;
@@ -193,42 +216,59 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const ScaleSpec& scal
 
 }  // namespace
 
-absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec) {
-  std::vector<Point> points;
-  switch (spec.family) {
-    case Family::kXmod:
-      for (double sparsity : spec.grid_sparsity) {
-        for (int64_t stride : spec.grid_stride) {
-          points.push_back({Family::kXmod, sparsity, stride});
-        }
-      }
-      break;
-    case Family::kDense:
-      points.push_back({Family::kDense, 0.0, 1});
-      break;
-    case Family::kMod:
-      points.push_back({Family::kMod, 0.875, 2});
-      break;
-  }
-  for (Family baseline : spec.baselines) {
-    if (baseline == Family::kDense) points.push_back({Family::kDense, 0.0, 1});
-    if (baseline == Family::kMod) points.push_back({Family::kMod, 0.875, 2});
-  }
+double RuleCompute(const ModelShape& dense, int64_t tokens) {
+  // Non-embedding training FLOPs per token (3 x forward without the head).
+  const double head = 2.0 * static_cast<double>(dense.d_model) * static_cast<double>(dense.vocab_size);
+  const double per_token = 3.0 * (ForwardFlopsPerToken(dense) - head);
+  return per_token * static_cast<double>(tokens);
+}
 
+double RuleLr(double compute) { return 0.3118 * std::pow(compute, -0.1250); }
+
+int64_t RuleBatchTokens(double compute, int64_t unit) {
+  const double b = 0.2920 * std::pow(compute, 0.3271);
+  const int64_t units = std::max<int64_t>(1, std::llround(b / static_cast<double>(unit)));
+  return units * unit;
+}
+
+absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec) {
   std::vector<ResolvedJob> jobs;
-  jobs.reserve(spec.grid_scales.size() * spec.grid_context.size() * spec.budget_values.size() *
-               points.size());
   std::unordered_set<std::string> seen;
-  for (const std::string& scale_name : spec.grid_scales) {
-    const ScaleSpec* scale = spec.FindScale(scale_name);
-    if (scale == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("undefined scale '", scale_name, "'"));
+  for (const GridBlock& block : spec.Blocks()) {
+    std::vector<Point> points;
+    switch (block.family) {
+      case Family::kXmod:
+        for (double sparsity : block.sparsity) {
+          for (int64_t stride : block.stride) points.push_back({Family::kXmod, sparsity, stride});
+        }
+        break;
+      case Family::kDense:
+        points.push_back({Family::kDense, 0.0, 1});
+        break;
+      case Family::kMod:
+        points.push_back({Family::kMod, 0.875, 2});
+        break;
     }
-    for (int64_t context : spec.grid_context) {
-      for (double budget : spec.budget_values) {
-        for (const Point& point : points) {
-          ASSIGN_OR_RETURN(ResolvedJob job, Resolve(spec, *scale, context, budget, point));
-          if (seen.insert(job.id).second) jobs.push_back(std::move(job));
+    for (Family baseline : block.baselines) {
+      if (baseline == Family::kDense) points.push_back({Family::kDense, 0.0, 1});
+      if (baseline == Family::kMod) points.push_back({Family::kMod, 0.875, 2});
+    }
+    const std::vector<uint64_t> seeds =
+        block.seeds.empty() ? std::vector<uint64_t>{spec.train.seed} : block.seeds;
+    for (const std::string& scale_name : block.scales) {
+      const ScaleSpec* scale = spec.FindScale(scale_name);
+      if (scale == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("undefined scale '", scale_name, "'"));
+      }
+      for (int64_t context : block.context) {
+        for (double budget : block.budget_values) {
+          for (uint64_t seed : seeds) {
+            for (const Point& point : points) {
+              ASSIGN_OR_RETURN(ResolvedJob job,
+                               Resolve(spec, block, *scale, context, budget, seed, point));
+              if (seen.insert(job.id).second) jobs.push_back(std::move(job));
+            }
+          }
         }
       }
     }

@@ -57,6 +57,7 @@ struct ResolvedJob {
   double beta2 = 0.0;
   int64_t eval_interval = 0;
   int64_t eval_tokens = 0;
+  int64_t final_eval_tokens = -1;   // last step: -1 as eval_tokens, 0 the whole split
   int64_t checkpoint_interval = 0;
   int64_t log_interval = 1;
   uint64_t seed = 0;
@@ -68,6 +69,8 @@ struct ResolvedJob {
   int64_t priority = 0;
 
   double flops_ratio() const { return flops_per_token / dense_flops_per_token; }
+  // What the job really trains on: whole steps of batch_tokens (>= tokens).
+  int64_t tokens_trained() const { return steps * batch_tokens; }
 
   // Everything that decides the training result, as JSON with sorted keys.
   nlohmann::json CanonicalConfig() const;
@@ -76,8 +79,17 @@ struct ResolvedJob {
   nlohmann::json ToJson() const;
 };
 
+// The compute rule for `lr: auto` and `batch_tokens: auto`: DeepSeek LLM's fits
+// (Bi et al. 2024, arXiv:2401.02954, §3.1): eta_opt = 0.3118 C^-0.1250 and
+// B_opt = 0.2920 C^0.3271 tokens, with C the non-embedding training compute
+// (FLOPs) of the FLOP-matched dense model: RuleCompute(dense shape, tokens).
+double RuleCompute(const ModelShape& dense, int64_t tokens);
+double RuleLr(double compute);
+// B_opt rounded to the nearest whole multiple of `unit` (context x ranks), at least one.
+int64_t RuleBatchTokens(double compute, int64_t unit);
+
 // Resolves every grid point and baseline of `spec`. Jobs come out in grid order
-// (scale, context, budget, then sparsity and stride), each id once.
+// (block, scale, context, budget, seed, then sparsity and stride), each id once.
 // INVALID_ARGUMENT when a point cannot be sized (e.g. no layer count matches).
 absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec);
 

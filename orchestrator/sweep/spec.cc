@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -32,6 +33,23 @@ const ScaleSpec* SweepSpec::FindScale(const std::string& scale_name) const {
     if (s.name == scale_name) return &s;
   }
   return nullptr;
+}
+
+std::vector<GridBlock> SweepSpec::Blocks() const {
+  if (!blocks.empty()) return blocks;
+  GridBlock b;
+  b.family = family;
+  b.scales = grid_scales;
+  if (b.scales.empty()) {
+    for (const ScaleSpec& s : scales) b.scales.push_back(s.name);
+  }
+  b.sparsity = grid_sparsity;
+  b.stride = grid_stride;
+  b.context = grid_context;
+  b.baselines = baselines;
+  b.budget_kind = budget_kind;
+  b.budget_values = budget_values;
+  return {b};
 }
 
 namespace {
@@ -185,7 +203,7 @@ class SpecParser {
       key_lines_.emplace(it->first.Scalar(), Line(it->first));
     }
     CheckKeys(root, "", {"name", "description", "data", "family", "match", "scales", "grid",
-                         "baselines", "budget", "train", "resources"});
+                         "baselines", "budget", "train", "resources", "design"});
     if (root["name"]) {
       if (String(root["name"], "name", &spec->name)) {
         const bool ok = !spec->name.empty() &&
@@ -235,17 +253,16 @@ class SpecParser {
     } else {
       Error(1, "scales", "missing; define at least one named scale");
     }
+    if (root["baselines"]) ParseBaselines(root["baselines"], "baselines", &spec->baselines);
+    if (root["budget"]) {
+      top_budget_ = ParseBudget(root["budget"], "budget", &spec->budget_kind, &spec->budget_values);
+    }
     if (root["grid"]) {
       ParseGrid(root["grid"], spec);
     } else {
       Error(1, "grid", "missing; the grid needs at least a context axis");
     }
-    if (root["baselines"]) ParseBaselines(root["baselines"], spec);
-    if (root["budget"]) {
-      ParseBudget(root["budget"], spec);
-    } else {
-      Error(1, "budget", "missing; give one of tokens_per_param, flops or tokens");
-    }
+    if (root["design"]) ParseDesign(root["design"], spec);
     if (root["train"]) {
       ParseTrain(root["train"], spec);
     } else {
@@ -295,7 +312,8 @@ class SpecParser {
       const std::string field = absl::StrCat("scales.", scale.name);
       const YAML::Node& body = it->second;
       if (spec->FindScale(scale.name) != nullptr || !ExpectMap(body, field)) continue;
-      CheckKeys(body, field, {"d_model", "n_heads", "n_layers", "d_ff"});
+      CheckKeys(body, field, {"d_model", "n_heads", "n_layers", "d_ff", "train"});
+      scale.line = Line(it->first);
       bool ok = true;
       for (const char* required : {"d_model", "n_heads", "n_layers"}) {
         if (!body[required]) {
@@ -322,6 +340,7 @@ class SpecParser {
         continue;
       }
       if (scale.d_ff == 0) scale.d_ff = DefaultDff(scale.d_model);
+      if (body["train"]) ParseScaleTrain(body["train"], field + ".train", &scale);
       spec->scales.push_back(scale);
     }
   }
@@ -335,20 +354,113 @@ class SpecParser {
     return true;
   }
 
+  // scales.NAME.train: the fields a scale may set for itself.
+  void ParseScaleTrain(const YAML::Node& node, const std::string& field, ScaleSpec* scale) {
+    if (!ExpectMap(node, field)) return;
+    CheckKeys(node, field, {"lr", "batch_tokens", "micro_batch_tokens", "warmup_steps"});
+    if (node["lr"]) {
+      double lr = 0;
+      if (Double(node["lr"], field + ".lr", &lr)) {
+        if (!(lr > 0 && lr <= 10)) {
+          Error(Line(node["lr"]), field + ".lr", absl::StrCat("must be in (0, 10], got ", node["lr"].Scalar()));
+        } else {
+          scale->lr = lr;
+        }
+      }
+    }
+    int64_t v = 0;
+    if (node["batch_tokens"] && Positive(node["batch_tokens"], field + ".batch_tokens", &v)) {
+      scale->batch_tokens = v;
+    }
+    if (node["micro_batch_tokens"] &&
+        Positive(node["micro_batch_tokens"], field + ".micro_batch_tokens", &v)) {
+      scale->micro_batch_tokens = v;
+    }
+    if (node["warmup_steps"] && Int(node["warmup_steps"], field + ".warmup_steps", &v)) {
+      if (v < 0) {
+        Error(Line(node["warmup_steps"]), field + ".warmup_steps", "must not be negative");
+      } else {
+        scale->warmup_steps = v;
+      }
+    }
+  }
+
+  // `grid:` is one block (a mapping) or a list of blocks, each a mapping that may
+  // also name its own family, budget and baselines.
   void ParseGrid(const YAML::Node& node, SweepSpec* spec) {
-    if (!ExpectMap(node, "grid")) return;
-    CheckKeys(node, "grid", {"scale", "sparsity", "stride", "context"});
     grid_line_ = KeyLine("grid");
+    if (node.IsSequence()) {
+      if (node.size() == 0) {
+        Error(Line(node), "grid", "an empty list of grid blocks; give at least one");
+        return;
+      }
+      for (size_t i = 0; i < node.size(); ++i) {
+        const std::string field = absl::StrCat("grid[", i, "]");
+        if (!ExpectMap(node[i], field)) continue;
+        GridBlock block;
+        ParseBlock(node[i], field, /*in_list=*/true, spec, &block);
+        spec->blocks.push_back(std::move(block));
+      }
+      return;
+    }
+    if (!ExpectMap(node, "grid")) return;
+    GridBlock block;
+    ParseBlock(node, "grid", /*in_list=*/false, spec, &block);
+    spec->grid_scales = block.scales;
+    spec->grid_sparsity = block.sparsity;
+    spec->grid_stride = block.stride;
+    spec->grid_context = block.context;
+    spec->blocks.push_back(std::move(block));
+  }
+
+  void ParseBlock(const YAML::Node& node, const std::string& prefix, bool in_list, SweepSpec* spec,
+                  GridBlock* block) {
+    std::vector<std::string> keys = {"scale", "sparsity", "stride", "context", "seed"};
+    if (in_list) {
+      for (const char* k : {"family", "budget", "baselines"}) keys.push_back(k);
+    }
+    CheckKeys(node, prefix, keys);
+    block->line = in_list ? Line(node) : grid_line_;
+    BlockInfo info;
+    info.line = block->line;
+    info.prefix = prefix;
+    block->family = spec->family;
+    block->baselines = spec->baselines;
+    block->budget_kind = spec->budget_kind;
+    block->budget_values = spec->budget_values;
+    block->budget_line = KeyLine("budget");
+    info.has_budget = top_budget_;
+    if (in_list && node["family"]) {
+      std::string family;
+      if (String(node["family"], prefix + ".family", &family)) {
+        auto parsed = ParseFamily(family);
+        if (parsed.ok()) {
+          block->family = *parsed;
+        } else {
+          Error(Line(node["family"]), prefix + ".family", std::string(parsed.status().message()));
+        }
+      }
+    }
+    if (in_list && node["baselines"]) {
+      block->baselines.clear();
+      ParseBaselines(node["baselines"], prefix + ".baselines", &block->baselines);
+    }
+    if (in_list && node["budget"]) {
+      block->budget_values.clear();
+      block->budget_line = Line(node["budget"]);
+      info.has_budget = ParseBudget(node["budget"], prefix + ".budget", &block->budget_kind,
+                                    &block->budget_values);
+    }
     if (node["scale"]) {
-      Axis(node["scale"], "grid.scale", &spec->grid_scales,
+      Axis(node["scale"], prefix + ".scale", &block->scales,
            [&](const YAML::Node& n, const std::string& f, std::string* v) {
              return String(n, f, v);
            });
-      scale_axis_ = node["scale"];
+      info.scale_axis = node["scale"];
     }
     if (node["sparsity"]) {
-      has_sparsity_ = true;
-      Axis(node["sparsity"], "grid.sparsity", &spec->grid_sparsity,
+      info.has_sparsity = true;
+      Axis(node["sparsity"], prefix + ".sparsity", &block->sparsity,
            [&](const YAML::Node& n, const std::string& f, double* v) {
              if (!Double(n, f, v)) return false;
              if (*v < 0.0 || *v >= 1.0) {
@@ -359,8 +471,8 @@ class SpecParser {
            });
     }
     if (node["stride"]) {
-      has_stride_ = true;
-      Axis(node["stride"], "grid.stride", &spec->grid_stride,
+      info.has_stride = true;
+      Axis(node["stride"], prefix + ".stride", &block->stride,
            [&](const YAML::Node& n, const std::string& f, int64_t* v) {
              if (!Int(n, f, v)) return false;
              if (*v < 1) {
@@ -371,7 +483,7 @@ class SpecParser {
            });
     }
     if (node["context"]) {
-      Axis(node["context"], "grid.context", &spec->grid_context,
+      Axis(node["context"], prefix + ".context", &block->context,
            [&](const YAML::Node& n, const std::string& f, int64_t* v) {
              if (!Int(n, f, v)) return false;
              if (*v < 1) {
@@ -381,17 +493,35 @@ class SpecParser {
              return true;
            });
     } else {
-      Error(Line(node), "grid.context", "missing; give at least one context length");
+      Error(Line(node), prefix + ".context", "missing; give at least one context length");
     }
+    if (node["seed"]) {
+      Axis(node["seed"], prefix + ".seed", &block->seeds,
+           [&](const YAML::Node& n, const std::string& f, uint64_t* v) {
+             int64_t seed = 0;
+             if (!Int(n, f, &seed)) return false;
+             if (seed < 0) {
+               Error(Line(n), f, absl::StrCat("a seed must not be negative, got ", seed));
+               return false;
+             }
+             *v = static_cast<uint64_t>(seed);
+             return true;
+           });
+      std::set<uint64_t> distinct(block->seeds.begin(), block->seeds.end());
+      if (distinct.size() != block->seeds.size()) {
+        Error(Line(node["seed"]), prefix + ".seed", "a seed is listed twice");
+      }
+    }
+    block_info_.push_back(info);
   }
 
-  void ParseBaselines(const YAML::Node& node, SweepSpec* spec) {
+  void ParseBaselines(const YAML::Node& node, const std::string& prefix, std::vector<Family>* out) {
     if (!node.IsSequence()) {
-      Error(Line(node), "baselines", "expected a list of families (dense, mod)");
+      Error(Line(node), prefix, "expected a list of families (dense, mod)");
       return;
     }
     for (size_t i = 0; i < node.size(); ++i) {
-      const std::string field = absl::StrCat("baselines[", i, "]");
+      const std::string field = absl::StrCat(prefix, "[", i, "]");
       std::string name;
       if (!String(node[i], field, &name)) continue;
       auto family = ParseFamily(name);
@@ -400,23 +530,25 @@ class SpecParser {
       } else if (*family == Family::kXmod) {
         Error(Line(node[i]), field, "xmod is the swept family, not a baseline (use dense, mod)");
       } else {
-        spec->baselines.push_back(*family);
+        out->push_back(*family);
       }
     }
   }
 
-  void ParseBudget(const YAML::Node& node, SweepSpec* spec) {
-    if (!ExpectMap(node, "budget")) return;
-    CheckKeys(node, "budget", {"tokens_per_param", "flops", "tokens"});
+  // Returns whether exactly one budget was given (errors are recorded otherwise).
+  bool ParseBudget(const YAML::Node& node, const std::string& prefix, BudgetKind* kind_out,
+                   std::vector<double>* values) {
+    if (!ExpectMap(node, prefix)) return false;
+    CheckKeys(node, prefix, {"tokens_per_param", "flops", "tokens"});
     int given = 0;
     for (auto [key, kind] : {std::pair{"tokens_per_param", BudgetKind::kTokensPerParam},
                              std::pair{"flops", BudgetKind::kFlops},
                              std::pair{"tokens", BudgetKind::kTokens}}) {
       if (!node[key]) continue;
       if (++given > 1) continue;
-      spec->budget_kind = kind;
-      const std::string field = absl::StrCat("budget.", key);
-      Axis(node[key], field, &spec->budget_values,
+      *kind_out = kind;
+      const std::string field = absl::StrCat(prefix, ".", key);
+      Axis(node[key], field, values,
            [&](const YAML::Node& n, const std::string& f, double* v) {
              if (!Double(n, f, v)) return false;
              if (*v <= 0) {
@@ -426,12 +558,45 @@ class SpecParser {
              return true;
            });
     }
+    const int line = prefix == "budget" ? KeyLine("budget") : Line(node);
     if (given == 0) {
-      Error(KeyLine("budget"), "budget",
-            "no budget; give one of tokens_per_param, flops or tokens");
+      Error(line, prefix, "no budget; give one of tokens_per_param, flops or tokens");
     } else if (given > 1) {
-      Error(KeyLine("budget"), "budget",
-            "two budgets given; keep exactly one of tokens_per_param, flops or tokens");
+      Error(line, prefix, "two budgets given; keep exactly one of tokens_per_param, flops or tokens");
+    }
+    return given == 1;
+  }
+
+  void ParseDesign(const YAML::Node& node, SweepSpec* spec) {
+    if (!ExpectMap(node, "design")) return;
+    CheckKeys(node, "design", {"laws", "flop_tolerance"});
+    DesignSpec& d = spec->design;
+    d.line = KeyLine("design");
+    if (node["laws"]) {
+      const YAML::Node& laws = node["laws"];
+      if (!laws.IsSequence()) {
+        Error(Line(laws), "design.laws", "expected a list of laws (dense, xmod), possibly empty");
+      } else {
+        d.laws_given = true;
+        for (size_t i = 0; i < laws.size(); ++i) {
+          const std::string field = absl::StrCat("design.laws[", i, "]");
+          std::string law;
+          if (!String(laws[i], field, &law)) continue;
+          if (law != "dense" && law != "xmod") {
+            Error(Line(laws[i]), field,
+                  absl::StrCat("unknown law '", law, "' (known: dense, xmod)",
+                               DidYouMean(law, {"dense", "xmod"})));
+          } else {
+            d.laws.push_back(law);
+          }
+        }
+      }
+    }
+    if (node["flop_tolerance"] &&
+        Double(node["flop_tolerance"], "design.flop_tolerance", &d.flop_tolerance) &&
+        !(d.flop_tolerance > 0 && d.flop_tolerance <= 1)) {
+      Error(Line(node["flop_tolerance"]), "design.flop_tolerance",
+            absl::StrCat("must be in (0, 1], got ", node["flop_tolerance"].Scalar()));
     }
   }
 
@@ -441,10 +606,16 @@ class SpecParser {
               {"batch_tokens", "micro_batch_tokens", "lr", "min_lr_ratio", "warmup_steps",
                "warmup_fraction", "schedule", "decay_fraction", "weight_decay", "grad_clip",
                "beta1", "beta2", "eval_interval", "eval_tokens", "checkpoint_interval",
-               "log_interval", "seed", "precision", "balance_coef", "router_coef"});
+               "log_interval", "seed", "precision", "balance_coef", "router_coef",
+               "min_warmup_steps", "final_eval_tokens"});
     TrainSpec& t = spec->train;
     train_node_ = node;
-    if (node["batch_tokens"]) {
+    auto is_auto = [&](const char* key) {
+      return node[key] && node[key].IsScalar() && node[key].Scalar() == "auto";
+    };
+    if (is_auto("batch_tokens")) {
+      t.batch_auto = true;
+    } else if (node["batch_tokens"]) {
       Positive(node["batch_tokens"], "train.batch_tokens", &t.batch_tokens);
     } else {
       Error(Line(node), "train.batch_tokens", "missing; tokens per optimizer step");
@@ -462,8 +633,12 @@ class SpecParser {
                            node[key].Scalar()));
       }
     };
-    in_range("lr", 0.0, 10.0, false, &t.lr);
-    if (node["lr"] && t.lr <= 0) Error(Line(node["lr"]), "train.lr", "must be positive");
+    if (is_auto("lr")) {
+      t.lr_auto = true;
+    } else {
+      in_range("lr", 0.0, 10.0, false, &t.lr);
+      if (node["lr"] && t.lr <= 0) Error(Line(node["lr"]), "train.lr", "must be positive");
+    }
     in_range("min_lr_ratio", 0.0, 1.0, false, &t.min_lr_ratio);
     in_range("warmup_fraction", 0.0, 1.0, true, &t.warmup_fraction);
     in_range("decay_fraction", 0.0, 1.0, false, &t.decay_fraction);
@@ -490,6 +665,8 @@ class SpecParser {
       }
     };
     non_negative("eval_interval", &t.eval_interval);
+    non_negative("min_warmup_steps", &t.min_warmup_steps);
+    non_negative("final_eval_tokens", &t.final_eval_tokens);
     non_negative("checkpoint_interval", &t.checkpoint_interval);
     if (node["eval_tokens"]) Positive(node["eval_tokens"], "train.eval_tokens", &t.eval_tokens);
     if (node["log_interval"]) Positive(node["log_interval"], "train.log_interval", &t.log_interval);
@@ -535,57 +712,54 @@ class SpecParser {
   void CrossCheck(const YAML::Node& root, SweepSpec* spec) {
     std::vector<std::string> names;
     for (const ScaleSpec& s : spec->scales) names.push_back(s.name);
-    if (spec->grid_scales.empty()) {
-      spec->grid_scales = names;  // no scale axis: every defined scale
-    } else {
-      for (size_t i = 0; i < spec->grid_scales.size(); ++i) {
-        const std::string& name = spec->grid_scales[i];
-        if (spec->FindScale(name) == nullptr) {
-          const YAML::Node n = scale_axis_.IsSequence() ? scale_axis_[i] : scale_axis_;
-          Error(Line(n), scale_axis_.IsSequence() ? absl::StrCat("grid.scale[", i, "]")
-                                                  : std::string("grid.scale"),
-                absl::StrCat("undefined scale '", name, "'", DidYouMean(name, names),
-                             " (defined: ", absl::StrJoin(names, ", "), ")"));
+    for (size_t b = 0; b < spec->blocks.size(); ++b) {
+      GridBlock& block = spec->blocks[b];
+      const BlockInfo& info = block_info_[b];
+      const std::string& prefix = info.prefix;
+      if (block.scales.empty()) {
+        block.scales = names;  // no scale axis: every defined scale
+      } else {
+        for (size_t i = 0; i < block.scales.size(); ++i) {
+          const std::string& name = block.scales[i];
+          if (spec->FindScale(name) == nullptr) {
+            const YAML::Node n = info.scale_axis.IsSequence() ? info.scale_axis[i] : info.scale_axis;
+            Error(Line(n), info.scale_axis.IsSequence() ? absl::StrCat(prefix, ".scale[", i, "]")
+                                                        : prefix + ".scale",
+                  absl::StrCat("undefined scale '", name, "'", DidYouMean(name, names),
+                               " (defined: ", absl::StrJoin(names, ", "), ")"));
+          }
         }
       }
-    }
-
-    const std::string family(FamilyName(spec->family));
-    if (spec->family == Family::kXmod) {
-      if (!has_sparsity_) {
-        Error(grid_line_, "grid.sparsity", "family xmod needs a sparsity axis");
+      if (!info.has_budget) {
+        Error(prefix == "grid" ? 1 : info.line, prefix == "grid" ? "budget" : prefix + ".budget",
+              "missing; give one of tokens_per_param, flops or tokens");
       }
-      if (!has_stride_) Error(grid_line_, "grid.stride", "family xmod needs a stride axis");
-    } else {
-      if (has_sparsity_) {
-        Error(grid_line_, "grid.sparsity",
-              absl::StrCat("family ", family, " has a fixed sparsity; remove this axis"));
+      const std::string family(FamilyName(block.family));
+      if (block.family == Family::kXmod) {
+        if (!info.has_sparsity) {
+          Error(info.line, prefix + ".sparsity", "family xmod needs a sparsity axis");
+        }
+        if (!info.has_stride) Error(info.line, prefix + ".stride", "family xmod needs a stride axis");
+      } else {
+        if (info.has_sparsity) {
+          Error(info.line, prefix + ".sparsity",
+                absl::StrCat("family ", family, " has a fixed sparsity; remove this axis"));
+        }
+        if (info.has_stride) {
+          Error(info.line, prefix + ".stride",
+                absl::StrCat("family ", family, " has a fixed stride; remove this axis"));
+        }
       }
-      if (has_stride_) {
-        Error(grid_line_, "grid.stride",
-              absl::StrCat("family ", family, " has a fixed stride; remove this axis"));
+      if (!block.seeds.empty() && train_node_["seed"]) {
+        Error(Line(train_node_["seed"]), "train.seed",
+              absl::StrCat("give the seed in train.seed or as the ", prefix,
+                           ".seed axis, not both"));
       }
-    }
-
-    const TrainSpec& t = spec->train;
-    const int line = Line(train_node_["batch_tokens"]);
-    for (int64_t context : spec->grid_context) {
-      if (t.batch_tokens % context != 0) {
-        Error(line, "train.batch_tokens",
-              absl::StrCat("batch_tokens ", t.batch_tokens, " is not a multiple of context ",
-                           context, " (grid.context)"));
-        continue;
-      }
-      const int64_t rows = t.batch_tokens / context;
-      if (rows % spec->resources.ranks != 0) {
-        Error(line, "train.batch_tokens",
-              absl::StrCat(rows, " sequences of context ", context, " do not split evenly over ",
-                           spec->resources.ranks, " ranks (resources.ranks)"));
-      }
-      if (t.micro_batch_tokens > 0 && t.micro_batch_tokens % context != 0) {
-        Error(Line(train_node_["micro_batch_tokens"]), "train.micro_batch_tokens",
-              absl::StrCat("micro_batch_tokens ", t.micro_batch_tokens,
-                           " is not a multiple of context ", context, " (grid.context)"));
+      // Batch shape per (scale, context): a scale's own batch overrides the sweep's.
+      for (const std::string& scale_name : block.scales) {
+        const ScaleSpec* scale = spec->FindScale(scale_name);
+        if (scale == nullptr) continue;
+        CheckBatch(*spec, *scale, block.context);
       }
     }
     if (spec->data.vocab_size > 0 && spec->data.synthetic && spec->data.vocab_size > 65536) {
@@ -593,13 +767,56 @@ class SpecParser {
     }
   }
 
+  void CheckBatch(const SweepSpec& spec, const ScaleSpec& scale, const std::vector<int64_t>& contexts) {
+    const TrainSpec& t = spec.train;
+    const bool own_batch = scale.batch_tokens.has_value();
+    if (!own_batch && t.batch_auto) return;  // the rule makes a legal batch
+    const int64_t batch = own_batch ? *scale.batch_tokens : t.batch_tokens;
+    const std::string field = own_batch ? absl::StrCat("scales.", scale.name, ".train.batch_tokens")
+                                        : std::string("train.batch_tokens");
+    const int line = own_batch ? scale.line : Line(train_node_["batch_tokens"]);
+    const bool own_micro = scale.micro_batch_tokens.has_value();
+    const int64_t micro = own_micro ? *scale.micro_batch_tokens : t.micro_batch_tokens;
+    for (int64_t context : contexts) {
+      if (!checked_.insert({field, context, micro}).second) continue;
+      if (batch % context != 0) {
+        Error(line, field,
+              absl::StrCat("batch_tokens ", batch, " is not a multiple of context ", context,
+                           " (grid.context)"));
+        continue;
+      }
+      const int64_t rows = batch / context;
+      if (rows % spec.resources.ranks != 0) {
+        Error(line, field,
+              absl::StrCat(rows, " sequences of context ", context, " do not split evenly over ",
+                           spec.resources.ranks, " ranks (resources.ranks)"));
+      }
+      if (micro > 0 && micro % context != 0) {
+        Error(own_micro ? scale.line : Line(train_node_["micro_batch_tokens"]),
+              own_micro ? absl::StrCat("scales.", scale.name, ".train.micro_batch_tokens")
+                        : std::string("train.micro_batch_tokens"),
+              absl::StrCat("micro_batch_tokens ", micro, " is not a multiple of context ", context,
+                           " (grid.context)"));
+      }
+    }
+  }
+
+  struct BlockInfo {
+    int line = 1;
+    std::string prefix;
+    bool has_sparsity = false;
+    bool has_stride = false;
+    bool has_budget = false;
+    YAML::Node scale_axis;
+  };
+
   std::string source_;
   std::vector<std::string> errors_;
   std::map<std::string, int> key_lines_;
   int grid_line_ = 1;
-  bool has_sparsity_ = false;
-  bool has_stride_ = false;
-  YAML::Node scale_axis_;
+  bool top_budget_ = false;
+  std::vector<BlockInfo> block_info_;
+  std::set<std::tuple<std::string, int64_t, int64_t>> checked_;
   YAML::Node train_node_;
 };
 

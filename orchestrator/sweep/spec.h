@@ -6,6 +6,7 @@
 #define XMOD_ORCHESTRATOR_SWEEP_SPEC_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,12 @@ struct ScaleSpec {
   int64_t n_heads = 0;
   int64_t n_layers = 0;  // L0, the dense depth the scale is defined by
   int64_t d_ff = 0;      // 0 in the file means DefaultDff(d_model); resolved on parse
+  // Per-scale training overrides (`scales.NAME.train`); unset: the sweep's train.
+  std::optional<double> lr;
+  std::optional<int64_t> batch_tokens;
+  std::optional<int64_t> micro_batch_tokens;
+  std::optional<int64_t> warmup_steps;
+  int line = 0;  // where the scale is defined, for messages
 };
 
 struct DataSpec {
@@ -37,11 +44,14 @@ std::string_view ScheduleName(Schedule schedule);
 
 struct TrainSpec {
   int64_t batch_tokens = 0;          // tokens per optimizer step, across all ranks
+  bool batch_auto = false;           // batch_tokens: auto (the compute rule, docs/design-checks.md)
+  bool lr_auto = false;              // lr: auto (the compute rule)
   int64_t micro_batch_tokens = 0;    // per-rank forward size; 0 = no accumulation
   double lr = 3e-3;
   double min_lr_ratio = 0.1;
   int64_t warmup_steps = -1;         // -1: use warmup_fraction
   double warmup_fraction = 0.05;
+  int64_t min_warmup_steps = 10;     // floor on the warm-up, at most a quarter of the steps
   Schedule schedule = Schedule::kCosine;
   double decay_fraction = 0.2;       // wsd: final fraction of steps spent decaying
   double weight_decay = 0.1;
@@ -49,7 +59,8 @@ struct TrainSpec {
   double beta1 = 0.9;
   double beta2 = 0.95;
   int64_t eval_interval = 0;         // steps; 0 = ten evaluations per run
-  int64_t eval_tokens = 65536;       // validation tokens per evaluation
+  int64_t eval_tokens = 65536;       // validation tokens per interim evaluation
+  int64_t final_eval_tokens = -1;    // at the last step: -1 as eval_tokens, 0 the whole split
   int64_t checkpoint_interval = 0;   // steps; 0 = only at the end
   int64_t log_interval = 1;
   uint64_t seed = 1234;
@@ -62,6 +73,31 @@ struct ResourceSpec {
   int64_t ranks = 1;
   int64_t max_attempts = 3;
   int64_t priority = 0;
+};
+
+// One block of the grid: a product of axes with its own family, budget and
+// baselines (inherited from the top level when the block does not give them). A
+// `grid:` mapping is one block; a `grid:` list is one block per entry.
+struct GridBlock {
+  Family family = Family::kXmod;
+  std::vector<std::string> scales;
+  std::vector<double> sparsity;
+  std::vector<int64_t> stride;
+  std::vector<int64_t> context;
+  std::vector<uint64_t> seeds;  // the replicate axis; empty: train.seed
+  std::vector<Family> baselines;
+  BudgetKind budget_kind = BudgetKind::kTokensPerParam;
+  std::vector<double> budget_values;
+  int line = 0;         // of the block, for messages
+  int budget_line = 0;  // of the budget the block uses
+};
+
+// What the design check (design_check.h) holds the sweep to.
+struct DesignSpec {
+  std::vector<std::string> laws;  // laws the sweep will be fitted with
+  bool laws_given = false;        // false: dense (and xmod when the sweep has X-MoD jobs)
+  double flop_tolerance = 0.05;   // |FLOPs per token / dense FLOPs per token − 1|
+  int line = 0;
 };
 
 struct SweepSpec {
@@ -83,8 +119,13 @@ struct SweepSpec {
   std::vector<double> budget_values;
   TrainSpec train;
   ResourceSpec resources;
+  DesignSpec design;
+  // The grid as blocks. Empty when the spec was built in code: Blocks() then makes
+  // one block from the top-level fields above.
+  std::vector<GridBlock> blocks;
 
   const ScaleSpec* FindScale(const std::string& name) const;
+  std::vector<GridBlock> Blocks() const;
 };
 
 // Parses and validates `text`; `source` names the file in messages. On failure the
