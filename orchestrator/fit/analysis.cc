@@ -78,13 +78,15 @@ absl::StatusOr<std::vector<std::optional<double>>> ResolveFixed(
   return out;
 }
 
-// Every other value of each axis of a start grid (the first, third, ...): the
-// stated subset a bootstrap refit searches besides the full fit's optima.
+// Every third value of each axis of a start grid (the first, fourth, ...): the
+// stated subset a bootstrap refit searches besides the full fit's optima (32
+// starts for the dense law, 2 for the extras), so a resample can leave the full
+// fit's basin.
 std::vector<std::vector<double>> ThinnedGrid(const std::vector<std::vector<double>>& grid) {
   std::vector<std::vector<double>> out;
   for (const auto& axis : grid) {
     std::vector<double> kept;
-    for (size_t i = 0; i < axis.size(); i += 2) kept.push_back(axis[i]);
+    for (size_t i = 0; i < axis.size(); i += 3) kept.push_back(axis[i]);
     out.push_back(kept);
   }
   return GridProduct(out);
@@ -327,13 +329,23 @@ std::vector<std::vector<LawPoint>> Clusters(const std::vector<LawPoint>& points)
   return out;
 }
 
-// A resample with replacement of the configurations of `points`, dense and
-// sparse runs drawn separately so every resample keeps both kinds.
-std::vector<LawPoint> Resample(const std::vector<std::vector<LawPoint>>& dense,
-                               const std::vector<std::vector<LawPoint>>& sparse,
+// The strata a resample draws from separately: dense and sparse runs, each by
+// context, so every resample keeps both kinds at every context (the dense
+// reference is fitted per context).
+std::vector<std::vector<std::vector<LawPoint>>> Strata(const std::vector<LawPoint>& points) {
+  std::map<std::pair<bool, double>, std::vector<LawPoint>> by;
+  for (const LawPoint& x : points) by[{x.dense(), x.context}].push_back(x);
+  std::vector<std::vector<std::vector<LawPoint>>> out;
+  for (const auto& [key, part] : by) out.push_back(Clusters(part));
+  return out;
+}
+
+// A resample with replacement of the configurations of each stratum.
+std::vector<LawPoint> Resample(const std::vector<std::vector<std::vector<LawPoint>>>& strata,
                                std::mt19937_64* rng) {
   std::vector<LawPoint> out;
-  for (const auto* part : {&dense, &sparse}) {
+  for (const auto& stratum : strata) {
+    const auto* part = &stratum;
     if (part->empty()) continue;
     // Plain modulo rather than std::uniform_int_distribution, whose algorithm
     // differs between standard libraries: the same seed gives the same intervals
@@ -510,6 +522,23 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   if (options.holdout_largest) {
     const std::vector<std::string> labels = ScaleLabels(usable, &report.holdout_scale);
     std::set<std::string> distinct(labels.begin(), labels.end());
+    if (options.law == "xmod") {
+      // The X-MoD law holds out the largest scale that has sparse runs (a sweep
+      // may have dense-only scales above it), with its dense runs.
+      std::map<std::string, std::pair<double, int>> log_n;
+      for (size_t i = 0; i < usable.size(); ++i) {
+        if (usable[i].dense()) continue;
+        log_n[labels[i]].first += std::log(usable[i].n);
+        log_n[labels[i]].second += 1;
+      }
+      double best = -std::numeric_limits<double>::infinity();
+      for (const auto& [label, sum] : log_n) {
+        if (sum.first / sum.second > best) {
+          best = sum.first / sum.second;
+          report.holdout_scale = label;
+        }
+      }
+    }
     if (distinct.size() < 3) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--holdout-largest: the points span ", distinct.size(),
@@ -577,9 +606,9 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
     // together) and is refitted from the full fit's optima and the thinned grid;
     // resamples run in parallel, each single-threaded with its own seeded
     // generator, so the intervals do not depend on the thread count.
-    const auto dense_clusters = Clusters(Runs(fit_points, true));
-    const auto sparse_clusters = Clusters(Runs(fit_points, false));
-    report.bootstrap_clusters = static_cast<int>(dense_clusters.size() + sparse_clusters.size());
+    const auto strata = Strata(fit_points);
+    report.bootstrap_clusters = 0;
+    for (const auto& stratum : strata) report.bootstrap_clusters += static_cast<int>(stratum.size());
     struct Draw {
       std::map<std::string, double> params;
       std::vector<std::map<std::string, double>> dense;
@@ -591,7 +620,7 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
     auto work = [&] {
       for (int b = next++; b < options.bootstrap; b = next++) {
         std::mt19937_64 rng(options.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(b) + 1);
-        const std::vector<LawPoint> sample = Resample(dense_clusters, sparse_clusters, &rng);
+        const std::vector<LawPoint> sample = Resample(strata, &rng);
         absl::StatusOr<Fitted> refit = FitOnce(sample, options, fixed, one, &*full);
         if (!refit.ok()) continue;
         Draw d;
@@ -719,7 +748,7 @@ nlohmann::json ReportJson(const LawReport& report) {
                       {"clusters", report.bootstrap_clusters},
                       {"resampling", "configurations with replacement (replicates together), "
                                      "dense and sparse separately"},
-                      {"starts", "the full fit's optima and every other value of each grid axis"}};
+                      {"starts", "the full fit's optima and every third value of each grid axis"}};
   }
   nlohmann::json dense = nlohmann::json::array();
   for (const ContextFit& c : report.dense) {

@@ -10,7 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+
 #include <sstream>
+
+#include "absl/strings/str_cat.h"
 
 #include "common/accounting.h"
 
@@ -98,7 +101,11 @@ std::vector<double> TrueXModParameters() {
 // Synthetic sweep: five FLOP-matched scales (sizes from the real accounting), three
 // contexts, two token budgets, dense runs plus X-MoD runs at three capacities and
 // three strides; loss from the law above times (1 + 0.005·N(0, 1)), seeded.
-std::vector<LawPoint> SyntheticXModSweep(uint64_t seed, double noise = 0.005) {
+// `context_effect`: the dense model's own loss depends on T through
+// E_T = E + context_effect·(256/T)^0.5 (a per-context dense law), as real
+// losses do; the sparse runs carry the same dense reference at their T.
+std::vector<LawPoint> SyntheticXModSweep(uint64_t seed, double noise = 0.005,
+                                         double context_effect = 0.0) {
   struct Scale {
     const char* name;
     int64_t d, heads, layers;
@@ -139,7 +146,10 @@ std::vector<LawPoint> SyntheticXModSweep(uint64_t seed, double noise = 0.005) {
           x.context = static_cast<double>(t);
           x.capacity = stride == 1 ? 1.0 : EffectiveCapacity(shape);
           x.stride = static_cast<double>(stride);
-          x.loss = std::exp(XModLaw::LogLoss(truth.data(), x)) * (1.0 + noise * normal(rng));
+          x.layers = static_cast<double>(shape.n_layers);
+          std::vector<double> at_t = truth;
+          at_t[2] = std::log(std::exp(truth[2]) + context_effect * std::sqrt(256.0 / t));
+          x.loss = std::exp(XModLaw::LogLoss(at_t.data(), x)) * (1.0 + noise * normal(rng));
           points.push_back(x);
         }
       }
@@ -164,7 +174,9 @@ TEST(XModLaw, NoiselessPointsGiveTheParametersBack) {
   }
   EXPECT_EQ(fit->method, "two-stage");
   ASSERT_EQ(fit->stages.size(), 2u);
-  EXPECT_EQ(fit->stages[0].n_points, 5 * 3 * 3);       // dense runs
+  ASSERT_EQ(fit->dense.size(), 3u);                    // one dense law per context
+  for (const ContextFit& c : fit->dense) EXPECT_EQ(c.fit.n_points, 5 * 3);
+  EXPECT_EQ(fit->stages[0].n_points, 5 * 3);           // the first context's dense runs
   EXPECT_EQ(fit->stages[1].n_points, 5 * 3 * 3 * 9);   // sparse runs
   EXPECT_EQ(fit->stages[1].starts, 405);
   EXPECT_LT(fit->fit.rmse, 1e-6);
@@ -202,8 +214,110 @@ TEST(XModLaw, RecoversParametersFromNoisyPointsAndPredictsTheHeldOutScale) {
               held->holdout_rmse, fit->seconds, held->seconds);
 }
 
+// The dense loss depends on the context (E moves by 0.3 nats from T = 256 to
+// 4096) and the sparse extras are known: the per-context dense reference absorbs
+// the context effect, so the extras come back uncontaminated.
+TEST(XModLaw, ADenseContextEffectDoesNotLeakIntoTheExtras) {
+  const std::vector<LawPoint> points = SyntheticXModSweep(1, 0.0, 0.3);
+  auto fit = FitNamedLaw(points, XModOptions());
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  ASSERT_EQ(fit->dense.size(), 3u);
+  for (const ContextFit& c : fit->dense) {
+    EXPECT_NEAR(c.fit.params.at("E"), 1.69 + 0.3 * std::sqrt(256.0 / c.context), 2e-3)
+        << "T = " << c.context;
+    EXPECT_NEAR(c.fit.params.at("alpha"), 0.34, 2e-3) << "T = " << c.context;
+  }
+  const std::vector<double> truth = TrueXModParameters();
+  const std::vector<std::string> names = XModLaw::ParameterNames();
+  for (int k = XModLaw::kDenseParameters; k < XModLaw::kParameters; ++k) {
+    EXPECT_NEAR(fit->fit.raw[k], truth[k], 2e-3 * (1.0 + std::abs(truth[k]))) << names[k];
+  }
+  EXPECT_LT(fit->fit.rmse, 1e-5);
+  // Every prediction uses the dense law of the point's own context.
+  for (const LawPoint& x : points) {
+    EXPECT_NEAR(fit->Predict(x).value(), x.loss, 1e-4 * x.loss);
+  }
+}
+
+TEST(XModLaw, FixedParametersStayAndBoundsAreFlagged) {
+  const std::vector<LawPoint> points = SyntheticXModSweep(2, 0.0);
+  AnalysisOptions options = XModOptions();
+  options.fixed = {{"beta_T", 0.5}, {"psi", 1.0}};
+  auto fit = FitNamedLaw(points, options);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->fit.params.at("beta_T"), 0.5);
+  EXPECT_EQ(fit->fit.params.at("psi"), 1.0);
+  EXPECT_EQ(fit->fixed, (std::vector<std::string>{"beta_T", "psi"}));
+  // A frozen value is never reported as "on a bound"; eta at its bound is.
+  options.fixed = {{"eta", 1.0}};
+  fit = FitNamedLaw(points, options);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_TRUE(std::find(fit->on_bound.begin(), fit->on_bound.end(), "eta") == fit->on_bound.end());
+  options.fixed = {{"gamma", 1.0}};
+  EXPECT_EQ(FitNamedLaw(points, options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.fixed = {{"eta", 2.0}};  // outside [0, 1]
+  EXPECT_EQ(FitNamedLaw(points, options).status().code(), absl::StatusCode::kInvalidArgument);
+  // Truth outside the bounds: the fit pins eta to 1 and says so.
+  std::vector<LawPoint> beyond = points;
+  for (LawPoint& x : beyond) {
+    if (x.dense()) continue;
+    std::vector<double> p = TrueXModParameters();
+    p[5] = 1.6;
+    x.loss = std::exp(XModLaw::LogLoss(p.data(), x));
+  }
+  fit = FitNamedLaw(beyond, XModOptions());
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->fit.params.at("eta"), 1.0);
+  EXPECT_TRUE(std::find(fit->on_bound.begin(), fit->on_bound.end(), "eta") != fit->on_bound.end());
+}
+
+// Replicates of one configuration are resampled together, and the noise summary
+// reports their spread.
+TEST(Bootstrap, ReplicatesMoveTogetherAndTheSeedSpreadIsReported) {
+  std::vector<LawPoint> points;
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (double n : {1e6, 2e6, 4e6, 8e6}) {
+    for (double r : {5.0, 20.0, 80.0}) {
+      for (int seed = 0; seed < 2; ++seed) {
+        const double d = r * n;
+        LawPoint x = DensePoint(n, d, (1.8 + 400 / std::pow(n, 0.34) + 400 / std::pow(d, 0.28)) *
+                                          (1.0 + 0.01 * normal(rng)));
+        x.config = absl::StrCat(n, "/", r);
+        x.se = 0.002 * x.loss;
+        points.push_back(x);
+      }
+    }
+  }
+  AnalysisOptions options;
+  options.bootstrap = 16;
+  options.fit.threads = 2;
+  auto fit = FitNamedLaw(points, options);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->bootstrap_clusters, 12);  // configurations, not the 24 points
+  EXPECT_EQ(fit->noise.configurations, 12);
+  EXPECT_EQ(fit->noise.replicated, 12);
+  EXPECT_GT(fit->noise.seed_sd, 0.002);
+  EXPECT_LT(fit->noise.seed_sd, 0.03);
+  EXPECT_NEAR(fit->noise.eval_se, 0.002, 1e-9);
+  EXPECT_EQ(fit->bootstrap_used + fit->bootstrap_failed, 16);
+}
+
 TEST(XModLaw, JointFitIsNoWorseThanTwoStages) {
-  const std::vector<LawPoint> points = SyntheticXModSweep(3);
+  // The joint fit shares one dense law, so it takes one context.
+  std::vector<LawPoint> points;
+  for (const LawPoint& x : SyntheticXModSweep(3)) {
+    if (x.context == 1024) points.push_back(x);
+  }
+  ASSERT_FALSE(points.empty());
+  {
+    AnalysisOptions options = XModOptions();
+    options.joint = true;
+    auto refused = FitNamedLaw(SyntheticXModSweep(3), options);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(std::string(refused.status().message()).find("per context"), std::string::npos)
+        << refused.status();
+  }
   auto two = FitNamedLaw(points, XModOptions());
   AnalysisOptions options = XModOptions();
   options.joint = true;

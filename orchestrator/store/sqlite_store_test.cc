@@ -78,7 +78,7 @@ TEST(SqliteStore, MigratesANewFileToTheLatestSchemaVersion) {
   options.path = dir.File("x.db");
   auto store = SqliteStore::Open(options);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ((*store)->SchemaVersion().value(), 3);
+  EXPECT_EQ((*store)->SchemaVersion().value(), 4);
   store->reset();
   // The journal mode is a property of the file; read it back with SQLite itself.
   sqlite3* db = nullptr;

@@ -71,6 +71,10 @@ class Checker {
     report_->findings.push_back({true, line, field, message});
   }
   void Warn(int line, const std::string& field, const std::string& message) {
+    // Replicates and budgets of one model repeat the same warning: say it once.
+    for (const DesignFinding& f : report_->findings) {
+      if (!f.error && f.message == message) return;
+    }
     report_->findings.push_back({false, line, field, message});
   }
 
@@ -254,12 +258,14 @@ class Checker {
         }
       }
       if (static_cast<double>(s.d_model) / static_cast<double>(s.n_layers) < 8.0) {
-        if (++aspect <= 4) {
+        const size_t before = report_->findings.size();
+        if (aspect < 4) {
           Warn(ScaleLine(spec_, j.scale), absl::StrCat("scales.", j.scale),
                absl::StrFormat("%s: d_model/layers = %.1f, a very deep and narrow model; depth "
                                "and width are confounded with sparsity here",
                                what, static_cast<double>(s.d_model) / s.n_layers));
         }
+        if (report_->findings.size() > before || aspect >= 4) ++aspect;
       }
     }
     auto more = [&](int count, int shown, const char* what) {

@@ -179,12 +179,14 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
   job.lr = scale.lr.has_value() ? *scale.lr : (t.lr_auto ? RuleLr(rule_compute) : t.lr);
   job.min_lr = job.lr * t.min_lr_ratio;
   const int64_t warmup_given = scale.warmup_steps.value_or(t.warmup_steps);
-  job.warmup_steps = warmup_given >= 0
-                         ? warmup_given
-                         : std::llround(t.warmup_fraction * static_cast<double>(job.steps));
-  // The floor never takes more than a quarter of a short job.
-  job.warmup_steps = std::max(job.warmup_steps, std::min(t.min_warmup_steps, job.steps / 4));
-  job.warmup_steps = std::min(job.warmup_steps, job.steps);
+  if (warmup_given >= 0) {
+    job.warmup_steps = std::min(warmup_given, job.steps);  // as written
+  } else {
+    // A fraction of the steps, floored at min_warmup_steps; the floor never takes
+    // more than a quarter of a short job.
+    job.warmup_steps = std::max<int64_t>(std::llround(t.warmup_fraction * static_cast<double>(job.steps)),
+                                std::min(t.min_warmup_steps, job.steps / 4));
+  }
   job.schedule = t.schedule;
   job.decay_steps = t.schedule == Schedule::kWsd
                         ? std::llround(t.decay_fraction * static_cast<double>(job.steps))

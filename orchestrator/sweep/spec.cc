@@ -49,6 +49,9 @@ std::vector<GridBlock> SweepSpec::Blocks() const {
   b.baselines = baselines;
   b.budget_kind = budget_kind;
   b.budget_values = budget_values;
+  b.seeds = grid_seeds;
+  b.line = grid_line;
+  b.budget_line = budget_line;
   return {b};
 }
 
@@ -406,11 +409,8 @@ class SpecParser {
     if (!ExpectMap(node, "grid")) return;
     GridBlock block;
     ParseBlock(node, "grid", /*in_list=*/false, spec, &block);
-    spec->grid_scales = block.scales;
-    spec->grid_sparsity = block.sparsity;
-    spec->grid_stride = block.stride;
-    spec->grid_context = block.context;
-    spec->blocks.push_back(std::move(block));
+    spec->blocks.push_back(std::move(block));  // moved to the top-level fields in CrossCheck
+    grid_is_map_ = true;
   }
 
   void ParseBlock(const YAML::Node& node, const std::string& prefix, bool in_list, SweepSpec* spec,
@@ -765,6 +765,18 @@ class SpecParser {
     if (spec->data.vocab_size > 0 && spec->data.synthetic && spec->data.vocab_size > 65536) {
       Error(Line(root["data"]), "data.vocab_size", "the synthetic source supports at most 65536");
     }
+    if (grid_is_map_ && spec->blocks.size() == 1) {
+      // One block: the top-level fields hold it (and code may edit them).
+      GridBlock& b = spec->blocks[0];
+      spec->grid_scales = b.scales;
+      spec->grid_sparsity = b.sparsity;
+      spec->grid_stride = b.stride;
+      spec->grid_context = b.context;
+      spec->grid_seeds = b.seeds;
+      spec->grid_line = b.line;
+      spec->budget_line = b.budget_line;
+      spec->blocks.clear();
+    }
   }
 
   void CheckBatch(const SweepSpec& spec, const ScaleSpec& scale, const std::vector<int64_t>& contexts) {
@@ -815,6 +827,7 @@ class SpecParser {
   std::map<std::string, int> key_lines_;
   int grid_line_ = 1;
   bool top_budget_ = false;
+  bool grid_is_map_ = false;
   std::vector<BlockInfo> block_info_;
   std::set<std::tuple<std::string, int64_t, int64_t>> checked_;
   YAML::Node train_node_;

@@ -114,14 +114,17 @@ struct SweepSpec {
   std::vector<double> grid_sparsity;
   std::vector<int64_t> grid_stride;
   std::vector<int64_t> grid_context;
+  std::vector<uint64_t> grid_seeds;  // empty: train.seed
+  int grid_line = 1;
+  int budget_line = 1;
   std::vector<Family> baselines;
   BudgetKind budget_kind = BudgetKind::kTokensPerParam;
   std::vector<double> budget_values;
   TrainSpec train;
   ResourceSpec resources;
   DesignSpec design;
-  // The grid as blocks. Empty when the spec was built in code: Blocks() then makes
-  // one block from the top-level fields above.
+  // The grid as blocks when `grid:` is a list. Empty for a `grid:` mapping (or a
+  // spec built in code): Blocks() then makes one block from the fields above.
   std::vector<GridBlock> blocks;
 
   const ScaleSpec* FindScale(const std::string& name) const;
