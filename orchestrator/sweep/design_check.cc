@@ -68,6 +68,9 @@ class Checker {
 
  private:
   void Error(int line, const std::string& field, const std::string& message) {
+    for (const DesignFinding& f : report_->findings) {
+      if (f.error && f.message == message) return;  // replicates and budgets repeat it
+    }
     report_->findings.push_back({true, line, field, message});
   }
   void Warn(int line, const std::string& field, const std::string& message) {
@@ -241,7 +244,7 @@ class Checker {
           j.scale, s.context, j.sparsity, s.stride, s.n_layers);
       if (s.family != Family::kDense && j.match == MatchMode::kFlops &&
           std::abs(j.flops_ratio() - 1.0) > spec_.design.flop_tolerance) {
-        if (++flop_errors <= 8) {
+        if (flop_errors++ < 8) {
           Error(ScaleLine(spec_, j.scale), absl::StrCat("scales.", j.scale),
                 absl::StrFormat("%s has %.3f x the dense FLOPs per token, outside the tolerance "
                                 "%.3g (design.flop_tolerance): integer layer counts cannot match; "
@@ -250,7 +253,7 @@ class Checker {
         }
       }
       if (s.family != Family::kDense && s.n_layers < s.stride + 1) {
-        if (++layout_errors <= 8) {
+        if (layout_errors++ < 8) {
           Error(ScaleLine(spec_, j.scale), absl::StrCat("scales.", j.scale),
                 absl::StrCat(what, ": no full stride period (an anchor, ", s.stride - 1,
                              " routed layers and the next anchor need ", s.stride + 1,

@@ -53,13 +53,16 @@ TEST(Expand, StrideOnePointIsTheDenseBaselineJob) {
   EXPECT_EQ(jobs->size(), 8u);
 }
 
-TEST(Expand, ClusterSweepIsFlopMatchedAtTwentyTokensPerActiveParameter) {
+TEST(Expand, ClusterSweepIsFlopMatchedAtThreeBudgetsPerActiveParameter) {
   auto jobs = ExpandSweep(Load("xmod-cluster"));
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   ASSERT_GT(jobs->size(), 100u);
   double worst = 0.0;
   for (const ResolvedJob& j : *jobs) {
-    EXPECT_EQ(j.tokens, std::llround(20.0 * static_cast<double>(j.n_params_active))) << j.id;
+    const double r = j.budget_value;
+    EXPECT_TRUE(r == 10.0 || r == 20.0 || r == 40.0) << j.id;
+    EXPECT_EQ(j.tokens, std::llround(r * static_cast<double>(j.n_params_active))) << j.id;
+    EXPECT_GE(j.tokens_trained(), j.tokens) << j.id;
     EXPECT_LE(std::abs(j.flops_ratio() - 1.0), MatchTolerance(j)) << j.id;
     worst = std::max(worst, std::abs(j.flops_ratio() - 1.0));
     EXPECT_LE(j.n_params_active, j.n_params_total) << j.id;

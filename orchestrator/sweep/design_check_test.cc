@@ -1,0 +1,249 @@
+// The design check, the seed axis, grid blocks and per-scale hyperparameters.
+#include "orchestrator/sweep/design_check.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "orchestrator/sweep/expand.h"
+
+namespace xmod {
+namespace {
+
+std::string ReadSweep(const std::string& name) {
+  std::ifstream in(std::string(XMOD_SOURCE_DIR) + "/sweeps/" + name + ".yaml");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+DesignReport Check(const std::string& text, const std::string& source) {
+  auto spec = ParseSweepSpec(text, source);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  auto jobs = ExpandSweep(*spec);
+  EXPECT_TRUE(jobs.ok()) << jobs.status();
+  return CheckDesign(*spec, *jobs);
+}
+
+std::string Errors(const DesignReport& r) {
+  std::string out;
+  for (const DesignFinding& f : r.findings) {
+    if (f.error) out += f.field + ": " + f.message + "\n";
+  }
+  return out;
+}
+
+TEST(DesignCheck, TheShippedSweepsIdentifyBothLaws) {
+  for (const char* name : {"xmod-cluster", "demo"}) {
+    const DesignReport r = Check(ReadSweep(name), name);
+    EXPECT_TRUE(r.ok()) << name << "\n" << Errors(r);
+    EXPECT_EQ(r.laws, (std::vector<std::string>{"dense", "xmod"})) << name;
+  }
+}
+
+TEST(DesignCheck, ASingleBudgetClusterSweepIsRefusedSayingWhyAndHow) {
+  std::string text = ReadSweep("xmod-cluster");
+  const std::string budgets = "tokens_per_param: [10, 20, 40]";
+  const size_t at = text.find(budgets);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, budgets.size(), "tokens_per_param: 20");
+  const DesignReport r = Check(text, "cluster-one-budget.yaml");
+  ASSERT_FALSE(r.ok());
+  const std::string errors = Errors(r);
+  EXPECT_NE(errors.find("D proportional to N"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("at least 3 budgets per scale"), std::string::npos) << errors;
+  // Named at the budget's line, in file:line: field form.
+  const absl::Status status = DesignStatus(r, "cluster-one-budget.yaml", false);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  int line = 0;
+  std::istringstream lines(text);
+  std::string l;
+  for (int n = 1; std::getline(lines, l); ++n) {
+    if (l.rfind("budget:", 0) == 0) line = n;
+  }
+  EXPECT_NE(std::string(status.message()).find("cluster-one-budget.yaml:" + std::to_string(line) +
+                                               ": budget:"),
+            std::string::npos)
+      << status;
+  // The expert override lets it through.
+  EXPECT_TRUE(DesignStatus(r, "x", true).ok());
+}
+
+const char* kBase = R"(name: t
+data: {synthetic: true, vocab_size: 64}
+family: xmod
+scales:
+  a: {d_model: 64, n_heads: 4, n_layers: 8}
+  b: {d_model: 96, n_heads: 4, n_layers: 8}
+  c: {d_model: 128, n_heads: 4, n_layers: 8}
+grid:
+  sparsity: [0.5, 0.875]
+  stride: [2, 4]
+  context: [64]
+baselines: [dense]
+budget:
+  tokens_per_param: [5, 20, 80]
+train: {batch_tokens: 1024}
+)";
+
+TEST(DesignCheck, LayoutsAndFlopMatchingAreChecked) {
+  const std::string tolerant = std::string(kBase) + "design: {flop_tolerance: 0.08}\n";
+  EXPECT_TRUE(Check(tolerant, "t.yaml").ok()) << Errors(Check(tolerant, "t.yaml"));
+  EXPECT_NE(Errors(Check(kBase, "t.yaml")).find("1.051 x the dense FLOPs"), std::string::npos);
+  // L0 = 2: integer layers miss the dense FLOPs by far more than 5%.
+  std::string shallow = kBase;
+  for (size_t at; (at = shallow.find("n_layers: 8")) != std::string::npos;) {
+    shallow.replace(at, 11, "n_layers: 2");
+  }
+  DesignReport r = Check(shallow, "t.yaml");
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(Errors(r).find("outside the tolerance"), std::string::npos) << Errors(r);
+  // Stride 8 on a 4-layer scale at sparsity 0.5: too few layers for one period.
+  std::string wide = kBase;
+  wide.replace(wide.find("stride: [2, 4]"), 14, "stride: [2, 32]");
+  r = Check(wide, "t.yaml");
+  EXPECT_NE(Errors(r).find("no full stride period"), std::string::npos) << Errors(r);
+  // A sweep that names no law is still held to FLOP matching and layouts.
+  EXPECT_FALSE(Check(shallow + "design: {laws: []}\n", "t.yaml").ok());
+  r = Check(shallow + "design: {laws: [], flop_tolerance: 0.5}\n", "t.yaml");
+  EXPECT_EQ(Errors(r).find("outside the tolerance"), std::string::npos) << Errors(r);
+}
+
+TEST(DesignCheck, TwoScalesOrNoDenseRunAtASparseContextAreRefused) {
+  std::string two = kBase;
+  two.replace(two.find("  c: {d_model: 128, n_heads: 4, n_layers: 8}\n"), 45, "");
+  DesignReport r = Check(two, "t.yaml");
+  EXPECT_NE(Errors(r).find("at least 3 scales"), std::string::npos) << Errors(r);
+  std::string no_dense = kBase;
+  no_dense.replace(no_dense.find("baselines: [dense]\n"), 19, "");
+  r = Check(no_dense, "t.yaml");
+  EXPECT_NE(Errors(r).find("no dense"), std::string::npos) << Errors(r);
+}
+
+TEST(SeedAxis, EachSeedIsItsOwnJobAndOnlyTheSeedDiffers) {
+  std::string text = kBase;
+  text.replace(text.find("  context: [64]\n"), 16, "  context: [64]\n  seed: [7, 8, 9]\n");
+  auto spec = ParseSweepSpec(text, "t.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto jobs = ExpandSweep(*spec);
+  auto one = ExpandSweep(*ParseSweepSpec(kBase, "t.yaml"));
+  ASSERT_TRUE(jobs.ok() && one.ok());
+  EXPECT_EQ(jobs->size(), 3 * one->size());
+  std::map<std::string, std::set<uint64_t>> seeds;  // config without seed -> seeds
+  std::set<std::string> ids;
+  for (const ResolvedJob& j : *jobs) {
+    nlohmann::json c = j.CanonicalConfig();
+    EXPECT_EQ(c["seed"], j.seed);
+    c.erase("seed");
+    seeds[c.dump()].insert(j.seed);
+    ids.insert(j.id);
+  }
+  EXPECT_EQ(ids.size(), jobs->size());  // the seed is part of the identity
+  EXPECT_EQ(seeds.size(), one->size());
+  for (const auto& [config, s] : seeds) EXPECT_EQ(s, (std::set<uint64_t>{7, 8, 9}));
+  // A seed axis and train.seed together, a repeated or negative seed: refused.
+  for (const char* bad : {"  seed: [7, 7]\n", "  seed: [-1]\n"}) {
+    std::string t = kBase;
+    t.replace(t.find("  context: [64]\n"), 16, std::string("  context: [64]\n") + bad);
+    EXPECT_FALSE(ParseSweepSpec(t, "t.yaml").ok()) << bad;
+  }
+  std::string both = text;
+  both.replace(both.find("train: {batch_tokens: 1024}"), 27, "train: {batch_tokens: 1024, seed: 3}");
+  auto refused = ParseSweepSpec(both, "t.yaml");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find("train.seed"), std::string::npos);
+}
+
+TEST(GridBlocks, BlocksHaveTheirOwnFamilyBudgetAndSeeds) {
+  const std::string text = R"(name: t
+data: {synthetic: true, vocab_size: 64}
+scales:
+  a: {d_model: 64, n_heads: 4, n_layers: 4}
+  b: {d_model: 96, n_heads: 4, n_layers: 4}
+grid:
+  - family: dense
+    context: 64
+    seed: [1, 2]
+    budget: {tokens_per_param: [5, 20]}
+  - family: xmod
+    scale: [b]
+    sparsity: 0.5
+    stride: 2
+    context: 64
+    budget: {tokens: 20480}
+train: {batch_tokens: 1024}
+design: {laws: []}
+)";
+  auto spec = ParseSweepSpec(text, "t.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto jobs = ExpandSweep(*spec);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 2u * 2u * 2u + 1u);
+  EXPECT_EQ(jobs->back().shape.family, Family::kXmod);
+  EXPECT_EQ(jobs->back().tokens, 20480);
+  EXPECT_EQ(jobs->back().seed, 1234u);  // train.seed's default
+  // A block without a budget, where the top level has none either, names the block.
+  std::string no_budget = text;
+  no_budget.replace(no_budget.find("    budget: {tokens: 20480}\n"), 28, "");
+  auto refused = ParseSweepSpec(no_budget, "t.yaml");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find("t.yaml:11: grid[1].budget: missing"),
+            std::string::npos)
+      << refused.status();
+}
+
+TEST(Hyperparameters, ScalesOverrideAndTheComputeRuleFollowsDeepSeek) {
+  // DeepSeek LLM's fits at C = 1e20 FLOPs: eta = 0.3118 * 1e20^-0.125 = 9.86e-4,
+  // B = 0.2920 * 1e20^0.3271 = 1.02e6 tokens.
+  EXPECT_NEAR(RuleLr(1e20), 0.3118 * std::pow(1e20, -0.125), 1e-12);
+  EXPECT_NEAR(RuleLr(1e20), 9.86e-4, 1e-6);
+  EXPECT_NEAR(0.2920 * std::pow(1e20, 0.3271), 1.017e6, 2e3);
+  EXPECT_EQ(RuleBatchTokens(1e20, 2048) % 2048, 0);
+  EXPECT_NEAR(RuleBatchTokens(1e20, 2048), 0.2920 * std::pow(1e20, 0.3271), 1024.0);
+  EXPECT_EQ(RuleBatchTokens(1.0, 2048), 2048);  // at least one unit
+
+  std::string text = kBase;
+  text.replace(text.find("  c: {d_model: 128, n_heads: 4, n_layers: 8}"), 44,
+               "  c: {d_model: 128, n_heads: 4, n_layers: 8, train: {lr: 1.0e-3, batch_tokens: 2048, "
+               "warmup_steps: 7}}");
+  text.replace(text.find("train: {batch_tokens: 1024}"), 27,
+               "train: {batch_tokens: auto, lr: auto, min_warmup_steps: 12, warmup_fraction: 0.01}");
+  auto spec = ParseSweepSpec(text, "t.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto jobs = ExpandSweep(*spec);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  std::map<std::string, const ResolvedJob*> dense;
+  for (const ResolvedJob& j : *jobs) {
+    if (j.shape.family == Family::kDense) dense[j.scale + "/" + std::to_string(j.tokens)] = &j;
+  }
+  for (const ResolvedJob& j : *jobs) {
+    if (j.scale == "c") {
+      EXPECT_EQ(j.lr, 1.0e-3);
+      EXPECT_EQ(j.batch_tokens, 2048);
+      EXPECT_EQ(j.warmup_steps, std::min<int64_t>(7, j.steps));
+      continue;
+    }
+    const double c = RuleCompute(DenseReference(j.shape, j.dense_layers), j.tokens);
+    EXPECT_DOUBLE_EQ(j.lr, RuleLr(c));
+    EXPECT_EQ(j.batch_tokens, RuleBatchTokens(c, 64));
+    EXPECT_EQ(j.batch_tokens % 64, 0);
+    EXPECT_GE(j.warmup_steps, std::min<int64_t>(12, j.steps / 4));
+    // A sparse job trains with the lr and batch of its FLOP-matched dense job.
+    auto it = dense.find(j.scale + "/" + std::to_string(j.tokens));
+    if (j.shape.family != Family::kDense && it != dense.end()) {
+      EXPECT_EQ(j.lr, it->second->lr);
+      EXPECT_EQ(j.batch_tokens, it->second->batch_tokens);
+    }
+  }
+  // A per-scale batch must still tile the context.
+  std::string bad = text;
+  bad.replace(bad.find("batch_tokens: 2048"), 18, "batch_tokens: 2050");
+  EXPECT_FALSE(ParseSweepSpec(bad, "t.yaml").ok());
+}
+
+}  // namespace
+}  // namespace xmod
