@@ -1,4 +1,4 @@
-// The dense-law fit of the 240 Chinchilla reference points (shared/data, the 5
+// The dense-law fit of the 240 Chinchilla reference points (tests/data, the 5
 // highest-loss runs dropped, D = C / 6N), timed three ways side by side in one
 // run, alternating rounds:
 //   scout+polish  the fitter as shipped: every one of the 5,400 starts gets 10

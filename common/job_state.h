@@ -1,4 +1,4 @@
-// The job state machine of DESIGN.md §2, shared by the store (which enforces it)
+// The job state machine (docs/protocol.md, the one drawing of it), shared by the store (which enforces it)
 // and by anything that prints or parses a job's status. Torch-free.
 #ifndef XMOD_COMMON_JOB_STATE_H_
 #define XMOD_COMMON_JOB_STATE_H_
@@ -22,13 +22,8 @@ std::string_view JobStateName(JobState state);
 // Inverse of JobStateName; INVALID_ARGUMENT for an unknown name.
 absl::StatusOr<JobState> ParseJobState(std::string_view name);
 
-// True when `from -> to` is one of the transitions DESIGN.md allows:
-//   pending  -> leased | cancelled
-//   leased   -> running | pending (expired, retryable failure, preempted) | failed | cancelled
-//   running  -> succeeded | pending (expired, retryable failure, preempted) | failed | cancelled
-//   failed   -> pending (resume)
-//   cancelled-> pending (resume)
-// succeeded is terminal.
+// True when `from -> to` is one of the transitions of the state machine in
+// docs/protocol.md (the one drawing of it; succeeded is terminal).
 bool IsLegalTransition(JobState from, JobState to);
 
 // True for states in which no worker holds the job and none will without a resume.

@@ -199,7 +199,7 @@ TEST_F(Cli, FitReadsACsvAndPrintsTheDenseLawAsJson) {
 // Finishes every job of `sweep` without training: each gets a short val_loss
 // curve ending at the X-MoD law's value for its sizes (parameters below), times
 // (1 + noise·N(0, 1)). The law is written out here again, independently of
-// orchestrator/fit, so the fit is checked against a second reading of DESIGN.md.
+// orchestrator/fit, so the fit is checked against a second reading of docs/laws.md.
 struct LawTruth {
   double e = 1.5, a = 50.0, b = 80.0, alpha = 0.35, beta = 0.3;
   double eta = 0.4, c_t = 1.0, beta_t = 0.5, c_s = 0.05, psi = 0.8;

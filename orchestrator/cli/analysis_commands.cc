@@ -331,6 +331,66 @@ std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs, const PointOp
   return points;
 }
 
+QueryResult ReplicateTable(const std::vector<SweepJob>& jobs) {
+  struct Group {
+    const SweepJob* first = nullptr;
+    std::vector<double> losses, ses;
+    int jobs = 0;
+  };
+  std::map<std::string, Group> groups;
+  std::vector<std::string> order;
+  for (const SweepJob& j : jobs) {
+    const std::string key = j.config_key.empty() ? j.id : j.config_key;
+    Group& g = groups[key];
+    if (g.first == nullptr) {
+      g.first = &j;
+      order.push_back(key);
+    }
+    ++g.jobs;
+    const std::optional<double> loss = j.Loss("auto");
+    if (j.status == "succeeded" && loss.has_value()) {
+      g.losses.push_back(*loss);
+      const std::optional<double> se = j.routed() ? j.final_val_loss_causal_se : j.final_val_loss_se;
+      if (se.has_value()) g.ses.push_back(*se);
+    }
+  }
+  QueryResult t;
+  t.columns = {"family", "scale", "sparsity", "stride", "context", "budget_kind", "budget_value",
+               "seeds", "finished", "mean_loss", "seed_sd", "seed_sd_pct", "mean_eval_se"};
+  for (const std::string& key : order) {
+    const Group& g = groups[key];
+    const SweepJob& j = *g.first;
+    std::vector<Value> row{j.family, j.scale, j.sparsity, j.stride, j.context, j.budget_kind,
+                           j.budget_value, int64_t{g.jobs}, static_cast<int64_t>(g.losses.size())};
+    if (g.losses.empty()) {
+      row.insert(row.end(), {Value{}, Value{}, Value{}, Value{}});
+    } else {
+      double mean = 0;
+      for (double v : g.losses) mean += v;
+      mean /= static_cast<double>(g.losses.size());
+      row.emplace_back(mean);
+      if (g.losses.size() >= 2) {
+        double squares = 0;
+        for (double v : g.losses) squares += (v - mean) * (v - mean);
+        const double sd = std::sqrt(squares / static_cast<double>(g.losses.size() - 1));
+        row.emplace_back(sd);
+        row.emplace_back(100.0 * sd / mean);
+      } else {
+        row.insert(row.end(), {Value{}, Value{}});
+      }
+      if (g.ses.empty()) {
+        row.emplace_back(Value{});
+      } else {
+        double m = 0;
+        for (double v : g.ses) m += v;
+        row.emplace_back(m / static_cast<double>(g.ses.size()));
+      }
+    }
+    t.rows.push_back(std::move(row));
+  }
+  return t;
+}
+
 absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
   ASSIGN_OR_RETURN(Format format, ParseFormat(o.format));
   if (o.csv.empty() == o.sweep.empty()) {

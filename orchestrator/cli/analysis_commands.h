@@ -77,6 +77,11 @@ absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const st
 
 // The points a law is fitted to: succeeded dense and X-MoD jobs with a final
 // val_loss (MoD baselines use a different gate and are not points of either law).
+// One row per configuration (a job's config without its seed): its seeds, the
+// mean of the fitted loss (val_loss_causal for routed runs), the seed-to-seed
+// standard deviation and the mean evaluation standard error.
+QueryResult ReplicateTable(const std::vector<SweepJob>& jobs);
+
 std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs, const PointOptions& options = {});
 
 }  // namespace xmod

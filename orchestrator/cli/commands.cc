@@ -61,6 +61,7 @@ struct Flags {
   std::string sql;
   PrepareOptions prepare;
   bool allow_unidentifiable = false;  // expand, check, submit: design errors become warnings
+  bool by_config = false;             // results: one row per configuration (seeds together)
   std::ostream* err = nullptr;         // where design warnings go
   // Remote coordinator.
   std::string coordinator;
@@ -313,7 +314,19 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
 absl::Status Results(const Flags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
   ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
+  if (f.by_config) {
+    ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store.get(), f.sweep));
+    PrintResult(ReplicateTable(jobs), format, out);
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(QueryResult rows, store->JobResults(f.sweep));
+  // The configuration key is for grouping (--by-config), not for reading.
+  for (size_t c = 0; c < rows.columns.size(); ++c) {
+    if (rows.columns[c] != "config_key") continue;
+    rows.columns.erase(rows.columns.begin() + static_cast<std::ptrdiff_t>(c));
+    for (auto& row : rows.rows) row.erase(row.begin() + static_cast<std::ptrdiff_t>(c));
+    break;
+  }
   PrintResult(rows, format, out);
   return absl::OkStatus();
 }
@@ -434,6 +447,8 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   results->add_option("sweep", f.sweep, "Sweep name")->required();
   add_db(results);
   add_format(results);
+  results->add_flag("--by-config", f.by_config,
+                    "One row per configuration: seeds, mean loss, seed spread, evaluation SE");
 
   auto* curves = app.add_subcommand("curves", "One job's curve: step, tokens, FLOPs, metrics");
   curves->add_option("job", f.job, "Job id")->required();

@@ -1,4 +1,4 @@
-// The `xmod` command line (DESIGN.md §4): flag parsing with CLI11 and one small
+// The `xmod` command line (README.md and docs/): flag parsing with CLI11 and one small
 // function per command over the sweep and store libraries. Exit codes: 0 success,
 // 1 runtime failure, 2 invalid input or usage.
 #ifndef XMOD_ORCHESTRATOR_CLI_COMMANDS_H_

@@ -109,14 +109,14 @@ std::vector<std::string> ScaleLabels(const std::vector<LawPoint>& points, std::s
 // A stable hash (16 hex digits) of the fitted points, independent of their order.
 std::string PointsHash(const std::vector<LawPoint>& points);
 
-// The Chinchilla runs of shared/data/chinchilla_svg_extracted.csv (Epoch AI's
+// The Chinchilla runs of tests/data/chinchilla_svg_extracted.csv (Epoch AI's
 // extraction; columns "Model Size", "Training FLOP", "loss") as dense points with
 // D = C / (6N), the `drop_highest` highest-loss runs left out.
 absl::StatusOr<std::vector<LawPoint>> ReadChinchillaReference(const std::string& path,
                                                               int drop_highest);
 
 // `law`, `method`, `params`, `objective`, `rmse`, `n_points`, `converged`, `starts`,
-// `seconds`, and where present `stages`, `intervals` and `holdout` (DESIGN.md §4).
+// `seconds`, and where present `stages`, `intervals` and `holdout` (docs/laws.md).
 nlohmann::json ReportJson(const LawReport& report);
 
 }  // namespace xmod

@@ -20,11 +20,11 @@
 namespace xmod {
 namespace {
 
-// Epoch AI's refit (shared/data/README.md): dropping the 5 highest-loss runs,
+// Epoch AI's refit (tests/data/README.md): dropping the 5 highest-loss runs,
 // E = 1.8172, A = 477.8, B = 2143, alpha = 0.34731, beta = 0.36716, summed Huber
 // objective 0.0010183.
 TEST(DenseLaw, ReproducesEpochsChinchillaRefit) {
-  // tests/data holds a copy of shared/data's file, so this runs on any clone.
+  // tests/data holds the reference file, so this runs on any clone.
   const std::string path = std::string(XMOD_SOURCE_DIR) + "/tests/data/chinchilla_svg_extracted.csv";
   auto loaded = ReadChinchillaReference(path, 5);
   ASSERT_TRUE(loaded.ok()) << loaded.status();

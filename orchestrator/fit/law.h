@@ -17,7 +17,7 @@
 //
 // LogLoss is templated on the scalar type so that Ceres differentiates it. Adding a
 // law is a new header (dense_law.h and xmod_law.h are the two so far) plus a line in
-// analysis.cc; the fitter (fitter.h) does not change. DESIGN.md §1 defines the forms.
+// analysis.cc; the fitter (fitter.h) does not change. docs/laws.md defines the forms.
 #ifndef XMOD_ORCHESTRATOR_FIT_LAW_H_
 #define XMOD_ORCHESTRATOR_FIT_LAW_H_
 

@@ -1,5 +1,5 @@
 // The X-MoD law, our working form relative to the FLOP-matched dense law
-// (DESIGN.md §1):
+// (docs/laws.md):
 //   L_x = L_dense(N_eff, D) + Δ_ctx + Δ_anc
 //   N_eff = N_active · (N_total / N_active)^eta                  sparse-capacity gain
 //   Δ_ctx = c_T · f_r · ((ρT)^(−beta_T) − T^(−beta_T)),  f_r = (L − ⌈L/s⌉)/L, the routed
@@ -46,7 +46,7 @@ struct XModLaw {
     grid.push_back({0.5, 1.0, 2.0});              // psi
     return grid;
   }
-  // eta in [0, 1] and non-negative exponents as DESIGN.md says; the coefficients
+  // eta in [0, 1] and non-negative exponents as docs/laws.md says; the coefficients
   // get wide finite bounds so that a flat direction cannot run off to infinity.
   static std::vector<std::pair<double, double>> Bounds() {
     std::vector<std::pair<double, double>> bounds = DenseLaw::Bounds();

@@ -1,13 +1,7 @@
 // The coordinator's logic, free of gRPC: submitting sweeps, registering worker
 // groups, leasing jobs with fencing tokens, renewing and expiring leases,
 // accepting metrics, checkpoints and results from the current lease holder only.
-// The lease state machine (DESIGN.md §2, schema/README.md):
-//
-//   pending --lease--> leased --heartbeat--> running --complete--> succeeded
-//   leased/running --lease expired | retryable error--> pending (failures+1) | failed
-//   leased/running --preempted--> pending (failures unchanged)
-//   leased/running --diverged | fatal error--> failed
-//   leased/running --cancel--> cancelled (the holder hears CANCEL at its next heartbeat)
+// The job state machine and the lease rules are drawn once, in docs/protocol.md.
 //
 // Thread-safe (the store serializes writes).
 #ifndef XMOD_ORCHESTRATOR_SCHEDULER_SCHEDULER_H_
