@@ -102,24 +102,6 @@ double ForwardFlopsPerTokenAt(const ModelShape& s,
          2.0 * d * static_cast<double>(s.vocab_size);
 }
 
-double ForwardFlopsPerTokenAt(const ModelShape& s,
-                              const std::vector<double>& per_routed_layer_capacity) {
-  const double d = static_cast<double>(s.d_model);
-  const double t = static_cast<double>(s.context);
-  const double matmul = 2.0 * static_cast<double>(LayerMatmulParams(s));
-  const double attention = 4.0 * t * d;
-  const int64_t routed = NumRoutedLayers(s);
-  double routed_flops = 0.0;
-  for (int64_t i = 0; i < routed; ++i) {
-    const double c = i < static_cast<int64_t>(per_routed_layer_capacity.size())
-                         ? per_routed_layer_capacity[static_cast<size_t>(i)]
-                         : EffectiveCapacity(s);
-    routed_flops += c * matmul + c * c * attention + 2.0 * d;
-  }
-  return static_cast<double>(s.n_layers - routed) * (matmul + attention) + routed_flops +
-         2.0 * d * static_cast<double>(s.vocab_size);
-}
-
 double TrainFlopsPerToken(const ModelShape& shape) { return 3.0 * ForwardFlopsPerToken(shape); }
 
 ModelShape DenseReference(const ModelShape& shape, int64_t dense_layers) {

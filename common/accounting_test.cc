@@ -69,10 +69,11 @@ TEST(Accounting, ModHasRoutersButNoGatesAndMatchesHandCount) {
 }
 
 TEST(Accounting, FlopsAtTheNominalCapacityOfEveryRoutedLayerAreTheChargedFlops) {
-  for (const ModelShape& s : {Tiny(Family::kXmod, 4, 2, 0.25, 128), Tiny(Family::kMod, 4, 2, 0.125, 64),
-                              Tiny(Family::kXmod, 129, 8, 0.125, 256),
-                              Tiny(Family::kDense, 3, 1, 1.0, 128)}) {
-    const std::vector<double> nominal(static_cast<size_t>(NumRoutedLayers(s)), EffectiveCapacity(s));
+  for (const ModelShape& s :
+       {Tiny(Family::kXmod, 4, 2, 0.25, 128), Tiny(Family::kMod, 4, 2, 0.125, 64),
+        Tiny(Family::kXmod, 129, 8, 0.125, 256), Tiny(Family::kDense, 3, 1, 1.0, 128)}) {
+    const std::vector<double> nominal(static_cast<size_t>(NumRoutedLayers(s)),
+                                      EffectiveCapacity(s));
     EXPECT_NEAR(ForwardFlopsPerTokenAt(s, nominal), ForwardFlopsPerToken(s),
                 1e-12 * ForwardFlopsPerToken(s))
         << FamilyName(s.family) << " " << s.n_layers;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -79,6 +80,8 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::stri
     m.tokenizer = j.value("tokenizer", std::string("unknown"));
     m.train_tokens = j.at("train_tokens").get<int64_t>();
     m.val_tokens = j.at("val_tokens").get<int64_t>();
+    m.val_split = j.value("val_split", std::string());
+    m.val_documents = j.value("val_documents", std::vector<std::string>());
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(meta_path, ": ", e.what()));
   }
@@ -148,16 +151,26 @@ std::string StripBrownTags(const std::string& text) {
 
 namespace {
 
-absl::Status WriteTokens(const std::string& path, const std::string& bytes, size_t begin,
-                         size_t end) {
-  std::vector<uint16_t> tokens(end - begin);
-  for (size_t i = begin; i < end; ++i) tokens[i - begin] = static_cast<unsigned char>(bytes[i]);
+absl::Status WriteTokens(const std::string& path, const std::string& bytes) {
+  std::vector<uint16_t> tokens(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) tokens[i] = static_cast<unsigned char>(bytes[i]);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(tokens.data()),
             static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
   out.close();
   if (!out) return absl::InternalError(absl::StrCat(path, ": write failed"));
   return absl::OkStatus();
+}
+
+// "1st", "2nd", "3rd", "4th", "11th", "20th", "21st".
+std::string Ordinal(int64_t n) {
+  const int64_t last = n % 10, tens = n % 100;
+  const char* suffix = (tens >= 11 && tens <= 13) ? "th"
+                       : last == 1                ? "st"
+                       : last == 2                ? "nd"
+                       : last == 3                ? "rd"
+                                                  : "th";
+  return absl::StrCat(n, suffix);
 }
 
 }  // namespace
@@ -168,34 +181,83 @@ absl::StatusOr<TokenMeta> PrepareByteDataset(const PrepareOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("--val-fraction: must be in (0, 1), got ", options.val_fraction));
   }
-  std::string text;
+  std::vector<std::string> documents;
+  int64_t total = 0;
   for (const std::string& path : options.inputs) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
     std::stringstream buffer;
     buffer << in.rdbuf();
-    text += options.strip_tags ? StripBrownTags(buffer.str()) : buffer.str();
+    documents.push_back(options.strip_tags ? StripBrownTags(buffer.str()) : buffer.str());
+    total += static_cast<int64_t>(documents.back().size());
   }
-  const size_t val = static_cast<size_t>(std::llround(options.val_fraction * text.size()));
-  if (val < 2 || text.size() - val < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("the inputs hold only ", text.size(),
-                                                   " bytes; too few to split"));
-  }
+
+  const int64_t period = std::max<int64_t>(2, std::llround(1.0 / options.val_fraction));
+  const int64_t offset = period / 2;
+  const int64_t n_docs = static_cast<int64_t>(documents.size());
   TokenMeta meta;
   meta.tokenizer = "bytes";
-  meta.train_tokens = static_cast<int64_t>(text.size() - val);
-  meta.val_tokens = static_cast<int64_t>(val);
+  std::string train, val;
+  train.reserve(static_cast<size_t>(total));
+  nlohmann::json split;  // the rule, as fields, for meta.json
+  if (n_docs >= period) {
+    for (int64_t i = 0; i < n_docs; ++i) {
+      const bool held_out = i % period == offset;
+      (held_out ? val : train) += documents[static_cast<size_t>(i)];
+      if (held_out) meta.val_documents.push_back(options.inputs[static_cast<size_t>(i)]);
+    }
+    meta.val_split = absl::StrCat("every ", Ordinal(period), " document, offset ", offset, ": ",
+                                  meta.val_documents.size(), " of ", n_docs, " documents held out");
+    split = {{"val_unit", "document"}};
+  } else {
+    // Too few documents to hold out whole ones at this fraction: interleaved chunks
+    // of the concatenated text, at least `period` of them.
+    const int64_t chunk = std::max<int64_t>(1, std::min(kValChunkBytes, total / period));
+    std::string text;
+    text.reserve(static_cast<size_t>(total));
+    for (const std::string& d : documents) text += d;
+    const int64_t n_chunks = (total + chunk - 1) / chunk;
+    int64_t held = 0;
+    for (int64_t j = 0; j < n_chunks; ++j) {
+      const bool held_out = j % period == offset;
+      (held_out ? val : train) +=
+          text.substr(static_cast<size_t>(j * chunk), static_cast<size_t>(chunk));
+      held += held_out ? 1 : 0;
+    }
+    meta.val_split =
+        absl::StrCat("every ", Ordinal(period), " chunk of ", chunk, " bytes, offset ", offset,
+                     ": ", held, " of ", n_chunks, " chunks held out (", n_docs,
+                     n_docs == 1 ? " input file" : " input files", ", fewer than ", period, ")");
+    split = {{"val_unit", "chunk"},
+             {"val_chunk_bytes", chunk},
+             {"val_chunks_held_out", held},
+             {"val_chunks", n_chunks}};
+  }
+  if (val.size() < 2 || train.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the inputs hold only ", total, " bytes; too few to split (", meta.val_split, ")"));
+  }
+  meta.train_tokens = static_cast<int64_t>(train.size());
+  meta.val_tokens = static_cast<int64_t>(val.size());
 
   std::error_code ec;
   std::filesystem::create_directories(options.output_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(options.output_dir, ": ", ec.message()));
   const std::string dir = options.output_dir + "/";
-  RETURN_IF_ERROR(WriteTokens(dir + "train.bin.tmp", text, 0, text.size() - val));
-  RETURN_IF_ERROR(WriteTokens(dir + "val.bin.tmp", text, text.size() - val, text.size()));
-  nlohmann::json j = {{"format", meta.format},       {"version", meta.version},
-                      {"dtype", meta.dtype},         {"vocab_size", meta.vocab_size},
-                      {"tokenizer", meta.tokenizer}, {"train_tokens", meta.train_tokens},
-                      {"val_tokens", meta.val_tokens}};
+  RETURN_IF_ERROR(WriteTokens(dir + "train.bin.tmp", train));
+  RETURN_IF_ERROR(WriteTokens(dir + "val.bin.tmp", val));
+  nlohmann::json j = {{"format", meta.format},
+                      {"version", meta.version},
+                      {"dtype", meta.dtype},
+                      {"vocab_size", meta.vocab_size},
+                      {"tokenizer", meta.tokenizer},
+                      {"train_tokens", meta.train_tokens},
+                      {"val_tokens", meta.val_tokens},
+                      {"val_split", meta.val_split},
+                      {"val_period", period},
+                      {"val_offset", offset},
+                      {"val_documents", meta.val_documents}};
+  j.update(split);
   {
     std::ofstream out(dir + "meta.json.tmp", std::ios::trunc);
     out << j.dump(2) << "\n";

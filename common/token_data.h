@@ -83,7 +83,7 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // text files (documents), concatenated in this order
   std::string output_dir;
   bool strip_tags = false;
-  double val_fraction = 0.05;       // about this fraction goes to val.bin (see below)
+  double val_fraction = 0.05;  // about this fraction goes to val.bin (see below)
 };
 
 // Inputs of at most this many bytes per chunk when a split by document is not possible.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 namespace xmod {
 namespace {
@@ -35,6 +36,8 @@ TEST_F(TokenData, StripBrownTagsKeepsWordsAndLines) {
             "The jury said \" no \" .\nA b\n");
 }
 
+// Two inputs are fewer than the period 4 of a 0.25 fraction, so the text is cut
+// into 27 / 4 = 6-byte chunks and chunk 2 of every 4 is held out.
 TEST_F(TokenData, PreparedBytesRoundTripThroughTheReader) {
   Write("a.txt", "hello world, ");
   Write("b.txt", "this is xmod.\n");
@@ -44,18 +47,88 @@ TEST_F(TokenData, PreparedBytesRoundTripThroughTheReader) {
   options.val_fraction = 0.25;
   auto meta = PrepareByteDataset(options);
   ASSERT_TRUE(meta.ok()) << meta.status();
-  const std::string text = "hello world, this is xmod.\n";  // 27 bytes: 7 val, 20 train
-  EXPECT_EQ(meta->val_tokens, 7);
-  EXPECT_EQ(meta->train_tokens, 20);
+  const std::string text = "hello world, this is xmod.\n";  // 27 bytes: chunk [12, 18) is val
+  EXPECT_EQ(meta->val_tokens, 6);
+  EXPECT_EQ(meta->train_tokens, 21);
+  EXPECT_EQ(meta->val_split,
+            "every 4th chunk of 6 bytes, offset 2: 1 of 5 chunks held out (2 input files, fewer "
+            "than 4)");
   auto ds = TokenDataset::Open(Path("ds"), 256);
   ASSERT_TRUE(ds.ok()) << ds.status();
-  std::string back;
-  for (int64_t i = 0; i < ds.value()->train().size(); ++i) back += char(ds.value()->train()[i]);
-  for (int64_t i = 0; i < ds.value()->val().size(); ++i) back += char(ds.value()->val()[i]);
-  EXPECT_EQ(back, text);
+  std::string train, val;
+  for (int64_t i = 0; i < ds.value()->train().size(); ++i) train += char(ds.value()->train()[i]);
+  for (int64_t i = 0; i < ds.value()->val().size(); ++i) val += char(ds.value()->val()[i]);
+  EXPECT_EQ(val, text.substr(12, 6));
+  EXPECT_EQ(train, text.substr(0, 12) + text.substr(18));
+  EXPECT_EQ(ds.value()->meta().val_split, meta->val_split);
   std::vector<int64_t> copy(5);
   ds.value()->train().Copy(6, 5, copy.data());
   EXPECT_EQ(copy, (std::vector<int64_t>{'w', 'o', 'r', 'l', 'd'}));
+}
+
+// A sorted corpus (Brown: ca01 ... cr09) ends in one genre; holding out its tail
+// would validate on a genre never trained on. Held-out documents must come from
+// the beginning, the middle and the end, and meta.json must say how.
+TEST_F(TokenData, ValidationHoldsOutWholeDocumentsInterleavedThroughTheCorpus) {
+  PrepareOptions options;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = "doc" + std::string(i < 10 ? "0" : "") + std::to_string(i);
+    texts.push_back("[" + name + "] some text of document " + std::to_string(i) + ".\n");
+    Write(name, texts.back());
+    options.inputs.push_back(Path(name));
+  }
+  options.output_dir = Path("ds");
+  options.val_fraction = 0.1;  // period 10, offset 5: documents 5, 15, 25, 35
+  auto meta = PrepareByteDataset(options);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->val_documents,
+            (std::vector<std::string>{options.inputs[5], options.inputs[15], options.inputs[25],
+                                      options.inputs[35]}));
+  EXPECT_EQ(meta->val_split, "every 10th document, offset 5: 4 of 40 documents held out");
+  std::string expected_train, expected_val;
+  for (int i = 0; i < 40; ++i) (i % 10 == 5 ? expected_val : expected_train) += texts[i];
+  auto ds = TokenDataset::Open(Path("ds"), 256);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  std::string train, val;
+  for (int64_t i = 0; i < ds.value()->train().size(); ++i) train += char(ds.value()->train()[i]);
+  for (int64_t i = 0; i < ds.value()->val().size(); ++i) val += char(ds.value()->val()[i]);
+  EXPECT_EQ(val, expected_val);
+  EXPECT_EQ(train, expected_train);  // the last documents (36-39) train
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(Path("ds/meta.json")));
+  EXPECT_EQ(j["val_split"], meta->val_split);
+  EXPECT_EQ(j["val_unit"], "document");
+  EXPECT_EQ(j["val_period"], 10);
+  EXPECT_EQ(j["val_offset"], 5);
+  EXPECT_EQ(j["val_documents"].size(), 4u);
+  EXPECT_EQ(ds.value()->meta().val_documents, meta->val_documents);
+}
+
+// One input file cannot be split by document: 64 KiB chunks, every 20th held out.
+TEST_F(TokenData, ASingleFileIsSplitIntoInterleavedChunks) {
+  std::string text(2 << 20, ' ');  // 2 MiB: 32 chunks of 64 KiB, chunks 10 and 30 held out
+  uint64_t state = 1;
+  for (char& c : text) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    c = static_cast<char>('a' + (state >> 59));
+  }
+  Write("one.txt", text);
+  PrepareOptions options{{Path("one.txt")}, Path("ds"), false, 0.05};
+  auto meta = PrepareByteDataset(options);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->val_split,
+            "every 20th chunk of 65536 bytes, offset 10: 2 of 32 chunks held out (1 input file, "
+            "fewer than 20)");
+  EXPECT_TRUE(meta->val_documents.empty());
+  auto ds = TokenDataset::Open(Path("ds"), 256);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  const int64_t chunk = kValChunkBytes;
+  ASSERT_EQ(ds.value()->val().size(), 2 * chunk);
+  std::string val;
+  for (int64_t i = 0; i < ds.value()->val().size(); ++i) val += char(ds.value()->val()[i]);
+  EXPECT_EQ(val, text.substr(10 * chunk, chunk) + text.substr(30 * chunk, chunk));
+  EXPECT_EQ(ds.value()->train().size(), 30 * chunk);
+  EXPECT_EQ(char(ds.value()->train()[10 * chunk]), text[11 * chunk]);  // chunk 11 follows 9
 }
 
 TEST_F(TokenData, ReaderRejectsInconsistentFolders) {

@@ -48,7 +48,9 @@ class WorkerE2e : public testing::TempDirTest {
 TEST_F(WorkerE2e, TwoRanksTrainTheSameCurveAsOneRank) {
   const auto jobs = Expand(std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml");
   for (int index : {0, 2}) {  // an X-MoD job and the dense job of the first scale
-    const nlohmann::json& job = jobs[index];
+    nlohmann::json job = jobs[index];
+    // The X-MoD job's last evaluation covers the whole split, sharded over the ranks.
+    if (index == 0) job["final_eval_tokens"] = 0;
     const std::string id = job["id"];
     const std::string file = WriteJob(job, id + ".json");
     CommandResult one = Command(XMOD_TRAIN_BIN, {"--job", file, "--run-dir", Path("one"),
@@ -60,14 +62,28 @@ TEST_F(WorkerE2e, TwoRanksTrainTheSameCurveAsOneRank) {
     ASSERT_EQ(two.code, 0) << two.err;
     const auto a = Metrics(Path("one"), id);
     const auto b = Metrics(Path("two"), id);
-    int compared = 0;
+    int compared = 0, evaluated = 0;
     for (const auto& [key, value] : a) {
-      if (key.first != "train_loss" && key.first != "val_loss") continue;
+      const bool eval = key.first.rfind("val_", 0) == 0;
+      if (key.first != "train_loss" && !eval) continue;
       ASSERT_EQ(b.count(key), 1u) << key.first << " " << key.second;
-      EXPECT_NEAR(b.at(key), value, 1e-5 * std::abs(value)) << key.first << " " << key.second;
-      ++compared;
+      if (key.first.rfind("val_capacity", 0) == 0 || key.first == "val_flops_ratio_causal") {
+        // A threshold decision sigmoid(r) > 0.5 may flip for a token with r ≈ 0 when
+        // the ranks batch the windows differently: a token or two of thousands.
+        EXPECT_NEAR(b.at(key), value, 1e-3) << key.first << " " << key.second;
+      } else if (key.first.size() > 3 && key.first.substr(key.first.size() - 3) == "_se") {
+        // A standard error is a small difference of sums: it keeps fewer digits.
+        EXPECT_NEAR(b.at(key), value, 1e-4 * value) << key.first << " " << key.second;
+      } else {
+        EXPECT_NEAR(b.at(key), value, 1e-5 * std::abs(value)) << key.first << " " << key.second;
+      }
+      compared += key.first == "train_loss" || key.first == "val_loss";
+      evaluated += eval;
     }
     EXPECT_EQ(compared, job["steps"].get<int>() + 4) << id;  // every step + 4 evaluations
+    // Per evaluation: val_loss, val_loss_se; X-MoD adds the causal loss, its SE and
+    // five capacity metrics.
+    EXPECT_EQ(evaluated, 4 * (job["family"] == "dense" ? 2 : 9)) << id;
   }
 }
 

@@ -107,6 +107,14 @@ std::vector<int64_t> ValWindowStarts(int64_t val_size, int64_t context, int64_t 
   return starts;
 }
 
+std::vector<int64_t> ValWindowStartsWhole(int64_t val_size, int64_t context) {
+  std::vector<int64_t> starts;
+  for (int64_t start = 0; start + context + 1 <= val_size; start += context) {
+    starts.push_back(start);
+  }
+  return starts;
+}
+
 namespace {
 
 Batch Fill(int64_t rows, int64_t context, const std::function<void(int64_t, int64_t*)>& copy) {

@@ -54,6 +54,11 @@ int64_t TrainWindowStart(uint64_t seed, int64_t step, int64_t row, int64_t train
 // job with this context, so validation losses compare across a sweep.
 std::vector<int64_t> ValWindowStarts(int64_t val_size, int64_t context, int64_t count);
 
+// Every validation window: starts 0, T, 2T, ... while start + T + 1 <= val_size, so
+// each token of the split after the first is predicted exactly once. The same for
+// every job with this context.
+std::vector<int64_t> ValWindowStartsWhole(int64_t val_size, int64_t context);
+
 struct Batch {
   torch::Tensor inputs;   // [rows, T] int64
   torch::Tensor targets;  // [rows, T] int64, inputs shifted by one token

@@ -46,6 +46,13 @@ TEST(Batches, ValidationWindowsAreFixedAndSpanTheStream) {
   EXPECT_EQ(ValWindowStarts(150, 100, 80).size(), 50u);  // no more windows than starts
 }
 
+TEST(Batches, TheWholeSplitIsEveryNonOverlappingWindowFromTheStart) {
+  EXPECT_EQ(ValWindowStartsWhole(401, 100), (std::vector<int64_t>{0, 100, 200, 300}));
+  EXPECT_EQ(ValWindowStartsWhole(400, 100),
+            (std::vector<int64_t>{0, 100, 200}));  // 300 + 101 > 400
+  EXPECT_TRUE(ValWindowStartsWhole(100, 100).empty());
+}
+
 TEST(Batches, SyntheticSourceIsDeterministicAndLearnable) {
   auto a = MakeSyntheticSource(5, 64, 4096, 1024);
   auto b = MakeSyntheticSource(5, 64, 4096, 1024);

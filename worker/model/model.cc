@@ -112,10 +112,18 @@ DecoderImpl::DecoderImpl(DecoderOptions options) : options_(std::move(options)) 
   reset_parameters();
 }
 
+double InitDepth(const DecoderOptions& o) {
+  int64_t anchors = 0, routed = 0;
+  for (int64_t l = 0; l < o.n_layers(); ++l) (o.IsRouted(l) ? routed : anchors) += 1;
+  if (o.family() != Family::kXmod || routed == 0) return static_cast<double>(o.n_layers());
+  return static_cast<double>(anchors) +
+         static_cast<double>(routed) / static_cast<double>(o.stride() - 1);
+}
+
 void DecoderImpl::reset_parameters() {
   torch::NoGradGuard no_grad;
   const double std = options_.init_std();
-  const double out_std = std / std::sqrt(2.0 * static_cast<double>(options_.n_layers()));
+  const double out_std = std / std::sqrt(2.0 * InitDepth(options_));
   for (auto& item : named_parameters()) {
     const std::string& name = item.key();
     torch::Tensor& p = item.value();
@@ -148,6 +156,7 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
   torch::Tensor router_loss = torch::zeros({}, x.options());
   torch::Tensor layers_used = torch::zeros({b, t}, x.options());
   int64_t routed_layers = 0;
+  std::vector<torch::Tensor> routed_counts;  // per routed layer, scalar float64
   torch::Tensor causal;  // threshold routing: causal mask [1, 1, T, T], built on first use
 
   for (const auto& module : *layers) {
@@ -176,6 +185,8 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
       const torch::Tensor chosen = torch::zeros({b, t}, r.options()).scatter(1, idx, 1.0);
       router_loss = router_loss + F::binary_cross_entropy_with_logits(r, chosen);
       layers_used = layers_used + chosen;
+      routed_counts.push_back(
+          torch::full({}, double(b * k), torch::dtype(torch::kFloat64).device(x.device())));
     } else {
       // Each token decides alone (r > 0): keys are the chosen tokens up to the query
       // (plus itself, so that an unchosen query has a defined, discarded output).
@@ -192,11 +203,16 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
       x = x + weight.unsqueeze(-1).to(x.dtype()) * delta;
       router_loss = router_loss + F::binary_cross_entropy_with_logits(r, chosen.to(r.dtype()));
       layers_used = layers_used + chosen.to(x.dtype());
+      routed_counts.push_back(chosen.sum().to(torch::kFloat64));
     }
   }
 
   DecoderOutput out;
+  out.hidden = x;
   out.logits = head(norm(x));
+  out.routed_counts = routed_counts.empty()
+                          ? torch::zeros({0}, torch::dtype(torch::kFloat64).device(x.device()))
+                          : torch::stack(routed_counts);
   out.router_loss = routed_layers > 0 ? router_loss / double(routed_layers) : router_loss;
   out.balance_loss = torch::zeros({}, x.options());
   if (!router_probs.empty() && rho < 1.0 && o.family() == Family::kXmod) {

@@ -117,10 +117,15 @@ TORCH_MODULE(Layer);
 
 struct DecoderOutput {
   torch::Tensor logits;        // [B, T, V]
+  torch::Tensor hidden;        // [B, T, d]: the final residual stream, before the final norm
   torch::Tensor aux_loss;      // scalar: λ_bal·L_bal + λ_c·L_causal (0 for dense)
   torch::Tensor balance_loss;  // scalar, unweighted (0 when not applicable)
   torch::Tensor router_loss;   // scalar, unweighted BCE (0 for dense)
   torch::Tensor depth_fraction;  // scalar: mean fraction of layers a token passes through
+  // [routed layers] float64, in layer order: how many of the batch's B·T tokens each
+  // routed layer processed (B·k for top-k; those with sigmoid(r) > 0.5 for
+  // threshold routing). Empty for dense models.
+  torch::Tensor routed_counts;
 };
 
 class DecoderImpl : public torch::nn::Module {
@@ -142,6 +147,16 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor rope_cos_, rope_sin_;  // [context, head_dim / 2]
 };
 TORCH_MODULE(Decoder);
+
+// The depth by which output projections of residual branches are scaled at
+// initialisation (std = init_std / sqrt(2 · depth)): every anchor (dense layer)
+// counts 1; for X-MoD the s − 1 routed layers between two anchors, whose outputs
+// are gated by γ / sqrt(s − 1), count 1 together; MoD's routed layers (gate
+// sigmoid(r) only) count 1 each. So depth = anchors + routed / (s − 1) for X-MoD
+// and n_layers otherwise. Counting every layer of a deep FLOP-matched X-MoD model
+// (129 layers at stride 8 is 17 anchors and 112 routed, depth 33) would shrink
+// the anchors' branches as if the model were four times deeper than it acts.
+double InitDepth(const DecoderOptions& options);
 
 // Number of parameters a module holds (all of them, embeddings included).
 int64_t CountModuleParameters(torch::nn::Module& module);

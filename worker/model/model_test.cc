@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 namespace xmod {
 namespace {
 
@@ -125,6 +127,90 @@ TEST(Decoder, TopKDepthFractionCountsAnchorsAndSelectedTokens) {
   Decoder model = Build(Shape(Family::kXmod, 4, 2, 0.25));
   auto out = model->forward(torch::randint(0, 50, {2, 16}));
   EXPECT_NEAR(out.depth_fraction.item<double>(), 0.625, 1e-6);
+}
+
+TEST(Decoder, RoutedCountsAreKPerSequenceForTopKAndThePositiveRoutersForThreshold) {
+  Decoder model = Build(Shape(Family::kXmod, 4, 2, 0.25));  // routed layers 1, 3; k = 4 of 16
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = torch::randint(0, 50, {3, 16});
+  auto top = model->forward(tokens, Routing::kTopK);
+  EXPECT_EQ(top.routed_counts.sizes(), (std::vector<int64_t>{2}));
+  EXPECT_EQ(top.routed_counts[0].item<double>(), 12.0);
+  EXPECT_EQ(top.routed_counts[1].item<double>(), 12.0);
+  // Threshold routing: layer 1 sees the embeddings, so its count is computable here.
+  auto layer1 = std::dynamic_pointer_cast<LayerImpl>((*model->layers)[1]);
+  auto layer0 = std::dynamic_pointer_cast<LayerImpl>((*model->layers)[0]);
+  auto threshold = model->forward(tokens, Routing::kThreshold);
+  const torch::Tensor cos = model->named_buffers()["rope_cos"].unsqueeze(0);
+  const torch::Tensor sin = model->named_buffers()["rope_sin"].unsqueeze(0);
+  torch::Tensor x = model->tok_emb(tokens);
+  x = x + layer0->block->Delta(x, cos, sin);
+  const double positive =
+      (torch::sigmoid(layer1->router(x).squeeze(-1)) > 0.5).sum().item<double>();
+  EXPECT_EQ(threshold.routed_counts[0].item<double>(), positive);
+  EXPECT_EQ(Build(Shape(Family::kDense, 2, 1, 1.0))->forward(tokens).routed_counts.numel(), 0);
+}
+
+TEST(Decoder, InitDepthCountsTheRoutedLayersBetweenTwoAnchorsAsOne) {
+  auto depth = [](Family family, int64_t layers, int64_t stride) {
+    return InitDepth(DecoderOptions(50, 32, 4, layers, 96, 16).family(family).stride(stride));
+  };
+  EXPECT_DOUBLE_EQ(depth(Family::kDense, 6, 1), 6.0);
+  EXPECT_DOUBLE_EQ(depth(Family::kXmod, 129, 8), 33.0);  // 17 anchors + 112 / 7
+  EXPECT_DOUBLE_EQ(depth(Family::kXmod, 4, 2), 4.0);     // 2 anchors + 2 / 1
+  EXPECT_DOUBLE_EQ(depth(Family::kXmod, 7, 3), 5.0);     // 3 anchors + 4 / 2
+  EXPECT_DOUBLE_EQ(depth(Family::kMod, 8, 2), 8.0);      // sigmoid-gated: each counts 1
+}
+
+// A deep FLOP-matched X-MoD model must start with its residual stream at the scale
+// of the dense model it is matched to. Initialising by all L layers (the old rule)
+// shrank the anchors' branches by sqrt(L / depth) ≈ 2, so what the blocks add to
+// the embedding came out at ≈ 0.33 of the dense model's (measured with LibTorch
+// 1.13 on CPU); by depth it is ≈ 0.68, the rest being routed layers that see 1/8
+// of the tokens through a gate sigmoid(r)·γ/sqrt(7) ≈ 0.19. The whole stream,
+// embedding (std 0.02) included, is within a few percent under either rule.
+TEST(Decoder, DeepFlopMatchedXmodStartsWithTheResidualScaleOfItsDenseModel) {
+  torch::manual_seed(3);
+  const torch::Tensor tokens = torch::randint(0, 256, {8, 64});
+  struct Rms {
+    double stream, added;
+  };
+  auto measure = [&](const ModelShape& s) {
+    torch::manual_seed(7);
+    Decoder model(DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context)
+                      .family(s.family)
+                      .stride(s.stride)
+                      .routed_tokens(RoutedTokens(s.capacity, s.context)));
+    torch::NoGradGuard no_grad;
+    const torch::Tensor x = model->forward(tokens).hidden;
+    const torch::Tensor added = x - model->tok_emb(tokens);
+    return Rms{x.pow(2).mean().sqrt().item<double>(), added.pow(2).mean().sqrt().item<double>()};
+  };
+  for (int64_t dense_layers : {4, 32}) {
+    ModelShape dense;
+    dense.family = Family::kDense;
+    dense.d_model = 64;
+    dense.n_heads = 4;
+    dense.n_layers = dense_layers;
+    dense.d_ff = DefaultDff(64);
+    dense.vocab_size = 256;
+    dense.context = 64;
+    ModelShape sparse = dense;
+    sparse.family = Family::kXmod;
+    sparse.stride = 8;
+    sparse.capacity = 0.125;  // σ = 0.875
+    auto layers = LayersMatchingFlops(sparse, ForwardFlopsPerToken(dense));
+    ASSERT_TRUE(layers.ok()) << layers.status();
+    sparse.n_layers = *layers;  // 16 for L0 = 4, 144 for L0 = 32
+    const Rms d = measure(dense), x = measure(sparse);
+    std::printf("L0 %lld -> X-MoD L %lld: stream RMS ratio %.3f, added RMS ratio %.3f\n",
+                static_cast<long long>(dense_layers), static_cast<long long>(sparse.n_layers),
+                x.stream / d.stream, x.added / d.added);
+    EXPECT_GT(x.stream / d.stream, 1.0 / 1.5);
+    EXPECT_LT(x.stream / d.stream, 1.5);
+    EXPECT_GT(x.added / d.added, 0.5) << "L0 " << dense_layers;
+    EXPECT_LT(x.added / d.added, 2.0) << "L0 " << dense_layers;
+  }
 }
 
 }  // namespace

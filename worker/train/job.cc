@@ -65,6 +65,18 @@ absl::StatusOr<TrainJob> ParseTrainJob(const nlohmann::json& json) {
   XMOD_GET("beta2", &job.beta2);
   XMOD_GET("eval_interval", &job.eval_interval);
   XMOD_GET("eval_tokens", &job.eval_tokens);
+  if (json.contains("final_eval_tokens") && !json["final_eval_tokens"].is_null()) {
+    if (!json["final_eval_tokens"].is_number_integer()) {
+      return absl::InvalidArgumentError("job: field 'final_eval_tokens' must be an integer");
+    }
+    int64_t final_tokens = 0;
+    XMOD_GET("final_eval_tokens", &final_tokens);
+    if (final_tokens < 0) {
+      return absl::InvalidArgumentError(
+          "job: field 'final_eval_tokens' must be 0 (the whole validation split) or positive");
+    }
+    job.final_eval_tokens = final_tokens;
+  }
   XMOD_GET("checkpoint_interval", &job.checkpoint_interval);
   XMOD_GET("log_interval", &job.log_interval);
   XMOD_GET("seed", &job.seed);

@@ -5,6 +5,7 @@
 #define XMOD_WORKER_TRAIN_JOB_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -35,7 +36,11 @@ struct TrainJob {
   double beta1 = 0.9;
   double beta2 = 0.95;
   int64_t eval_interval = 0;
-  int64_t eval_tokens = 0;
+  int64_t eval_tokens = 0;  // per interim evaluation: evenly spaced windows
+  // Validation tokens of the evaluation at the last step, the one the laws are fitted
+  // on: 0 for every window of the validation split (ValWindowStartsWhole), > 0 for
+  // evenly spaced windows as eval_tokens; absent (old job files) means eval_tokens.
+  std::optional<int64_t> final_eval_tokens;
   int64_t checkpoint_interval = 0;
   int64_t log_interval = 1;
   uint64_t seed = 0;

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -125,6 +126,15 @@ class Run {
     micro_ = std::max<int64_t>(1, std::min(job_.micro_batch_size, rows_per_rank_));
     val_starts_ = ValWindowStarts(data_.val_size(), job_.shape.context,
                                   std::max<int64_t>(1, job_.eval_tokens / job_.shape.context));
+    if (!job_.final_eval_tokens.has_value()) {
+      final_starts_ = val_starts_;
+    } else if (*job_.final_eval_tokens == 0) {
+      final_starts_ = ValWindowStartsWhole(data_.val_size(), job_.shape.context);
+    } else {
+      final_starts_ =
+          ValWindowStarts(data_.val_size(), job_.shape.context,
+                          std::max<int64_t>(1, *job_.final_eval_tokens / job_.shape.context));
+    }
 
     std::vector<torch::Tensor> params;
     try {
@@ -136,6 +146,9 @@ class Run {
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("job ", job_.id, " on ", comm_.Where(),
                                               ": building the model: ", e.what_without_backtrace()));
+    }
+    for (const auto& layer : *model_->layers) {
+      if (std::dynamic_pointer_cast<LayerImpl>(layer)->routed()) ++routed_layers_;
     }
     // Ranks build identical weights from the seed; the broadcast makes it certain.
     RETURN_IF_ERROR(comm_.Broadcast(params, 0));
@@ -170,6 +183,7 @@ class Run {
       }
     }
     result.resumed_from = start;
+    result.step = start;
     if (comm_.rank() == 0) {
       if (start > 0) {
         TruncateMetrics(metrics_path, start);
@@ -178,6 +192,15 @@ class Run {
       }
     }
     RETURN_IF_ERROR(comm_.Barrier());
+    if (start >= job_.steps) {
+      // Resumed from the last step's checkpoint: its final evaluation was reported
+      // before that checkpoint was written, so it is recomputed (same weights, same
+      // windows, same values) for the result only, not reported a second time.
+      std::vector<Metric> already_reported;
+      RETURN_IF_ERROR(EvaluateInto(start, 0, 0.0, &already_reported, &result));
+      result.outcome = TrainOutcome::kSucceeded;
+      return result;
+    }
 
     const auto t0 = std::chrono::steady_clock::now();
     auto last_report = t0;
@@ -217,15 +240,9 @@ class Run {
           metrics.push_back({"depth_fraction", step, stats.depth, tokens, flops});
         }
       }
+      // At the last step the final evaluation (final_starts_) replaces the interim one.
       if (step % job_.eval_interval == 0 || last) {
-        ASSIGN_OR_RETURN(result.val_loss, Evaluate(Routing::kTopK));
-        metrics.push_back({"val_loss", step, result.val_loss, tokens, flops});
-        if (job_.shape.family != Family::kDense) {
-          ASSIGN_OR_RETURN(result.val_loss_causal, Evaluate(Routing::kThreshold));
-          metrics.push_back({"val_loss_causal", step, result.val_loss_causal, tokens, flops});
-        } else {
-          result.val_loss_causal = result.val_loss;
-        }
+        RETURN_IF_ERROR(EvaluateInto(step, tokens, flops, &metrics, &result));
       }
       // Nothing non-finite is ever reported: such a value ends the run as diverged.
       for (const Metric& m : metrics) {
@@ -332,26 +349,96 @@ class Run {
     return stats;
   }
 
-  // Mean cross-entropy over the fixed validation windows, split over the ranks.
-  absl::StatusOr<double> Evaluate(Routing routing) {
-    // Loss sum and token count, on the model's device (see TrainStep).
-    torch::Tensor sums = torch::zeros({2}, torch::dtype(torch::kFloat64).device(device_));
+  // What one evaluation measured, summed over every rank's windows.
+  struct Evaluation {
+    double loss = 0.0;     // mean per-token cross-entropy
+    double loss_se = 0.0;  // its standard error; meaningful when windows >= 2
+    int64_t windows = 0;
+    std::vector<double> capacity;  // per routed layer: the fraction of tokens it processed
+    double capacity_mean = 0.0;    // their mean (for top-k exactly k / T)
+  };
+
+  // Evaluates the model on `step`'s windows (the final ones at the last step) in
+  // both routing modes and appends the metrics: val_loss[_se] and, for routed
+  // families, val_loss_causal[_se] and the realised capacities. Sets the result's
+  // val_loss and val_loss_causal.
+  absl::Status EvaluateInto(int64_t step, int64_t tokens, double flops,
+                            std::vector<Metric>* metrics, TrainResult* result) {
+    const std::vector<int64_t>& starts = step >= job_.steps ? final_starts_ : val_starts_;
+    const auto add = [&](const char* name, double value) {
+      metrics->push_back({name, step, value, tokens, flops});
+    };
+    ASSIGN_OR_RETURN(Evaluation top, Evaluate(Routing::kTopK, starts));
+    result->val_loss = top.loss;
+    add("val_loss", top.loss);
+    if (top.windows >= 2) add("val_loss_se", top.loss_se);
+    if (job_.shape.family == Family::kDense) {
+      result->val_loss_causal = top.loss;
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(Evaluation causal, Evaluate(Routing::kThreshold, starts));
+    result->val_loss_causal = causal.loss;
+    add("val_loss_causal", causal.loss);
+    if (causal.windows >= 2) add("val_loss_causal_se", causal.loss_se);
+    if (routed_layers_ > 0) {
+      add("val_capacity", top.capacity_mean);
+      add("val_capacity_causal", causal.capacity_mean);
+      add("val_capacity_causal_min",
+          *std::min_element(causal.capacity.begin(), causal.capacity.end()));
+      add("val_capacity_causal_max",
+          *std::max_element(causal.capacity.begin(), causal.capacity.end()));
+      // What the realised capacities would cost a kernel that runs only the chosen
+      // tokens, against what the accounting (and so the FLOP axis of the laws)
+      // charges at the nominal capacity. The threshold forward itself runs masked
+      // full blocks, so this is a property of the router, not of this code.
+      add("val_flops_ratio_causal",
+          ForwardFlopsPerTokenAt(job_.shape, causal.capacity) / ForwardFlopsPerToken(job_.shape));
+    }
+    return absl::OkStatus();
+  }
+
+  // Mean cross-entropy over the validation windows `starts`, split over the ranks,
+  // with its standard error and the routed layers' realised capacities.
+  absl::StatusOr<Evaluation> Evaluate(Routing routing, const std::vector<int64_t>& starts) {
+    namespace F = torch::nn::functional;
+    // On the model's device (see TrainStep), float64: loss sum, token count, window
+    // count, sum and sum of squares of the per-window mean losses, then tokens
+    // processed by each routed layer. Sums, so the ranks' shares simply add.
+    constexpr int64_t kFixed = 5;
+    torch::Tensor sums =
+        torch::zeros({kFixed + routed_layers_}, torch::dtype(torch::kFloat64).device(device_));
     try {
       torch::NoGradGuard no_grad;
       model_->eval();
-      const int64_t n = static_cast<int64_t>(val_starts_.size());
+      const int64_t n = static_cast<int64_t>(starts.size());
       const int64_t per_rank = (n + comm_.size() - 1) / comm_.size();
       const int64_t begin = std::min(n, comm_.rank() * per_rank);
       const int64_t end = std::min(n, begin + per_rank);
       for (int64_t i = begin; i < end; i += micro_) {
         const int64_t stop = std::min(end, i + micro_);
-        Batch batch = ValBatch(data_, val_starts_, i, stop, job_.shape.context);
+        Batch batch = ValBatch(data_, starts, i, stop, job_.shape.context);
         DecoderOutput out = model_->forward(batch.inputs.to(device_), routing);
-        const torch::Tensor loss = torch::nn::functional::cross_entropy(
-            out.logits.reshape({-1, out.logits.size(-1)}), batch.targets.to(device_).reshape({-1}),
-            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+        // log_softmax + nll_loss is what cross_entropy computes; done in two steps so
+        // that the per-token losses come from the same log-probabilities as the sum.
+        const torch::Tensor log_probs =
+            torch::log_softmax(out.logits.reshape({-1, out.logits.size(-1)}), -1);
+        const torch::Tensor targets = batch.targets.to(device_).reshape({-1});
+        const torch::Tensor loss =
+            F::nll_loss(log_probs, targets, F::NLLLossFuncOptions().reduction(torch::kSum));
+        // Tokens of one window share their context and are strongly correlated;
+        // windows (far apart, or consecutive but separate sequences) much less so.
+        // So a window is the independent unit of the standard error, not a token.
+        const torch::Tensor window_mean =
+            F::nll_loss(log_probs, targets, F::NLLLossFuncOptions().reduction(torch::kNone))
+                .view({stop - i, -1})
+                .to(torch::kFloat64)
+                .mean(1);
         sums[0] += loss.to(sums.options());
         sums[1] += static_cast<double>(batch.targets.numel());
+        sums[2] += static_cast<double>(stop - i);
+        sums[3] += window_mean.sum();
+        sums[4] += window_mean.pow(2).sum();
+        if (routed_layers_ > 0) sums.narrow(0, kFixed, routed_layers_) += out.routed_counts;
       }
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("job ", job_.id, " evaluation on ", comm_.Where(),
@@ -360,7 +447,25 @@ class Run {
     std::vector<torch::Tensor> list{sums};
     RETURN_IF_ERROR(comm_.AllReduceSum(list));
     sums = sums.cpu();
-    return sums[0].item<double>() / sums[1].item<double>();
+    const double* v = sums.data_ptr<double>();
+    Evaluation e;
+    e.loss = v[0] / v[1];
+    e.windows = static_cast<int64_t>(v[2]);
+    if (e.windows >= 2) {
+      const double w = v[2];
+      const double variance = std::max(0.0, (v[4] - v[3] * v[3] / w) / (w - 1.0));
+      e.loss_se = std::sqrt(variance / w);
+    }
+    double processed = 0.0;
+    for (int64_t l = 0; l < routed_layers_; ++l) {
+      e.capacity.push_back(v[kFixed + l] / v[1]);
+      processed += v[kFixed + l];
+    }
+    // One division of exact integer counts, so top-k gives exactly k / T.
+    if (routed_layers_ > 0) {
+      e.capacity_mean = processed / (v[1] * static_cast<double>(routed_layers_));
+    }
+    return e;
   }
 
   void Report(const std::string& path, const std::vector<Metric>& metrics) {
@@ -388,7 +493,9 @@ class Run {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t rows_per_rank_ = 0;
   int64_t micro_ = 0;
-  std::vector<int64_t> val_starts_;
+  std::vector<int64_t> val_starts_;    // interim evaluations (eval_tokens)
+  std::vector<int64_t> final_starts_;  // the evaluation at the last step (final_eval_tokens)
+  int64_t routed_layers_ = 0;
 };
 
 }  // namespace

@@ -62,15 +62,26 @@ struct TrainResult {
   TrainOutcome outcome = TrainOutcome::kSucceeded;
   int64_t step = 0;           // last completed step (the diverging one for kDiverged)
   int64_t resumed_from = 0;   // checkpoint step the run started from (0: fresh)
-  double val_loss = 0.0;      // last evaluation
+  // The final evaluation (the last step's, on final_eval_tokens), also when the run
+  // resumed from the last step's checkpoint; else the latest interim one.
+  double val_loss = 0.0;
   double val_loss_causal = 0.0;
   std::vector<double> train_losses;  // per completed step of this run, from resumed_from + 1
   std::string message;
 };
 
-// Trains `job` to its last step (or until stopped). Errors: INVALID_ARGUMENT for a
-// job that cannot be split over the ranks; INTERNAL for a LibTorch failure, naming
-// the job, host and rank; collective failures as the communicator reports them.
+// Trains `job` to its last step (or until stopped). Every eval_interval steps and at
+// the last step it reports val_loss and val_loss_se (the standard error of the mean
+// over windows; with two windows or more); routed families add val_loss_causal and
+// val_loss_causal_se (threshold routing), and, when they have routed layers,
+// val_capacity (top-k: k/T), val_capacity_causal (mean over routed layers of the
+// fraction of tokens with sigmoid(r) > 0.5), val_capacity_causal_min and _max (over
+// layers) and val_flops_ratio_causal (ForwardFlopsPerTokenAt the realised threshold
+// capacities / ForwardFlopsPerToken at the nominal one). Interim evaluations use the
+// eval_tokens windows, the last step the final_eval_tokens ones, exactly once.
+// Errors: INVALID_ARGUMENT for a job that cannot be split over the ranks; INTERNAL
+// for a LibTorch failure, naming the job, host and rank; collective failures as the
+// communicator reports them.
 absl::StatusOr<TrainResult> Train(const TrainJob& job, const TokenSource& data,
                                   Communicator& comm, const TrainerOptions& options);
 

@@ -6,9 +6,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+
+#include "worker/model/model.h"
+#include "worker/train/checkpoint.h"
 
 namespace xmod {
 namespace {
@@ -97,6 +100,8 @@ TEST_F(Trainer, TinyXmodLearnsTheSyntheticChainWithinTheGoldenBand) {
   EXPECT_GT(result->val_loss, kGoldenValLossLow);
   EXPECT_LT(result->val_loss, kGoldenValLossHigh);
   EXPECT_NEAR(result->val_loss_causal, result->val_loss, 0.05);
+  std::printf("golden: val_loss %.6f, val_loss_causal %.6f\n", result->val_loss,
+              result->val_loss_causal);
 }
 
 TEST_F(Trainer, ResumedRunReproducesTheUninterruptedRunBitForBit) {
@@ -232,6 +237,191 @@ TEST_F(Trainer, GradientAccumulationMatchesOneLargeBatch) {
   }
 }
 
+// (name, step) -> value of every metric a run reports.
+using MetricMap = std::map<std::pair<std::string, int64_t>, double>;
+
+std::function<void(TrainerOptions&)> Collect(MetricMap* into) {
+  return [into](TrainerOptions& options) {
+    options.on_metrics = [into](const std::vector<Metric>& metrics) {
+      for (const Metric& m : metrics) (*into)[{m.name, m.step}] = m.value;
+    };
+  };
+}
+
+// An X-MoD job at ρ = 4/32 = 0.125 (σ = 0.875) whose causal router loss (λ_c = 0.1)
+// has 120 steps to teach the threshold rule sigmoid(r) > 0.5 to pick about k of T
+// tokens. Measured on CPU (LibTorch 1.13, one thread): the threshold routers pass
+// 0.31 of the tokens at step 20 and 0.151 at step 120 (layers 0.150 and 0.151);
+// the tolerance 0.075 is three times that final distance and excludes the
+// untrained routers. SE of the 32-window loss ≈ 0.018 on a loss of ≈ 1.28.
+TEST_F(Trainer, EvaluationReportsRealisedCapacityAndStandardErrors) {
+  TrainJob job = TinyJob(Family::kXmod, 120);
+  job.shape.capacity = 0.125;
+  job.routed_tokens = RoutedTokens(job.shape.capacity, job.shape.context);
+  job.router_coef = 0.1;
+  job.eval_interval = 20;
+  job.flops_per_token = TrainFlopsPerToken(job.shape);
+  MetricMap m;
+  auto result = Run(job, "capacity", false, 0, Collect(&m));
+  ASSERT_TRUE(result.ok()) << result.status();
+  const double rho = double(job.routed_tokens) / double(job.shape.context);
+  for (int64_t step = 20; step <= 120; step += 20) {
+    EXPECT_EQ(m.at({"val_capacity", step}), rho) << step;  // top-k: k / T by construction
+    for (const char* loss : {"val_loss", "val_loss_causal"}) {
+      const double se = m.at({std::string(loss) + "_se", step});
+      EXPECT_GT(se, 0.0) << loss << " " << step;
+      EXPECT_LT(se, 0.05 * m.at({loss, step})) << loss << " " << step;
+    }
+    // Two routed layers (1, 3): min and max are their capacities.
+    const double low = m.at({"val_capacity_causal_min", step});
+    const double high = m.at({"val_capacity_causal_max", step});
+    EXPECT_LE(low, high);
+    EXPECT_NEAR(m.at({"val_capacity_causal", step}), (low + high) / 2, 1e-12);
+    EXPECT_NEAR(m.at({"val_flops_ratio_causal", step}),
+                ForwardFlopsPerTokenAt(job.shape, {low, high}) / ForwardFlopsPerToken(job.shape),
+                1e-12);
+  }
+  const double first = m.at({"val_capacity_causal", 20}), last = m.at({"val_capacity_causal", 120});
+  std::printf(
+      "threshold capacity at rho %.3f: step 20 %.4f, step 120 %.4f (layers %.4f, %.4f); "
+      "FLOPs ratio %.4f; val_loss %.4f ± %.4f, causal %.4f ± %.4f\n",
+      rho, first, last, m.at({"val_capacity_causal_min", 120}),
+      m.at({"val_capacity_causal_max", 120}), m.at({"val_flops_ratio_causal", 120}),
+      m.at({"val_loss", 120}), m.at({"val_loss_se", 120}), m.at({"val_loss_causal", 120}),
+      m.at({"val_loss_causal_se", 120}));
+  EXPECT_NEAR(last, rho, 0.075);
+  EXPECT_LT(std::abs(last - rho), std::abs(first - rho));  // the router loss acted
+  // Above ρ the realised threshold routing costs more than the FLOPs charged.
+  EXPECT_EQ(m.at({"val_flops_ratio_causal", 120}) > 1.0, last > rho);
+
+  // Dense runs have no routing: standard errors, no capacities.
+  MetricMap dense;
+  ASSERT_TRUE(Run(TinyJob(Family::kDense, 10), "dense", false, 0, Collect(&dense)).ok());
+  EXPECT_GT(dense.at({"val_loss_se", 10}), 0.0);
+  for (const char* name :
+       {"val_loss_causal", "val_loss_causal_se", "val_capacity", "val_capacity_causal",
+        "val_capacity_causal_min", "val_capacity_causal_max", "val_flops_ratio_causal"}) {
+    EXPECT_EQ(dense.count({name, 10}), 0u) << name;
+  }
+}
+
+struct HandEvaluation {
+  double loss = 0.0, se = 0.0;
+  int64_t windows = 0;
+};
+
+// The mean per-token loss of `model` over the validation windows that start at
+// `starts`, and the standard error over windows, computed here without the trainer.
+HandEvaluation EvaluateByHand(Decoder& model, const TokenSource& data,
+                              const std::vector<int64_t>& starts, int64_t context) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  std::vector<double> window_means;
+  double sum = 0.0;
+  std::vector<int64_t> window(static_cast<size_t>(context + 1));
+  for (int64_t start : starts) {
+    data.CopyVal(start, context + 1, window.data());
+    const torch::Tensor tokens = torch::tensor(window).unsqueeze(0);
+    const torch::Tensor logits = model->forward(tokens.narrow(1, 0, context)).logits;
+    const torch::Tensor ce = torch::nn::functional::cross_entropy(
+        logits.reshape({context, -1}), tokens.narrow(1, 1, context).reshape({-1}),
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    window_means.push_back(ce.to(torch::kFloat64).mean().item<double>());
+    sum += window_means.back();
+  }
+  HandEvaluation e;
+  e.windows = static_cast<int64_t>(starts.size());
+  e.loss = sum / double(e.windows);
+  double squares = 0.0;
+  for (double w : window_means) squares += (w - e.loss) * (w - e.loss);
+  e.se = std::sqrt(squares / double(e.windows - 1) / double(e.windows));
+  return e;
+}
+
+// final_eval_tokens = 0: the last step is evaluated on every window of the split
+// (synthetic val: 65,536 tokens -> 2,047 windows of 32), interim steps on the
+// 32 evenly spaced eval_tokens windows; a resume at the last step reports nothing
+// again and returns the same final losses.
+TEST_F(Trainer, TheFinalEvaluationCoversTheWholeSplitAndInterimOnesUseEvalTokens) {
+  TrainJob job = TinyJob(Family::kDense, 20);
+  job.final_eval_tokens = 0;
+  MetricMap m;
+  auto result = Run(job, "final", false, 0, Collect(&m));
+  ASSERT_TRUE(result.ok()) << result.status();
+  auto data = OpenJobData(job);
+  ASSERT_TRUE(data.ok());
+  std::vector<int64_t> whole;
+  for (int64_t start = 0; start + 33 <= (*data)->val_size(); start += 32) whole.push_back(start);
+  ASSERT_EQ(whole.size(), 2047u);
+  const std::vector<int64_t> interim = ValWindowStarts((*data)->val_size(), 32, 32);
+  const auto load = [&](int64_t step) {
+    torch::manual_seed(0);
+    const ModelShape& s = job.shape;
+    Decoder model(
+        DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context));
+    torch::load(model, CheckpointDir((dir_ / "final").string(), step) + "/model.pt");
+    return model;
+  };
+  Decoder at10 = load(10), at20 = load(20);
+  const HandEvaluation interim10 = EvaluateByHand(at10, **data, interim, 32);
+  const HandEvaluation final20 = EvaluateByHand(at20, **data, whole, 32);
+  const HandEvaluation interim20 = EvaluateByHand(at20, **data, interim, 32);
+  EXPECT_NEAR(m.at({"val_loss", 10}), interim10.loss, 1e-5 * interim10.loss);
+  EXPECT_NEAR(m.at({"val_loss_se", 10}), interim10.se, 1e-3 * interim10.se);
+  EXPECT_NEAR(m.at({"val_loss", 20}), final20.loss, 1e-5 * final20.loss);
+  EXPECT_NEAR(m.at({"val_loss_se", 20}), final20.se, 1e-3 * final20.se);
+  EXPECT_GT(std::abs(interim20.loss - final20.loss), 1e-4);  // the window sets differ
+  EXPECT_LT(final20.se, interim20.se / 4);                   // 2,047 windows, not 32
+  EXPECT_EQ(result->val_loss, m.at({"val_loss", 20}));
+  std::printf("final: whole split %.5f ± %.5f (2047 windows), eval_tokens windows %.5f ± %.5f\n",
+              final20.loss, final20.se, interim20.loss, interim20.se);
+
+  // Resumed from the last step's checkpoint: the same result, no new rows.
+  MetricMap again;
+  auto resumed = Run(job, "final", true, 0, Collect(&again));
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->outcome, TrainOutcome::kSucceeded);
+  EXPECT_EQ(resumed->resumed_from, 20);
+  EXPECT_EQ(resumed->step, 20);
+  EXPECT_EQ(resumed->val_loss, result->val_loss);
+  EXPECT_TRUE(again.empty());
+  std::ifstream in(dir_ / "final" / "metrics.jsonl");
+  int final_rows = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    final_rows += j["name"] == "val_loss" && j["step"] == 20;
+  }
+  EXPECT_EQ(final_rows, 1);
+
+  // Stopped and resumed before the end: one final evaluation, the same values.
+  MetricMap split;
+  ASSERT_TRUE(Run(job, "final-split", false, 15, Collect(&split)).ok());
+  auto rest = Run(job, "final-split", true, 0, Collect(&split));
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(rest->val_loss, result->val_loss);
+  EXPECT_EQ(split.at({"val_loss_se", 20}), m.at({"val_loss_se", 20}));
+}
+
+TEST_F(Trainer, AJobWithoutFinalEvalTokensEvaluatesTheLastStepLikeTheOthers) {
+  TrainJob absent = TinyJob(Family::kXmod, 10);
+  TrainJob same = absent;
+  same.final_eval_tokens = absent.eval_tokens;
+  MetricMap a, b;
+  auto ra = Run(absent, "absent", false, 0, Collect(&a));
+  auto rb = Run(same, "same", false, 0, Collect(&b));
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(ra->val_loss, rb->val_loss);
+  EXPECT_EQ(ra->val_loss_causal, rb->val_loss_causal);
+  int compared = 0;
+  for (const auto& [key, value] : a) {
+    if (key.first.rfind("val_", 0) != 0) continue;  // tokens_per_s is a timing
+    EXPECT_EQ(b.at(key), value) << key.first << " " << key.second;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 9);  // the step-10 evaluation: 2 losses, 2 SEs, 5 capacity metrics
+}
+
 TEST(Schedule, WarmupThenCosineToTheMinimum) {
   TrainJob job;
   job.lr = 1.0;
@@ -253,6 +443,56 @@ TEST(JobFile, MissingFieldsAreNamed) {
   auto job = ParseTrainJob(nlohmann::json{{"id", "x"}, {"family", "xmod"}});
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(job.status().message()), ::testing::HasSubstr("'d_model'"));
+}
+
+TEST(JobFile, FinalEvalTokensIsOptionalAndNeverNegative) {
+  nlohmann::json j = {{"id", "x"},
+                      {"family", "dense"},
+                      {"d_model", 32},
+                      {"n_heads", 4},
+                      {"n_layers", 2},
+                      {"d_ff", 96},
+                      {"vocab_size", 64},
+                      {"context", 32},
+                      {"stride", 1},
+                      {"capacity", 1.0},
+                      {"routed_tokens", 32},
+                      {"balance_coef", 0.0},
+                      {"router_coef", 0.0},
+                      {"steps", 10},
+                      {"batch_size", 4},
+                      {"micro_batch_size", 4},
+                      {"lr", 1e-3},
+                      {"min_lr", 1e-4},
+                      {"warmup_steps", 1},
+                      {"schedule", "cosine"},
+                      {"decay_steps", 0},
+                      {"weight_decay", 0.1},
+                      {"grad_clip", 1.0},
+                      {"beta1", 0.9},
+                      {"beta2", 0.95},
+                      {"eval_interval", 5},
+                      {"eval_tokens", 1024},
+                      {"checkpoint_interval", 5},
+                      {"log_interval", 1},
+                      {"seed", 1},
+                      {"precision", "fp32"},
+                      {"flops_per_token", 1.0},
+                      {"data", {{"synthetic", true}, {"seed", 3}}}};
+  auto absent = ParseTrainJob(j);
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_FALSE(absent->final_eval_tokens.has_value());
+  j["final_eval_tokens"] = 0;
+  EXPECT_EQ(ParseTrainJob(j)->final_eval_tokens, std::optional<int64_t>(0));
+  j["final_eval_tokens"] = 1 << 20;
+  EXPECT_EQ(ParseTrainJob(j)->final_eval_tokens, std::optional<int64_t>(1 << 20));
+  for (const nlohmann::json& bad :
+       {nlohmann::json(-1), nlohmann::json("all"), nlohmann::json(2.5)}) {
+    j["final_eval_tokens"] = bad;
+    auto job = ParseTrainJob(j);
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(job.status().message()), ::testing::HasSubstr("'final_eval_tokens'"));
+  }
 }
 
 }  // namespace
