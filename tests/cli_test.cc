@@ -18,6 +18,7 @@ namespace xmod {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using testing::CommandResult;
 
@@ -49,6 +50,7 @@ class Cli : public testing::TempDirTest {
     return out;
   }
 
+  static std::string LawGrid() { return std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/lawgrid.yaml"; }
   static std::string Sweep(const std::string& name) {
     return std::string(XMOD_SOURCE_DIR) + "/sweeps/" + name + ".yaml";
   }
@@ -237,30 +239,43 @@ void FinishWithLawLosses(const std::string& db, const std::string& sweep, double
     const std::string id = (*grant)->job_id;
     const auto& j = jobs.at(id);
     const double n_a = j.at("n_params_active"), n_t = j.at("n_params_total");
-    const double d = j.at("tokens"), context = j.at("context"), stride = j.at("stride");
+    // D is the tokens trained (whole steps of the batch); f_r the routed share of
+    // the real layout, (L - ceil(L/s)) / L.
+    const double d = j.at("tokens_trained"), context = j.at("context"), stride = j.at("stride");
+    const double layers = j.at("n_layers");
     const double k = std::max(1.0, std::round(j.at("capacity") * context));
     const double rho = family.at(id) == "dense" ? 1.0 : k / context;
     const double n_eff = n_a * std::pow(n_t / n_a, t.eta);
     double loss = t.e + t.a / std::pow(n_eff, t.alpha) + t.b / std::pow(d, t.beta);
-    if (family.at(id) != "dense" && stride > 1) {
-      loss += t.c_t * (stride - 1) / stride *
+    const bool routed = family.at(id) != "dense" && stride > 1;
+    if (routed) {
+      const double f_r = (layers - std::ceil(layers / stride)) / layers;
+      loss += t.c_t * f_r *
               (std::pow(rho * context, -t.beta_t) - std::pow(context, -t.beta_t));
       loss += t.c_s * (1 - rho) * std::pow(stride - 1, t.psi);
     }
     if (family.at(id) == "mod") loss *= 1.01;  // not a point of either law
     loss *= 1.0 + noise * normal(rng);
     const int64_t steps = static_cast<int64_t>(j.at("steps"));
+    // Routed runs: the law's loss is the causal one; the top-k loss reads 3% lower
+    // (it sees future tokens), so a fit of the wrong metric would miss the truth.
     std::vector<MetricPoint> points;
     for (int64_t step : {steps / 2, steps}) {
-      MetricPoint p;
-      p.job_id = id;
-      p.name = "val_loss";
-      p.step = step;
-      p.value = step == steps ? loss : loss * 1.1;
-      p.tokens = static_cast<int64_t>(d * step / steps);
-      p.flops = j.at("train_flops") * step / steps;
-      p.attempt = (*grant)->attempt;
-      points.push_back(p);
+      for (const char* name : {"val_loss", "val_loss_causal", "val_loss_se"}) {
+        if (!routed && std::string(name) == "val_loss_causal") continue;
+        MetricPoint p;
+        p.job_id = id;
+        p.name = name;
+        p.step = step;
+        const double causal = step == steps ? loss : loss * 1.1;
+        p.value = std::string(name) == "val_loss_se" ? 0.004 * causal
+                  : (routed && std::string(name) == "val_loss") ? 0.97 * causal
+                                                                 : causal;
+        p.tokens = static_cast<int64_t>(d * step / steps);
+        p.flops = j.at("train_flops") * step / steps;
+        p.attempt = (*grant)->attempt;
+        points.push_back(p);
+      }
     }
     ASSERT_TRUE((*store)->AppendFencedMetrics(id, (*grant)->fencing_token, points, now).ok());
     ASSERT_TRUE((*store)->EndAttempt(id, (*grant)->fencing_token, AttemptEnd::kSucceeded, "", now).ok());
@@ -269,20 +284,25 @@ void FinishWithLawLosses(const std::string& db, const std::string& sweep, double
 
 TEST_F(Cli, FitOfAFinishedSweepRecoversTheLawAndStoresIt) {
   const std::string db = Path("demo.db");
-  ASSERT_EQ(Xmod({"submit", Sweep("demo"), "--db", db}).code, 0);
+  ASSERT_EQ(Xmod({"submit", LawGrid(), "--db", db}).code, 0);
   // Nothing finished yet: a clear error, nothing stored.
-  CommandResult r = Xmod({"fit", "demo", "--db", db, "--law", "dense"});
+  CommandResult r = Xmod({"fit", "lawgrid", "--db", db, "--law", "dense"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("no succeeded dense or xmod job"));
-  FinishWithLawLosses(db, "demo", 0.0, 1);
+  FinishWithLawLosses(db, "lawgrid", 0.0, 1);
 
-  r = Xmod({"fit", "demo", "--db", db, "--law", "xmod", "--format", "json"});
+  r = Xmod({"fit", "lawgrid", "--db", db, "--law", "xmod", "--format", "json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto fit = nlohmann::json::parse(r.out);
   const LawTruth truth;
   EXPECT_EQ(fit["law"], "xmod");
   EXPECT_EQ(fit["method"], "two-stage");
-  EXPECT_EQ(fit["n_points"], 16 + 64);  // MoD runs are not points of the law
+  EXPECT_EQ(fit["n_points"], 24 + 96);  // MoD runs are not points of the law
+  EXPECT_THAT(fit["metric"].get<std::string>(), HasSubstr("val_loss_causal for routed runs"));
+  ASSERT_EQ(fit["dense"].size(), 2u);  // one dense reference per context
+  EXPECT_EQ(fit["dense"][0]["context"], 64);
+  EXPECT_EQ(fit["dense"][1]["context"], 128);
+  EXPECT_NEAR(fit["noise"]["eval_se_relative"].get<double>(), 0.004, 1e-9);
   EXPECT_NEAR(fit["params"]["E"].get<double>(), truth.e, 0.01 * truth.e);
   EXPECT_NEAR(fit["params"]["alpha"].get<double>(), truth.alpha, 0.01);
   EXPECT_NEAR(fit["params"]["beta"].get<double>(), truth.beta, 0.01);
@@ -306,42 +326,90 @@ TEST_F(Cli, FitOfAFinishedSweepRecoversTheLawAndStoresIt) {
   EXPECT_EQ(std::get<int64_t>(rows->rows[0][0]), fit["fit_id"].get<int64_t>());
   EXPECT_EQ(std::get<std::string>(rows->rows[0][1]), "xmod");
   EXPECT_EQ(std::get<std::string>(rows->rows[0][2]), fit["points_hash"].get<std::string>());
-  EXPECT_EQ(std::get<int64_t>(rows->rows[0][3]), 80);
+  EXPECT_EQ(std::get<int64_t>(rows->rows[0][3]), 120);
   EXPECT_DOUBLE_EQ(std::get<double>(rows->rows[0][5]), fit["params"]["eta"].get<double>());
 
   // Hold-out and intervals, as a table; then the dense law with its own hold-out.
-  r = Xmod({"fit", "demo", "--db", db, "--law", "xmod", "--holdout-largest", "--bootstrap", "20"});
+  r = Xmod({"fit", "lawgrid", "--db", db, "--law", "xmod", "--holdout-largest", "--bootstrap", "20"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("2.5%"));
   EXPECT_THAT(r.out, HasSubstr("97.5%"));
-  EXPECT_THAT(r.out, HasSubstr("held out: scale s4 (20 runs)"));
-  EXPECT_THAT(r.out, HasSubstr("stage 2, extras on the sparse runs"));
-  r = Xmod({"fit", "demo", "--db", db, "--law", "dense", "--holdout-largest", "--format", "json"});
+  EXPECT_THAT(r.out, HasSubstr("held out: scale s4 (30 runs)"));
+  EXPECT_THAT(r.out, HasSubstr("extras on the sparse runs"));
+  EXPECT_THAT(r.out, HasSubstr("dense law at T = 64"));
+  EXPECT_THAT(r.out, HasSubstr("resamples fitted"));
+  EXPECT_THAT(r.out, HasSubstr("on a bound:"));
+  r = Xmod({"fit", "lawgrid", "--db", db, "--law", "dense", "--holdout-largest", "--format", "json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto dense = nlohmann::json::parse(r.out);
-  EXPECT_EQ(dense["n_points"], 12);
+  EXPECT_EQ(dense["n_points"], 18);
+  EXPECT_EQ(dense["method"], "per-context");
   EXPECT_EQ(dense["holdout"]["scale"], "s4");
-  EXPECT_EQ(dense["holdout"]["points"].size(), 4u);
+  EXPECT_EQ(dense["holdout"]["points"].size(), 6u);
   EXPECT_LT(dense["holdout"]["rmse"].get<double>(), 1e-3);  // noiseless: the law extrapolates
   rows = (*store)->Query("SELECT method, COALESCE(holdout_scale, '-') FROM fits ORDER BY fit_id");
   ASSERT_EQ(rows->rows.size(), 3u);
   EXPECT_EQ(std::get<std::string>(rows->rows[0][0]), "two-stage");
   EXPECT_EQ(std::get<std::string>(rows->rows[0][1]), "-");  // every scale fitted
   EXPECT_EQ(std::get<std::string>(rows->rows[1][1]), "s4");
-  EXPECT_EQ(std::get<std::string>(rows->rows[2][0]), "single");
+  EXPECT_EQ(std::get<std::string>(rows->rows[2][0]), "per-context");
   EXPECT_EQ(std::get<std::string>(rows->rows[2][1]), "s4");
+
+  // The top-k metric reads the lower top-k losses: eta moves off the truth.
+  r = Xmod({"fit", "lawgrid", "--db", db, "--law", "xmod", "--metric", "val_loss", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_GT(std::abs(nlohmann::json::parse(r.out)["params"]["eta"].get<double>() - truth.eta), 0.02);
+  // --fix freezes, one context takes the joint fit, --params total counts embeddings.
+  r = Xmod({"fit", "lawgrid", "--db", db, "--law", "xmod", "--fix", "psi=0.8", "--fix",
+            "beta_T=0.5", "--context", "128", "--joint", "--params", "total", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto fixed = nlohmann::json::parse(r.out);
+  EXPECT_EQ(fixed["params"]["psi"], 0.8);
+  EXPECT_EQ(fixed["params"]["beta_T"], 0.5);
+  EXPECT_EQ(fixed["method"], "joint");
+  EXPECT_EQ(fixed["params_counted"], "total");
 
   // Bad requests: exit 2, nothing stored.
   EXPECT_EQ(Xmod({"fit", "nosuch", "--db", db}).code, 2);
-  EXPECT_EQ(Xmod({"fit", "demo", "--db", db, "--law", "chinchilla"}).code, 2);
-  EXPECT_EQ(Xmod({"fit", "demo", "--db", db, "--law", "dense", "--joint"}).code, 2);
-  EXPECT_EQ(Xmod({"fit", "demo"}).code, 2);  // no --db
-  r = Xmod({"fit", "demo", "--db", Path("typo.db")});
+  EXPECT_EQ(Xmod({"fit", "lawgrid", "--db", db, "--law", "chinchilla"}).code, 2);
+  EXPECT_EQ(Xmod({"fit", "lawgrid", "--db", db, "--law", "dense", "--joint"}).code, 2);
+  EXPECT_EQ(Xmod({"fit", "lawgrid", "--db", db, "--law", "xmod", "--joint"}).code, 2);  // 2 contexts
+  EXPECT_EQ(Xmod({"fit", "lawgrid", "--db", db, "--fix", "psi"}).code, 2);
+  EXPECT_EQ(Xmod({"fit", "lawgrid", "--db", db, "--law", "xmod", "--fix", "zeta=1"}).code, 2);
+  EXPECT_EQ(Xmod({"fit", "lawgrid", "--db", db, "--metric", "best"}).code, 2);
+  EXPECT_EQ(Xmod({"fit", "lawgrid"}).code, 2);  // no --db
+  r = Xmod({"fit", "lawgrid", "--db", Path("typo.db")});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("typo.db: no such database"));
   EXPECT_FALSE(std::filesystem::exists(Path("typo.db")));
   rows = (*store)->Query("SELECT COUNT(*) FROM fits");
-  EXPECT_EQ(std::get<int64_t>(rows->rows[0][0]), 3);
+  EXPECT_EQ(std::get<int64_t>(rows->rows[0][0]), 5);
+}
+
+TEST_F(Cli, ResultsByConfigReportTheSeedSpread) {
+  const std::string db = Path("demo.db");
+  ASSERT_EQ(Xmod({"submit", Sweep("demo"), "--db", db}).code, 0);
+  FinishWithLawLosses(db, "demo", 0.01, 4);
+  CommandResult r = Xmod({"results", "demo", "--db", db, "--by-config", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out);
+  int replicated = 0;
+  for (const auto& row : rows) {
+    if (row["seeds"] == 2) {
+      ++replicated;
+      EXPECT_EQ(row["family"], "dense");
+      ASSERT_TRUE(row["seed_sd_pct"].is_number()) << row;
+      EXPECT_GT(row["seed_sd_pct"].get<double>(), 0.0);
+      EXPECT_LT(row["seed_sd_pct"].get<double>(), 5.0);
+    }
+  }
+  EXPECT_EQ(replicated, 11);  // the demo's dense configurations, two seeds each
+  EXPECT_EQ(rows.size(), 11u + 12u + 3u);  // + X-MoD and MoD configurations, one seed
+  // The per-job view does not print the grouping key.
+  r = Xmod({"results", "demo", "--db", db});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("config_key")));
+  EXPECT_THAT(r.out, HasSubstr("tokens_trained"));
 }
 
 TEST_F(Cli, FitReadsAnXModCsvWithHoldOutAndNamesMissingColumns) {
@@ -413,9 +481,9 @@ TEST_F(Cli, FitReadsAnXModCsvWithHoldOutAndNamesMissingColumns) {
 
 TEST_F(Cli, PlotWritesTheFourPlotsWithLabelsAndLegends) {
   const std::string db = Path("demo.db");
-  ASSERT_EQ(Xmod({"submit", Sweep("demo"), "--db", db}).code, 0);
-  FinishWithLawLosses(db, "demo", 0.005, 2);
-  const CommandResult r = Xmod({"plot", "demo", "--db", db, "--out", Path("plots")});
+  ASSERT_EQ(Xmod({"submit", LawGrid(), "--db", db}).code, 0);
+  FinishWithLawLosses(db, "lawgrid", 0.005, 2);
+  const CommandResult r = Xmod({"plot", "lawgrid", "--db", db, "--out", Path("plots")});
   ASSERT_EQ(r.code, 0) << r.err;
   const std::map<std::string, std::vector<std::string>> expected = {
       {"loss_vs_tokens", {"training tokens seen", "validation loss", "dense", "X-MoD ρ=0.125 s=4",
