@@ -204,7 +204,11 @@ absl::StatusOr<TokenMeta> PrepareByteDataset(const PrepareOptions& options) {
     for (int64_t i = 0; i < n_docs; ++i) {
       const bool held_out = i % period == offset;
       (held_out ? val : train) += documents[static_cast<size_t>(i)];
-      if (held_out) meta.val_documents.push_back(options.inputs[static_cast<size_t>(i)]);
+      if (held_out) {
+        // The file name, not the path: a dataset does not record where it was built.
+        meta.val_documents.push_back(
+            std::filesystem::path(options.inputs[static_cast<size_t>(i)]).filename().string());
+      }
     }
     meta.val_split = absl::StrCat("every ", Ordinal(period), " document, offset ", offset, ": ",
                                   meta.val_documents.size(), " of ", n_docs, " documents held out");

@@ -380,6 +380,7 @@ absl::Status DataPrepare(const Flags& f, std::ostream& out) {
   out << fmt::format("{}: {} train and {} validation tokens ({}, vocab {})\n",
                      f.prepare.output_dir, meta.train_tokens, meta.val_tokens, meta.tokenizer,
                      meta.vocab_size);
+  out << fmt::format("validation split: {}\n", meta.val_split);
   return absl::OkStatus();
 }
 
@@ -540,7 +541,7 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   prepare->add_flag("--strip-tags", f.prepare.strip_tags,
                     "Turn Brown-corpus word/tag tokens into plain text");
   prepare->add_option("--val-fraction", f.prepare.val_fraction,
-                      "Fraction of the bytes (at the end) kept for validation")
+                      "Fraction held out for validation: every round(1/F)-th document, interleaved")
       ->capture_default_str();
 
   auto* stats = data->add_subcommand("stats", "Token counts and unigram entropy of a dataset");
