@@ -146,27 +146,34 @@ std::string Percent(double confidence, bool low) {
   return fmt::format("{:g}%", low ? tail : 100.0 - tail);
 }
 
+// One row per parameter, with its interval where the fit has them.
+void PrintParameters(const std::map<std::string, double>& params,
+                     const std::map<std::string, Interval>& intervals, double confidence,
+                     std::ostream& out) {
+  QueryResult t;
+  t.columns = {"parameter", "value"};
+  if (!intervals.empty()) {
+    t.columns.push_back(Percent(confidence, true));
+    t.columns.push_back(Percent(confidence, false));
+  }
+  for (const auto& [name, value] : params) {
+    std::vector<Value> row{name, value};
+    if (!intervals.empty()) {
+      row.emplace_back(intervals.at(name).low);
+      row.emplace_back(intervals.at(name).high);
+    }
+    t.rows.push_back(std::move(row));
+  }
+  PrintResult(t, Format::kTable, out);
+}
+
 void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostream& out) {
   out << fmt::format("law {} ({}): {} points, summed Huber objective {:.6g}, RMSE of log-loss "
                      "{:.4g}, {} starts, {}, {:.2f} s\n",
                      r.law, r.method, r.fit.n_points, r.fit.objective, r.fit.rmse, r.fit.starts,
                      r.fit.converged ? "converged" : "NOT CONVERGED (best start hit its limit)",
                      r.seconds);
-  QueryResult t;
-  t.columns = {"parameter", "value"};
-  if (!r.intervals.empty()) {
-    t.columns.push_back(Percent(options.confidence, true));
-    t.columns.push_back(Percent(options.confidence, false));
-  }
-  for (const auto& [name, value] : r.fit.params) {
-    std::vector<Value> row{name, value};
-    if (!r.intervals.empty()) {
-      row.emplace_back(r.intervals.at(name).low);
-      row.emplace_back(r.intervals.at(name).high);
-    }
-    t.rows.push_back(std::move(row));
-  }
-  PrintResult(t, Format::kTable, out);
+  PrintParameters(r.fit.params, r.intervals, options.confidence, out);
   if (!r.intervals.empty()) {
     const int total = r.bootstrap_used + r.bootstrap_failed;
     out << fmt::format("intervals: percentile bootstrap over {} configurations (replicates resampled "
@@ -187,21 +194,7 @@ void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostrea
                          c.context, c.fit.n_points, c.fit.objective, c.fit.rmse,
                          c.fit.converged ? "" : ", NOT CONVERGED",
                          c.on_bound.empty() ? "" : fmt::format(", on a bound: {}", fmt::join(c.on_bound, ", ")));
-      QueryResult t2;
-      t2.columns = {"parameter", "value"};
-      if (!c.intervals.empty()) {
-        t2.columns.push_back(Percent(options.confidence, true));
-        t2.columns.push_back(Percent(options.confidence, false));
-      }
-      for (const auto& [name, value] : c.fit.params) {
-        std::vector<Value> row{name, value};
-        if (!c.intervals.empty()) {
-          row.emplace_back(c.intervals.at(name).low);
-          row.emplace_back(c.intervals.at(name).high);
-        }
-        t2.rows.push_back(std::move(row));
-      }
-      PrintResult(t2, Format::kTable, out);
+      PrintParameters(c.fit.params, c.intervals, options.confidence, out);
     }
   }
   if (r.law == "xmod" && r.stages.size() == 2) {
