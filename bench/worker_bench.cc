@@ -5,20 +5,26 @@
 //   2. achieved matmul FLOP/s of a dense training step vs torch::mm on the same
 //      threads (target >= 0.6);
 //   3. the C++ training step vs the same dense model stepped from Python with
-//      Debian's python3-torch (same LibTorch 1.13).
+//      Debian's python3-torch (same LibTorch 1.13);
+//   4. a demo-sized training step (d = 32, 4 layers, T = 128, 25 sequences, one
+//      thread) with the training malloc settings vs glibc's defaults, each in a
+//      fresh child process, alternating (target: ratio <= 1).
 // Usage: worker_bench [--threads N] [--repeats N] [--python /usr/bin/python3]
-// Exits 1 when target 1 or 2 is missed (or the Python side cannot run).
+// Exits 1 when target 1, 2 or 4 is missed (or the Python side cannot run).
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "worker/model/model.h"
+#include "worker/train/host_allocator.h"
 
 namespace xmod {
 namespace {
@@ -29,15 +35,16 @@ double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-ModelShape Shape(Family family, int64_t stride, double capacity) {
+ModelShape Shape(Family family, int64_t stride, double capacity, int64_t d = kD,
+                 int64_t layers = kLayers, int64_t context = kContext) {
   ModelShape s;
   s.family = family;
-  s.d_model = kD;
+  s.d_model = d;
   s.n_heads = kHeads;
-  s.n_layers = kLayers;
-  s.d_ff = DefaultDff(kD);
+  s.n_layers = layers;
+  s.d_ff = DefaultDff(d);
   s.vocab_size = kVocab;
-  s.context = kContext;
+  s.context = context;
   s.stride = stride;
   s.capacity = capacity;
   return s;
@@ -45,7 +52,7 @@ ModelShape Shape(Family family, int64_t stride, double capacity) {
 
 // One model with its optimizer and a fixed batch; Step() is one training step.
 struct Stepper {
-  explicit Stepper(const ModelShape& s)
+  explicit Stepper(const ModelShape& s, int64_t batch = kBatch)
       : model(DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context)
                   .family(s.family)
                   .stride(s.stride)
@@ -53,9 +60,9 @@ struct Stepper {
                   .balance_coef(s.family == Family::kXmod ? 0.01 : 0.0)
                   .router_coef(s.family == Family::kDense ? 0.0 : 0.01)),
         optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3).betas({0.9, 0.95})),
-        tokens(torch::randint(0, kVocab, {kBatch, kContext})),
-        targets(torch::randint(0, kVocab, {kBatch, kContext})),
-        flops_per_step(TrainFlopsPerToken(s) * kBatch * kContext) {}
+        tokens(torch::randint(0, kVocab, {batch, s.context})),
+        targets(torch::randint(0, kVocab, {batch, s.context})),
+        flops_per_step(TrainFlopsPerToken(s) * batch * s.context) {}
 
   double Step() {
     const auto start = std::chrono::steady_clock::now();
@@ -107,6 +114,36 @@ double MmFlops(int repeats) {
   return 2.0 * m * k * n / Median(times);
 }
 
+// Part 4's child: a demo-sized dense step under one malloc setting, in a fresh
+// process (glibc's defaults adapt as the process runs, so they cannot be restored
+// in one that has changed them). Prints the median step time in seconds.
+int AllocatorChild(const std::string& mode, int steps) {
+  if (mode == "training" && !ApplyHostAllocatorSettings(TrainingAllocatorSettings())) return 3;
+  torch::set_num_threads(1);
+  torch::manual_seed(0);
+  Stepper demo(Shape(Family::kDense, 1, 1.0, /*d=*/32, /*layers=*/4, /*context=*/128),
+               /*batch=*/25);
+  std::printf("%.9f\n", MedianStepTimes({&demo}, steps)[0]);
+  return 0;
+}
+
+// Runs this binary as part 4's child and reads the time it prints; < 0 on failure.
+double RunAllocatorChild(const std::string& mode, int steps) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return -1;
+  self[n] = '\0';
+  const std::string command = std::string(self) + " --allocator-child " + mode + " " +
+                              std::to_string(steps) + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  std::string text;
+  char buffer[256];
+  while (fgets(buffer, sizeof(buffer), pipe)) text += buffer;
+  if (pclose(pipe) != 0) return -1;
+  return std::atof(text.c_str());
+}
+
 }  // namespace
 }  // namespace xmod
 
@@ -115,11 +152,16 @@ int main(int argc, char** argv) {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int repeats = 15;
   std::string python = "/usr/bin/python3";
+  if (argc == 4 && !std::strcmp(argv[1], "--allocator-child")) {
+    return AllocatorChild(argv[2], std::atoi(argv[3]));
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--repeats")) repeats = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--python")) python = argv[i + 1];
   }
+  // Parts 1-3 measure what training runs with (Train() applies the same).
+  ApplyHostAllocatorSettings(TrainingAllocatorSettings());
   torch::set_num_threads(threads);
   torch::manual_seed(0);
   std::printf("worker_bench: d=%lld heads=%lld layers=%lld T=%lld batch=%lld, %d threads, median of %d\n",
@@ -192,6 +234,28 @@ int main(int argc, char** argv) {
   std::printf("\n3. C++ step %.2f ms vs Python step %.2f ms (median of 3 alternating rounds): "
               "C++/Python time ratio %.3f\n",
               cpp * 1e3, py * 1e3, cpp / py);
+
+  // 4. Training malloc settings vs glibc's defaults, fresh processes, alternating.
+  std::vector<double> ratios, tuned_times, glibc_times;
+  const int child_steps = std::max(10, repeats * 2);
+  for (int round = 0; round < 5; ++round) {
+    const double glibc = RunAllocatorChild("glibc", child_steps);
+    const double tuned = RunAllocatorChild("training", child_steps);
+    if (glibc <= 0 || tuned <= 0) {
+      std::printf("\n4. the allocator comparison could not run its child process\n");
+      return 1;
+    }
+    glibc_times.push_back(glibc);
+    tuned_times.push_back(tuned);
+    ratios.push_back(tuned / glibc);
+  }
+  const double allocator_ratio = Median(ratios);
+  met &= allocator_ratio <= 1.0;
+  std::printf("\n4. demo-sized step (d=32, 4 layers, T=128, 25 sequences, 1 thread): %.2f ms with "
+              "the training malloc settings vs %.2f ms with glibc's defaults; median of 5 "
+              "alternating pairwise ratios %.3f (target <= 1: %s)\n",
+              Median(tuned_times) * 1e3, Median(glibc_times) * 1e3, allocator_ratio,
+              allocator_ratio <= 1.0 ? "met" : "MISSED");
   if (!met) {
     std::printf("\nworker_bench: a target was missed\n");
     return 1;

@@ -20,6 +20,7 @@
 #include "common/status_macros.h"
 #include "worker/model/model.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/host_allocator.h"
 
 namespace xmod {
 
@@ -502,6 +503,7 @@ class Run {
 
 absl::StatusOr<TrainResult> Train(const TrainJob& job, const TokenSource& data,
                                   Communicator& comm, const TrainerOptions& options) {
+  TuneHostAllocatorForTraining();
   return Run(job, data, comm, options).Go();
 }
 
