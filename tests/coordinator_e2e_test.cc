@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "orchestrator/cli/local_run.h"
 #include "orchestrator/store/sqlite_store.h"
@@ -301,6 +302,34 @@ TEST_F(CoordinatorE2e, XmodRunTrainsTheSmokeSweepAndContinuesWhereItStopped) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("0 new"));
   EXPECT_EQ(Count("SELECT MAX(attempt) FROM jobs"), 1);
+}
+
+// Each local group is its own mpirun. With binding left on, every one pins its
+// rank to core 0, and G groups share one core. A rank started the way `xmod run`
+// starts a group must be allowed on every core this process may use.
+TEST_F(CoordinatorE2e, XmodRunGroupsAreNotPinnedToOneCore) {
+  const auto allowed = [](const std::string& status) {
+    const size_t at = status.find("Cpus_allowed_list:");
+    if (at == std::string::npos) return std::string("(none)");
+    const size_t end = status.find('\n', at);
+    std::string value = status.substr(at + 18, end - at - 18);
+    value.erase(0, value.find_first_not_of(" \t"));
+    return value;
+  };
+  const std::string mine = allowed(testing::Slurp("/proc/self/status"));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  LocalRunOptions o;
+  o.mpirun = MPIEXEC;
+  o.groups = cores;  // one rank per core: the case where mpirun would bind
+  o.ranks = 1;
+  std::vector<std::string> argv = GroupMpirunPrefix(o, cores);
+  ASSERT_FALSE(argv.empty());
+  const std::string program = argv.front();
+  argv.erase(argv.begin());
+  argv.insert(argv.end(), {"/bin/cat", "/proc/self/status"});
+  CommandResult r = Command(program, argv);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(allowed(r.out), mine) << r.out;
 }
 
 }  // namespace

@@ -114,6 +114,13 @@ absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
   return pid;
 }
 
+std::vector<std::string> GroupMpirunPrefix(const LocalRunOptions& o, int cores) {
+  std::vector<std::string> argv = {o.mpirun, "-np", std::to_string(o.ranks), "--bind-to", "none"};
+  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+  if (o.groups * o.ranks > cores) argv.push_back("--oversubscribe");
+  return argv;
+}
+
 int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err) {
   auto fail = [&](const absl::Status& s) {
     err << s.message() << "\n";
@@ -170,9 +177,7 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
       o.worker_binary.empty() ? SelfDirectory() + "/xmod-worker" : o.worker_binary;
   std::vector<pid_t> groups;
   for (int g = 0; g < o.groups; ++g) {
-    std::vector<std::string> argv = {o.mpirun, "-np", std::to_string(o.ranks)};
-    if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
-    if (o.groups * o.ranks > cores) argv.push_back("--oversubscribe");
+    std::vector<std::string> argv = GroupMpirunPrefix(o, cores);
     for (const std::string& a :
          {worker, std::string("--coordinator"), (*server)->address(), std::string("--run-dir"),
           o.run_dir, std::string("--threads"), std::to_string(threads), std::string("--name"),
