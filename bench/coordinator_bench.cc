@@ -5,9 +5,11 @@
 //      second end to end (target >= 1,000);
 //   2. metric ingest over gRPC in 1,000-point batches vs raw batched inserts of
 //      the same points into the same schema through the store (target >= 0.25);
-//   3. the cost of durability: run 1 again with synchronous=NORMAL instead of
-//      the store's default FULL, and the ratio of the two rates (no target).
-// Exits 1 when a target is missed. Usage: coordinator_bench [--groups N]
+//   3. the cost of durability: run 1 with synchronous=NORMAL instead of the
+//      store's default FULL, in rounds alternating with run 1 (no target).
+// Ratios are medians of the pairwise ratios of alternating rounds, with their
+// range (bench/paired_ratio.h).
+// Exits 1 when a target is missed. Usage: coordinator_bench [--groups N] [--rounds R]
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench/paired_ratio.h"
 #include "orchestrator/service/server.h"
 #include "proto/channel.h"
 #include "xmod/v1/coordinator.grpc.pb.h"
@@ -154,7 +157,8 @@ double JobsPerSecond(const std::string& dir, int groups, int64_t* jobs_done, boo
 }
 
 // 2. Rows per second: raw store batches vs gRPC batches, `rounds` alternating rounds.
-void IngestRates(const std::string& dir, int rounds, double* raw_rate, double* grpc_rate) {
+void IngestRates(const std::string& dir, int rounds, std::vector<double>* raw,
+                 std::vector<double>* rpc) {
   constexpr int kBatch = 1000, kBatches = 60;
   Coordinator c(dir + "/ingest.db");
   const std::string yaml = ReadText(std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml");
@@ -162,7 +166,6 @@ void IngestRates(const std::string& dir, int rounds, double* raw_rate, double* g
   const std::string worker = c.scheduler->RegisterWorker("bench", 1, "").value();
   auto stub = pb::Coordinator::NewStub(
       grpc::CreateChannel(c.server->address(), grpc::InsecureChannelCredentials()));
-  std::vector<double> raw, rpc;
   for (int round = 0; round < rounds; ++round) {
     // Raw: one job's rows straight into the store, a transaction per batch.
     const LeaseGrant a = c.scheduler->Lease(worker).value().grant.value();
@@ -178,7 +181,7 @@ void IngestRates(const std::string& dir, int rounds, double* raw_rate, double* g
     for (const auto& batch : batches) {
       if (!c.store->AppendMetrics(batch).ok()) std::exit(1);
     }
-    raw.push_back(kBatch * kBatches / Since(t));
+    raw->push_back(kBatch * kBatches / Since(t));
     // gRPC: another job's rows, the same sizes, through ReportMetrics.
     const LeaseGrant g = c.scheduler->Lease(worker).value().grant.value();
     std::vector<pb::ReportMetricsRequest> requests;
@@ -195,46 +198,51 @@ void IngestRates(const std::string& dir, int rounds, double* raw_rate, double* g
         std::exit(1);
       }
     }
-    rpc.push_back(kBatch * kBatches / Since(t));
+    rpc->push_back(kBatch * kBatches / Since(t));
   }
-  std::sort(raw.begin(), raw.end());
-  std::sort(rpc.begin(), rpc.end());
-  *raw_rate = raw[raw.size() / 2];
-  *grpc_rate = rpc[rpc.size() / 2];
 }
 
 }  // namespace
 }  // namespace xmod
 
 int main(int argc, char** argv) {
-  int groups = 64;
+  using xmod::bench::Median;
+  using xmod::bench::Paired;
+  int groups = 64, rounds = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--groups")) groups = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--rounds")) rounds = std::max(1, std::atoi(argv[i + 1]));
   }
   const std::string dir =
       std::filesystem::temp_directory_path() / ("xmod_coordinator_bench_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   bool met = true;
 
+  // 1 and 3 alternate: FULL, NORMAL, FULL, NORMAL, ...
+  std::vector<double> full, normal;
   int64_t jobs = 0;
-  const double rate = xmod::JobsPerSecond(dir, groups, &jobs);
+  for (int r = 0; r < rounds; ++r) {
+    full.push_back(xmod::JobsPerSecond(dir, groups, &jobs));
+    int64_t jobs_normal = 0;
+    normal.push_back(xmod::JobsPerSecond(dir, groups, &jobs_normal, /*durable=*/false));
+  }
+  const double rate = Median(full);
   met &= rate >= 1000;
   std::printf("1. %d simulated groups: %lld no-op jobs leased, heartbeated, 100 metrics, "
-              "completed: %.0f jobs/s (target >= 1000: %s)\n",
-              groups, static_cast<long long>(jobs), rate, rate >= 1000 ? "met" : "MISSED");
+              "completed: %.0f jobs/s, median of %d rounds (target >= 1000: %s)\n",
+              groups, static_cast<long long>(jobs), rate, rounds, rate >= 1000 ? "met" : "MISSED");
 
-  double raw = 0, grpc_rate = 0;
-  xmod::IngestRates(dir, 3, &raw, &grpc_rate);
-  const double ratio = grpc_rate / raw;
-  met &= ratio >= 0.25;
+  std::vector<double> raw, grpc_rate;
+  xmod::IngestRates(dir, std::max(3, rounds), &raw, &grpc_rate);
+  const xmod::bench::PairedRatio ingest = Paired(grpc_rate, raw);
+  met &= ingest.median >= 0.25;
   std::printf("2. metric ingest, 1000-point batches: gRPC %.0f rows/s vs raw SQLite %.0f rows/s: "
-              "ratio %.3f (target >= 0.25: %s)\n",
-              grpc_rate, raw, ratio, ratio >= 0.25 ? "met" : "MISSED");
-  int64_t jobs_normal = 0;
-  const double normal = xmod::JobsPerSecond(dir, groups, &jobs_normal, /*durable=*/false);
+              "ratio %s (target >= 0.25: %s)\n",
+              Median(grpc_rate), Median(raw), ingest.Text().c_str(),
+              ingest.median >= 0.25 ? "met" : "MISSED");
   std::printf("3. durability: %.0f jobs/s with synchronous=FULL (the default) vs %.0f with "
-              "NORMAL: ratio %.3f\n",
-              rate, normal, rate / normal);
+              "NORMAL: ratio %s\n",
+              rate, Median(normal), Paired(full, normal).Text().c_str());
   std::filesystem::remove_all(dir);
   return met ? 0 : 1;
 }

@@ -8,8 +8,9 @@
 //   scipy         bench/fit_scipy.py: SciPy L-BFGS-B from every start (skipped
 //                 when that Python has no scipy; Debian's python3-scipy is in
 //                 /usr/bin/python3, the default).
-// Prints times, objectives and ratios; exits 1 when scout+polish misses the
-// exhaustive optimum or takes more than 5 s.
+// Prints times, objectives and ratios (medians of the pairwise ratios of the
+// rounds, with their range: bench/paired_ratio.h); exits 1 when scout+polish
+// misses the exhaustive optimum or its median time is over 5 s.
 // Run: build/bin/fit_bench [--threads N] [--rounds R] [--python /usr/bin/python3]
 #include <chrono>
 #include <cstdio>
@@ -22,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/paired_ratio.h"
 #include "orchestrator/fit/analysis.h"
 #include "orchestrator/fit/dense_law.h"
 #include "orchestrator/fit/fitter.h"
@@ -36,7 +38,7 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 }
 
 int Main(int argc, char** argv) {
-  int threads = 2, rounds = 2;
+  int threads = 2, rounds = 3;
   std::string python = "/usr/bin/python3";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -52,7 +54,7 @@ int Main(int argc, char** argv) {
   const std::vector<LawPoint> points = *loaded;
   const bool scipy =
       std::system((python + " -c 'import scipy' >/dev/null 2>&1").c_str()) == 0;
-  double t_scout = 0, t_full = 0, t_scipy = 0;
+  std::vector<double> t_scout, t_full, t_scipy;
   double o_scout = 0, o_full = 0, o_scipy = 0;
   for (int r = 0; r < rounds; ++r) {
     FitOptions options;
@@ -64,8 +66,8 @@ int Main(int argc, char** argv) {
     start = std::chrono::steady_clock::now();
     auto full = FitLaw<DenseLaw>(points, options);
     const double s_full = Seconds(start);
-    t_scout += s_scout;
-    t_full += s_full;
+    t_scout.push_back(s_scout);
+    t_full.push_back(s_full);
     if (!scout.ok() || !full.ok()) {
       std::fprintf(stderr, "fit failed\n");
       return 1;
@@ -86,7 +88,7 @@ int Main(int argc, char** argv) {
       char buffer[4096];
       while (pipe && fgets(buffer, sizeof buffer, pipe.get())) out += buffer;
       const double s_scipy = Seconds(start);
-      t_scipy += s_scipy;
+      t_scipy.push_back(s_scipy);
       const auto j = nlohmann::json::parse(out, nullptr, false);
       if (j.is_discarded()) {
         std::fprintf(stderr, "fit_scipy.py printed: %s\n", out.c_str());
@@ -98,21 +100,20 @@ int Main(int argc, char** argv) {
                   j["beta"].get<double>());
     }
   }
-  t_scout /= rounds;
-  t_full /= rounds;
-  t_scipy /= rounds;
-  std::printf("\n%d points, 5400 starts, %d threads, mean of %d rounds\n", static_cast<int>(points.size()),
-              threads, rounds);
-  std::printf("scout+polish %.2f s | exhaustive %.2f s | exhaustive / scout+polish %.2f\n", t_scout,
-              t_full, t_full / t_scout);
+  using bench::Median;
+  using bench::Paired;
+  std::printf("\n%d points, 5400 starts, %d threads, median of %d rounds\n",
+              static_cast<int>(points.size()), threads, rounds);
+  std::printf("scout+polish %.2f s | exhaustive %.2f s | exhaustive / scout+polish %s\n",
+              Median(t_scout), Median(t_full), Paired(t_full, t_scout).Text().c_str());
   if (scipy) {
-    std::printf("scipy L-BFGS-B %.2f s | scipy / scout+polish %.1f (scipy objective %.10f)\n",
-                t_scipy, t_scipy / t_scout, o_scipy);
+    std::printf("scipy L-BFGS-B %.2f s | scipy / scout+polish %s (scipy objective %.10f)\n",
+                Median(t_scipy), Paired(t_scipy, t_scout).Text().c_str(), o_scipy);
   } else {
     std::printf("scipy: skipped (python3 with scipy not found)\n");
   }
   const bool same = o_scout <= o_full * (1 + 1e-9);
-  const bool fast = t_scout <= 5.0;
+  const bool fast = Median(t_scout) <= 5.0;
   std::printf("scout+polish reaches the exhaustive optimum: %s; under 5 s: %s\n",
               same ? "yes" : "NO", fast ? "yes" : "NO");
   return same && fast ? 0 : 1;

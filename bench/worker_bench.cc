@@ -9,6 +9,8 @@
 //   4. a demo-sized training step (d = 32, 4 layers, T = 128, 25 sequences, one
 //      thread) with the training malloc settings vs glibc's defaults, each in a
 //      fresh child process, alternating (target: ratio <= 1).
+// Every comparison runs A and B in alternating rounds and reports the median of
+// the pairwise ratios with their range (bench/paired_ratio.h).
 // Usage: worker_bench [--threads N] [--repeats N] [--python /usr/bin/python3]
 // Exits 1 when target 1, 2 or 4 is missed (or the Python side cannot run).
 #include <torch/torch.h>
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/paired_ratio.h"
 #include "worker/model/model.h"
 #include "worker/train/host_allocator.h"
 
@@ -83,36 +86,40 @@ struct Stepper {
   double flops_per_step;
 };
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Median;
+using bench::Paired;
 
-// Interleaves the steppers so that every one sees the same machine conditions.
-std::vector<double> MedianStepTimes(std::vector<Stepper*> steppers, int repeats) {
+// Interleaves the steppers (one step of each per round) so that every one sees
+// the same machine conditions; returns each stepper's time in every round.
+std::vector<std::vector<double>> StepTimes(const std::vector<Stepper*>& steppers, int repeats) {
   for (Stepper* s : steppers) s->Step(), s->Step();  // warm-up
   std::vector<std::vector<double>> times(steppers.size());
   for (int r = 0; r < repeats; ++r) {
     for (size_t i = 0; i < steppers.size(); ++i) times[i].push_back(steppers[i]->Step());
   }
-  std::vector<double> medians;
-  for (auto& t : times) medians.push_back(Median(t));
-  return medians;
+  return times;
 }
 
-double MmFlops(int repeats) {
-  // The MLP's up-projection shape of the dense model: [B·T, d] x [d, 2·d_ff].
-  const int64_t m = kBatch * kContext, k = kD, n = 2 * DefaultDff(kD);
-  const torch::Tensor a = torch::randn({m, k}), b = torch::randn({k, n});
-  torch::Tensor c = torch::mm(a, b);
-  std::vector<double> times;
-  for (int r = 0; r < repeats * 4; ++r) {
-    const auto start = std::chrono::steady_clock::now();
+// torch::mm on the MLP's up-projection shape of the dense model, [B·T, d] x
+// [d, 2·d_ff]: FLOP/s of the median of `repeats` products.
+struct MmTimer {
+  MmTimer()
+      : m(kBatch * kContext), k(kD), n(2 * DefaultDff(kD)), a(torch::randn({m, k})),
+        b(torch::randn({k, n})) {
     c = torch::mm(a, b);
-    times.push_back(Seconds(start));
   }
-  return 2.0 * m * k * n / Median(times);
-}
+  double Flops(int repeats) {
+    std::vector<double> times;
+    for (int r = 0; r < repeats; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      c = torch::mm(a, b);
+      times.push_back(Seconds(start));
+    }
+    return 2.0 * m * k * n / Median(times);
+  }
+  int64_t m, k, n;
+  torch::Tensor a, b, c;
+};
 
 // Part 4's child: a demo-sized dense step under one malloc setting, in a fresh
 // process (glibc's defaults adapt as the process runs, so they cannot be restored
@@ -123,7 +130,7 @@ int AllocatorChild(const std::string& mode, int steps) {
   torch::manual_seed(0);
   Stepper demo(Shape(Family::kDense, 1, 1.0, /*d=*/32, /*layers=*/4, /*context=*/128),
                /*batch=*/25);
-  std::printf("%.9f\n", MedianStepTimes({&demo}, steps)[0]);
+  std::printf("%.9f\n", Median(StepTimes({&demo}, steps)[0]));
   return 0;
 }
 
@@ -181,30 +188,38 @@ int main(int argc, char** argv) {
     sparse.push_back(std::make_unique<Stepper>(Shape(Family::kXmod, c.stride, c.capacity)));
     all.push_back(sparse.back().get());
   }
-  const std::vector<double> t = MedianStepTimes(all, repeats);
+  const std::vector<std::vector<double>> t = StepTimes(all, repeats);
   bool met = true;
-  std::printf("\n1. X-MoD vs dense step time (same width and layers)\n");
-  std::printf("   %-22s %10s %10s %10s %s\n", "config", "step ms", "time ratio", "FLOP ratio", "target");
-  std::printf("   %-22s %10.2f\n", "dense", t[0] * 1e3);
+  std::printf("\n1. X-MoD vs dense step time (same width and layers), one step of each per round\n");
+  std::printf("   %-22s %10s %-36s %10s %s\n", "config", "step ms", "time ratio (median, range)",
+              "FLOP ratio", "target");
+  std::printf("   %-22s %10.2f\n", "dense", Median(t[0]) * 1e3);
   for (size_t i = 0; i < cases.size(); ++i) {
     const double flop_ratio = all[i + 1]->flops_per_step / dense.flops_per_step;
-    const double time_ratio = t[i + 1] / t[0];
-    if (i == 0) met &= time_ratio <= flop_ratio + 0.03;
+    const bench::PairedRatio time_ratio = Paired(t[i + 1], t[0]);
+    if (i == 0) met &= time_ratio.median <= flop_ratio + 0.03;
     char name[64];
     std::snprintf(name, sizeof(name), "capacity %.3f stride %lld", cases[i].capacity,
                   (long long)cases[i].stride);
-    std::printf("   %-22s %10.2f %10.3f %10.3f %s\n", name, t[i + 1] * 1e3, time_ratio, flop_ratio,
-                i == 0 ? (time_ratio <= flop_ratio + 0.03 ? "<= FLOP ratio + 0.03: met"
-                                                          : "<= FLOP ratio + 0.03: MISSED")
+    std::printf("   %-22s %10.2f %-36s %10.3f %s\n", name, Median(t[i + 1]) * 1e3,
+                time_ratio.Text().c_str(), flop_ratio,
+                i == 0 ? (time_ratio.median <= flop_ratio + 0.03 ? "<= FLOP ratio + 0.03: met"
+                                                                 : "<= FLOP ratio + 0.03: MISSED")
                        : "");
   }
 
-  // 2. Achieved FLOP/s of the dense step vs torch::mm.
-  const double mm = MmFlops(repeats);
-  const double achieved = dense.flops_per_step / t[0];
-  met &= achieved / mm >= 0.6;
-  std::printf("\n2. dense step %.2f GFLOP/s vs torch::mm %.2f GFLOP/s: ratio %.3f (target >= 0.6: %s)\n",
-              achieved / 1e9, mm / 1e9, achieved / mm, achieved / mm >= 0.6 ? "met" : "MISSED");
+  // 2. Achieved FLOP/s of the dense step vs torch::mm, alternating per round.
+  MmTimer mm;
+  std::vector<double> achieved, mm_flops;
+  for (int r = 0; r < repeats; ++r) {
+    achieved.push_back(dense.flops_per_step / dense.Step());
+    mm_flops.push_back(mm.Flops(4));
+  }
+  const bench::PairedRatio efficiency = Paired(achieved, mm_flops);
+  met &= efficiency.median >= 0.6;
+  std::printf("\n2. dense step %.2f GFLOP/s vs torch::mm %.2f GFLOP/s: ratio %s (target >= 0.6: %s)\n",
+              Median(achieved) / 1e9, Median(mm_flops) / 1e9, efficiency.Text().c_str(),
+              efficiency.median >= 0.6 ? "met" : "MISSED");
 
   // 3. C++ vs Python, same model and threads, in alternating rounds.
   const std::string script = std::string(XMOD_SOURCE_DIR) + "/bench/dense_step.py";
@@ -216,7 +231,7 @@ int main(int argc, char** argv) {
                 (long long)kContext, (long long)kBatch, threads, per_round);
   std::vector<double> cpp_times, py_times;
   for (int round = 0; round < 3; ++round) {
-    cpp_times.push_back(MedianStepTimes({&dense}, per_round)[0]);
+    cpp_times.push_back(Median(StepTimes({&dense}, per_round)[0]));
     FILE* pipe = popen(command, "r");
     std::string text;
     char buffer[512];
@@ -230,13 +245,12 @@ int main(int argc, char** argv) {
     }
     py_times.push_back(nlohmann::json::parse(text.substr(brace))["median_s"].get<double>());
   }
-  const double cpp = Median(cpp_times), py = Median(py_times);
-  std::printf("\n3. C++ step %.2f ms vs Python step %.2f ms (median of 3 alternating rounds): "
-              "C++/Python time ratio %.3f\n",
-              cpp * 1e3, py * 1e3, cpp / py);
+  std::printf("\n3. C++ step %.2f ms vs Python step %.2f ms: C++/Python time ratio %s\n",
+              Median(cpp_times) * 1e3, Median(py_times) * 1e3,
+              Paired(cpp_times, py_times).Text().c_str());
 
   // 4. Training malloc settings vs glibc's defaults, fresh processes, alternating.
-  std::vector<double> ratios, tuned_times, glibc_times;
+  std::vector<double> tuned_times, glibc_times;
   const int child_steps = std::max(10, repeats * 2);
   for (int round = 0; round < 5; ++round) {
     const double glibc = RunAllocatorChild("glibc", child_steps);
@@ -247,15 +261,14 @@ int main(int argc, char** argv) {
     }
     glibc_times.push_back(glibc);
     tuned_times.push_back(tuned);
-    ratios.push_back(tuned / glibc);
   }
-  const double allocator_ratio = Median(ratios);
-  met &= allocator_ratio <= 1.0;
+  const bench::PairedRatio allocator = Paired(tuned_times, glibc_times);
+  met &= allocator.median <= 1.0;
   std::printf("\n4. demo-sized step (d=32, 4 layers, T=128, 25 sequences, 1 thread): %.2f ms with "
-              "the training malloc settings vs %.2f ms with glibc's defaults; median of 5 "
-              "alternating pairwise ratios %.3f (target <= 1: %s)\n",
-              Median(tuned_times) * 1e3, Median(glibc_times) * 1e3, allocator_ratio,
-              allocator_ratio <= 1.0 ? "met" : "MISSED");
+              "the training malloc settings vs %.2f ms with glibc's defaults: ratio %s "
+              "(target <= 1: %s)\n",
+              Median(tuned_times) * 1e3, Median(glibc_times) * 1e3, allocator.Text().c_str(),
+              allocator.median <= 1.0 ? "met" : "MISSED");
   if (!met) {
     std::printf("\nworker_bench: a target was missed\n");
     return 1;

@@ -11,10 +11,10 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 # Toolchain and build helpers (a minimal Debian has none of them).
 BUILD=(build-essential cmake ninja-build ccache git pkg-config ca-certificates openssl)
 # Orchestrator side: gRPC + Protobuf with their compilers, SQLite, YAML, fitting (Ceres),
-# CLI, logging, plots (gnuplot).
+# CLI, formatting (fmt), plots (gnuplot).
 ORCH=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
       libsqlite3-dev sqlite3 libyaml-cpp-dev libceres-dev libcli11-dev nlohmann-json3-dev
-      libspdlog-dev libfmt-dev gnuplot-nox)
+      libfmt-dev gnuplot-nox)
 # Worker side: LibTorch (CPU) on OpenBLAS, Open MPI.
 WORKER=(libtorch-dev libopenblas0-openmp libopenmpi-dev openmpi-bin)
 # Tests and benchmarks (python3-torch, python3-scipy: the C++-vs-Python trainer and

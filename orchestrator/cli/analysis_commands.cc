@@ -181,6 +181,9 @@ void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostrea
                        "resamples fitted, {} failed ({:.1f}%), seed {}\n",
                        r.bootstrap_clusters, r.bootstrap_used, total, r.bootstrap_failed,
                        total > 0 ? 100.0 * r.bootstrap_failed / total : 0.0, options.seed);
+    if (!r.bootstrap_failure.empty()) {
+      out << fmt::format("commonest failure of a resample: {}\n", r.bootstrap_failure);
+    }
   }
   if (!r.fixed.empty()) {
     out << fmt::format("frozen (--fix): {}\n", fmt::join(r.fixed, ", "));

@@ -109,6 +109,33 @@ std::vector<std::string> OnBound(const std::vector<double>& raw,
   return out;
 }
 
+// The dense law's unbounded parameters have a limit of their own: a term of the
+// log-sum-exp whose share of the predicted loss is below 0.1% at every point has
+// gone to zero (E -> 0 when the losses are far from any floor). Such a parameter
+// is not estimated any more than one on a bound; it is reported as "E->0" etc.
+std::vector<std::string> VanishedDenseTerms(const std::vector<double>& raw,
+                                            const std::vector<LawPoint>& points,
+                                            const std::vector<std::optional<double>>& fixed) {
+  if (raw.size() < DenseLaw::kParameters || points.empty()) return {};
+  // Terms of log L: a - alpha log N (A), b - beta log D (B), e (E).
+  const char* names[] = {"A", "B", "E"};
+  std::vector<std::string> out;
+  for (int t = 0; t < 3; ++t) {
+    if (static_cast<size_t>(t) < fixed.size() && fixed[t].has_value()) continue;
+    double largest = 0.0;
+    for (const LawPoint& x : points) {
+      const double terms[] = {raw[0] - raw[3] * std::log(x.n), raw[1] - raw[4] * std::log(x.d),
+                              raw[2]};
+      const double top = std::max({terms[0], terms[1], terms[2]});
+      const double total = std::exp(terms[0] - top) + std::exp(terms[1] - top) +
+                           std::exp(terms[2] - top);
+      largest = std::max(largest, std::exp(terms[t] - top) / total);
+    }
+    if (largest < 1e-3) out.push_back(absl::StrCat(names[t], "->0"));
+  }
+  return out;
+}
+
 // How one law is fitted to one point set; `previous` (when given) is the full-data
 // fit: a bootstrap refit starts from its optima and from the thinned grid.
 struct Fitted {
@@ -168,6 +195,7 @@ absl::Status FitDensePerContext(const std::vector<LawPoint>& dense, const Fixed&
     }
     c.fit = *std::move(r);
     c.on_bound = OnBound(c.fit.raw, DenseLaw::Bounds(), fixed.dense);
+    for (std::string& v : VanishedDenseTerms(c.fit.raw, at, fixed.dense)) c.on_bound.push_back(v);
     out->dense.push_back(std::move(c));
   }
   return absl::OkStatus();
@@ -569,9 +597,19 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   report.dense = full->dense;
   if (options.law == "xmod") report.stages = {full->dense[0].fit, full->extras};
   report.points = fit_points;
-  report.on_bound = options.law == "dense"
-                        ? OnBound(report.fit.raw, DenseLaw::Bounds(), fixed.all)
-                        : OnBound(report.fit.raw, XModLaw::Bounds(), fixed.all);
+  if (options.law == "dense") {
+    // The flags of each context's fit (a vanished term included), named per
+    // context when there are several.
+    report.on_bound.clear();
+    for (const ContextFit& c : report.dense) {
+      for (const std::string& name : c.on_bound) {
+        report.on_bound.push_back(report.dense.size() > 1 ? absl::StrCat(name, "@T=", c.context)
+                                                          : name);
+      }
+    }
+  } else {
+    report.on_bound = OnBound(report.fit.raw, XModLaw::Bounds(), fixed.all);
+  }
   if (options.law == "xmod" && report.method != "joint") {
     // The dense parameters' flags are per context; the extras' are the law's own.
     std::vector<std::string> extras;
@@ -614,6 +652,7 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
       std::vector<std::map<std::string, double>> dense;
     };
     std::vector<std::optional<Draw>> draws(options.bootstrap);
+    std::vector<std::string> reasons(options.bootstrap);
     std::atomic<int> next{0};
     FitOptions one = options.fit;
     one.threads = 1;
@@ -622,7 +661,10 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
         std::mt19937_64 rng(options.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(b) + 1);
         const std::vector<LawPoint> sample = Resample(strata, &rng);
         absl::StatusOr<Fitted> refit = FitOnce(sample, options, fixed, one, &*full);
-        if (!refit.ok()) continue;
+        if (!refit.ok()) {
+          reasons[b] = std::string(refit.status().message());
+          continue;
+        }
         Draw d;
         d.params = refit->fit.params;
         for (const ContextFit& c : refit->dense) d.dense.push_back(c.fit.params);
@@ -638,9 +680,12 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
     for (auto& t : pool) t.join();
     std::map<std::string, std::vector<double>> values;
     std::vector<std::map<std::string, std::vector<double>>> dense_values(report.dense.size());
-    for (const auto& d : draws) {
+    std::map<std::string, int> why;
+    for (size_t b = 0; b < draws.size(); ++b) {
+      const auto& d = draws[b];
       if (!d.has_value()) {
         ++report.bootstrap_failed;
+        ++why[reasons[b]];
         continue;
       }
       ++report.bootstrap_used;
@@ -649,10 +694,17 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
         for (const auto& [name, v] : d->dense[i]) dense_values[i][name].push_back(v);
       }
     }
+    if (!why.empty()) {
+      const auto commonest = std::max_element(
+          why.begin(), why.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      report.bootstrap_failure = absl::StrCat(commonest->first, " (", commonest->second, ")");
+    }
     if (report.bootstrap_used < 2) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--bootstrap: only ", report.bootstrap_used, " of ", options.bootstrap,
-          " resamples could be fitted; the data are too few for intervals"));
+          " resamples could be fitted; the data are too few for intervals",
+          report.bootstrap_failure.empty() ? "" : absl::StrCat("; commonest failure: ",
+                                                               report.bootstrap_failure)));
     }
     const double tail = (1.0 - options.confidence) / 2.0;
     for (const auto& [name, v] : values) {
@@ -744,6 +796,7 @@ nlohmann::json ReportJson(const LawReport& report) {
     const int total = report.bootstrap_used + report.bootstrap_failed;
     j["bootstrap"] = {{"used", report.bootstrap_used},
                       {"failed", report.bootstrap_failed},
+                      {"commonest_failure", report.bootstrap_failure},
                       {"failed_share", total > 0 ? static_cast<double>(report.bootstrap_failed) / total : 0.0},
                       {"clusters", report.bootstrap_clusters},
                       {"resampling", "configurations with replacement (replicates together), "

@@ -77,6 +77,7 @@ struct LawReport {
   std::vector<std::string> fixed;              // reported parameters frozen by --fix
   int bootstrap_used = 0;   // resamples that gave a fit
   int bootstrap_failed = 0;  // resamples that were degenerate or did not fit
+  std::string bootstrap_failure;  // the commonest reason a resample failed, with its count
   int bootstrap_clusters = 0;  // configurations resampled (replicates move together)
   NoiseSummary noise;
   std::string holdout_scale;

@@ -64,6 +64,40 @@ TEST(DenseLaw, RecoversKnownParametersFromNoiselessPoints) {
   EXPECT_LT(fit->rmse, 1e-6);
 }
 
+// Losses far from any floor: a power law in N and D and no E. The fitter drives
+// e to -infinity; the report must say that E is not estimated (E->0), while a
+// law with a real floor gets no such flag.
+TEST(DenseLaw, AVanishedIrreducibleLossIsFlagged) {
+  const auto points_with_floor = [](double e) {
+    std::vector<LawPoint> points;
+    for (double n : {1e4, 3e4, 1e5}) {
+      for (double r : {20.0, 80.0, 320.0}) {
+        const double d = r * n;
+        points.push_back(DensePoint(n, d, e + 2.0 / std::pow(n, 0.1) + 12.0 / std::pow(d, 0.15)));
+      }
+    }
+    return points;
+  };
+  AnalysisOptions options;
+  options.law = "dense";
+  auto fit = FitNamedLaw(points_with_floor(0.0), options);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_LT(fit->fit.params.at("E"), 1e-3);
+  EXPECT_NE(std::find(fit->on_bound.begin(), fit->on_bound.end(), "E->0"), fit->on_bound.end());
+  ASSERT_EQ(fit->dense.size(), 1u);
+  EXPECT_EQ(fit->dense[0].on_bound, fit->on_bound);
+
+  fit = FitNamedLaw(points_with_floor(1.2), options);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->fit.params.at("E"), 1.2, 1e-2);
+  EXPECT_TRUE(fit->on_bound.empty()) << fit->on_bound.front();
+  // Frozen, E is not reported even at zero's doorstep.
+  options.fixed = {{"E", 1e-6}};
+  fit = FitNamedLaw(points_with_floor(0.0), options);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(std::find(fit->on_bound.begin(), fit->on_bound.end(), "E->0"), fit->on_bound.end());
+}
+
 TEST(DenseLaw, TooFewOrDegeneratePointsAreClearErrors) {
   EXPECT_EQ(FitLaw<DenseLaw>({DensePoint(1e6, 1e8, 3.0), DensePoint(2e6, 2e8, 2.9)}).status().code(),
             absl::StatusCode::kInvalidArgument);

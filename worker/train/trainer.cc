@@ -125,6 +125,7 @@ class Run {
     torch::set_num_threads(o_.threads > 0 ? o_.threads : DefaultThreads(world));
     rows_per_rank_ = job_.batch_size / world;
     micro_ = std::max<int64_t>(1, std::min(job_.micro_batch_size, rows_per_rank_));
+    eval_rows_ = EvalRows(micro_, job_.shape.context, job_.shape.vocab_size);
     val_starts_ = ValWindowStarts(data_.val_size(), job_.shape.context,
                                   std::max<int64_t>(1, job_.eval_tokens / job_.shape.context));
     if (!job_.final_eval_tokens.has_value()) {
@@ -415,8 +416,8 @@ class Run {
       const int64_t per_rank = (n + comm_.size() - 1) / comm_.size();
       const int64_t begin = std::min(n, comm_.rank() * per_rank);
       const int64_t end = std::min(n, begin + per_rank);
-      for (int64_t i = begin; i < end; i += micro_) {
-        const int64_t stop = std::min(end, i + micro_);
+      for (int64_t i = begin; i < end; i += eval_rows_) {
+        const int64_t stop = std::min(end, i + eval_rows_);
         Batch batch = ValBatch(data_, starts, i, stop, job_.shape.context);
         DecoderOutput out = model_->forward(batch.inputs.to(device_), routing);
         // log_softmax + nll_loss is what cross_entropy computes; done in two steps so
@@ -494,12 +495,19 @@ class Run {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t rows_per_rank_ = 0;
   int64_t micro_ = 0;
+  int64_t eval_rows_ = 0;  // windows per evaluation forward (EvalRows)
   std::vector<int64_t> val_starts_;    // interim evaluations (eval_tokens)
   std::vector<int64_t> final_starts_;  // the evaluation at the last step (final_eval_tokens)
   int64_t routed_layers_ = 0;
 };
 
 }  // namespace
+
+int64_t EvalRows(int64_t micro_rows, int64_t context, int64_t vocab_size) {
+  constexpr int64_t kTokens = 16384, kLogitFloats = int64_t{1} << 26;  // 256 MiB of fp32
+  const int64_t tokens = std::min(kTokens, kLogitFloats / std::max<int64_t>(1, vocab_size));
+  return std::max<int64_t>({1, micro_rows, tokens / std::max<int64_t>(1, context)});
+}
 
 absl::StatusOr<TrainResult> Train(const TrainJob& job, const TokenSource& data,
                                   Communicator& comm, const TrainerOptions& options) {

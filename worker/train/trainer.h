@@ -58,6 +58,13 @@ struct TrainerOptions {
 
 enum class TrainOutcome { kSucceeded, kDiverged, kStopped };
 
+// Windows per evaluation forward: the training micro-batch, raised to about
+// 16,384 tokens where the logits of that many tokens stay under 256 MiB (small
+// vocabularies). An evaluation forward keeps nothing for a backward, and small
+// forwards are dominated by per-call overhead (the demo's final evaluation ran
+// 350 forwards of 7 windows each before).
+int64_t EvalRows(int64_t micro_rows, int64_t context, int64_t vocab_size);
+
 struct TrainResult {
   TrainOutcome outcome = TrainOutcome::kSucceeded;
   int64_t step = 0;           // last completed step (the diverging one for kDiverged)
