@@ -112,7 +112,10 @@ TEST_F(WorkerE2e, TrainingOnRealTextBeatsTheUnigramEntropy) {
   const auto jobs = Expand(Path("text.yaml"));
   ASSERT_EQ(jobs.size(), 1u);
   const std::string file = WriteJob(jobs[0], "job.json");
-  CommandResult trained = Command(XMOD_TRAIN_BIN, {"--job", file, "--run-dir", Path("runs")});
+  // One thread: CTest runs two tests at once on two cores, and two LibTorch
+  // processes of two threads each spin against each other (10x slower).
+  CommandResult trained = Command(
+      XMOD_TRAIN_BIN, {"--job", file, "--run-dir", Path("runs"), "--threads", "1"});
   ASSERT_EQ(trained.code, 0) << trained.err;
   const auto metrics = Metrics(Path("runs"), jobs[0]["id"]);
   const double val = metrics.at({"val_loss", jobs[0]["steps"].get<int64_t>()});
@@ -138,8 +141,8 @@ TEST_F(WorkerE2e, CheapestDemoJobOnTheBrownCorpusBeatsTheUnigramEntropy) {
     if (j["train_flops"].get<double>() < cheapest["train_flops"].get<double>()) cheapest = j;
   }
   cheapest["data"]["path"] = brown;
-  CommandResult trained =
-      Command(XMOD_TRAIN_BIN, {"--job", WriteJob(cheapest, "job.json"), "--run-dir", Path("runs")});
+  CommandResult trained = Command(XMOD_TRAIN_BIN, {"--job", WriteJob(cheapest, "job.json"),
+                                                   "--run-dir", Path("runs"), "--threads", "1"});
   ASSERT_EQ(trained.code, 0) << trained.err;
   const auto metrics = Metrics(Path("runs"), cheapest["id"]);
   const int64_t steps = cheapest["steps"];
@@ -147,11 +150,10 @@ TEST_F(WorkerE2e, CheapestDemoJobOnTheBrownCorpusBeatsTheUnigramEntropy) {
   std::printf("brown: unigram entropy %.4f nats; %s job %s, %lld steps: val_loss %.4f\n", entropy,
               cheapest["family"].get<std::string>().c_str(),
               cheapest["id"].get<std::string>().c_str(), static_cast<long long>(steps), val);
-  // The cheapest demo job (13.5k parameters, 5 tokens per parameter, the compute
-  // rule's batch and lr) measured 2.648 against an entropy of 2.782: it has
-  // learned more than byte frequencies. The margin is kept small because it is
-  // the smallest job of the sweep by design.
-  EXPECT_LT(val, entropy - 0.05);
+  // The cheapest demo job (an X-MoD model of 12k active parameters at 20 tokens
+  // per parameter, the compute rule's batch and lr) measured 2.481 against an
+  // entropy of 3.082: it has learned much more than byte frequencies.
+  EXPECT_LT(val, entropy - 0.3);
 }
 
 TEST_F(WorkerE2e, BadJobFilesAndDataAreClearErrors) {
