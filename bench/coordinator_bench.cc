@@ -94,8 +94,8 @@ double JobsPerSecond(const std::string& dir, int groups, int64_t* jobs_done, boo
   for (int i = 0; i < 8; ++i) {
     grpc::ChannelArguments args;
     args.SetInt("xmod.channel", i);  // distinct arguments: distinct connections
-    channels.push_back(grpc::CreateCustomChannel(c.server->address(),
-                                                 grpc::InsecureChannelCredentials(), args));
+    channels.push_back(
+        grpc::CreateCustomChannel(c.server->address(), grpc::InsecureChannelCredentials(), args));
   }
   std::atomic<int64_t> done{0};
   std::atomic<bool> failed{false};
@@ -213,8 +213,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--groups")) groups = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--rounds")) rounds = std::max(1, std::atoi(argv[i + 1]));
   }
-  const std::string dir =
-      std::filesystem::temp_directory_path() / ("xmod_coordinator_bench_" + std::to_string(::getpid()));
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("xmod_coordinator_bench_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   bool met = true;
 
@@ -228,21 +228,24 @@ int main(int argc, char** argv) {
   }
   const double rate = Median(full);
   met &= rate >= 1000;
-  std::printf("1. %d simulated groups: %lld no-op jobs leased, heartbeated, 100 metrics, "
-              "completed: %.0f jobs/s, median of %d rounds (target >= 1000: %s)\n",
-              groups, static_cast<long long>(jobs), rate, rounds, rate >= 1000 ? "met" : "MISSED");
+  std::printf(
+      "1. %d simulated groups: %lld no-op jobs leased, heartbeated, 100 metrics, "
+      "completed: %.0f jobs/s, median of %d rounds (target >= 1000: %s)\n",
+      groups, static_cast<long long>(jobs), rate, rounds, rate >= 1000 ? "met" : "MISSED");
 
   std::vector<double> raw, grpc_rate;
   xmod::IngestRates(dir, std::max(3, rounds), &raw, &grpc_rate);
   const xmod::bench::PairedRatio ingest = Paired(grpc_rate, raw);
   met &= ingest.median >= 0.25;
-  std::printf("2. metric ingest, 1000-point batches: gRPC %.0f rows/s vs raw SQLite %.0f rows/s: "
-              "ratio %s (target >= 0.25: %s)\n",
-              Median(grpc_rate), Median(raw), ingest.Text().c_str(),
-              ingest.median >= 0.25 ? "met" : "MISSED");
-  std::printf("3. durability: %.0f jobs/s with synchronous=FULL (the default) vs %.0f with "
-              "NORMAL: ratio %s\n",
-              rate, Median(normal), Paired(full, normal).Text().c_str());
+  std::printf(
+      "2. metric ingest, 1000-point batches: gRPC %.0f rows/s vs raw SQLite %.0f rows/s: "
+      "ratio %s (target >= 0.25: %s)\n",
+      Median(grpc_rate), Median(raw), ingest.Text().c_str(),
+      ingest.median >= 0.25 ? "met" : "MISSED");
+  std::printf(
+      "3. durability: %.0f jobs/s with synchronous=FULL (the default) vs %.0f with "
+      "NORMAL: ratio %s\n",
+      rate, Median(normal), Paired(full, normal).Text().c_str());
   std::filesystem::remove_all(dir);
   return met ? 0 : 1;
 }

@@ -17,11 +17,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/paired_ratio.h"
 #include "orchestrator/fit/analysis.h"
@@ -52,8 +51,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const std::vector<LawPoint> points = *loaded;
-  const bool scipy =
-      std::system((python + " -c 'import scipy' >/dev/null 2>&1").c_str()) == 0;
+  const bool scipy = std::system((python + " -c 'import scipy' >/dev/null 2>&1").c_str()) == 0;
   std::vector<double> t_scout, t_full, t_scipy;
   double o_scout = 0, o_full = 0, o_scipy = 0;
   for (int r = 0; r < rounds; ++r) {
@@ -74,15 +72,17 @@ int Main(int argc, char** argv) {
     }
     o_scout = scout->objective;
     o_full = full->objective;
-    std::printf("round %d: scout+polish %.2f s (objective %.10f, E %.5f alpha %.5f beta %.5f); "
-                "exhaustive %.2f s (objective %.10f)\n",
-                r + 1, s_scout, o_scout, scout->params.at("E"), scout->params.at("alpha"),
-                scout->params.at("beta"), s_full, o_full);
+    std::printf(
+        "round %d: scout+polish %.2f s (objective %.10f, E %.5f alpha %.5f beta %.5f); "
+        "exhaustive %.2f s (objective %.10f)\n",
+        r + 1, s_scout, o_scout, scout->params.at("E"), scout->params.at("alpha"),
+        scout->params.at("beta"), s_full, o_full);
     if (scipy) {
       start = std::chrono::steady_clock::now();
       std::unique_ptr<FILE, int (*)(FILE*)> pipe(
-          popen((python + " " + std::string(XMOD_SOURCE_DIR) + "/bench/fit_scipy.py " + kCsv).c_str(),
-                "r"),
+          popen(
+              (python + " " + std::string(XMOD_SOURCE_DIR) + "/bench/fit_scipy.py " + kCsv).c_str(),
+              "r"),
           pclose);
       std::string out;
       char buffer[4096];

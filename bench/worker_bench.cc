@@ -104,7 +104,10 @@ std::vector<std::vector<double>> StepTimes(const std::vector<Stepper*>& steppers
 // [d, 2·d_ff]: FLOP/s of the median of `repeats` products.
 struct MmTimer {
   MmTimer()
-      : m(kBatch * kContext), k(kD), n(2 * DefaultDff(kD)), a(torch::randn({m, k})),
+      : m(kBatch * kContext),
+        k(kD),
+        n(2 * DefaultDff(kD)),
+        a(torch::randn({m, k})),
         b(torch::randn({k, n})) {
     c = torch::mm(a, b);
   }
@@ -140,8 +143,8 @@ double RunAllocatorChild(const std::string& mode, int steps) {
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return -1;
   self[n] = '\0';
-  const std::string command = std::string(self) + " --allocator-child " + mode + " " +
-                              std::to_string(steps) + " 2>&1";
+  const std::string command =
+      std::string(self) + " --allocator-child " + mode + " " + std::to_string(steps) + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return -1;
   std::string text;
@@ -171,9 +174,10 @@ int main(int argc, char** argv) {
   ApplyHostAllocatorSettings(TrainingAllocatorSettings());
   torch::set_num_threads(threads);
   torch::manual_seed(0);
-  std::printf("worker_bench: d=%lld heads=%lld layers=%lld T=%lld batch=%lld, %d threads, median of %d\n",
-              (long long)kD, (long long)kHeads, (long long)kLayers, (long long)kContext,
-              (long long)kBatch, threads, repeats);
+  std::printf(
+      "worker_bench: d=%lld heads=%lld layers=%lld T=%lld batch=%lld, %d threads, median of %d\n",
+      (long long)kD, (long long)kHeads, (long long)kLayers, (long long)kContext, (long long)kBatch,
+      threads, repeats);
 
   // 1. Step time vs FLOPs, same width and depth (match: layers).
   Stepper dense(Shape(Family::kDense, 1, 1.0));
@@ -190,7 +194,8 @@ int main(int argc, char** argv) {
   }
   const std::vector<std::vector<double>> t = StepTimes(all, repeats);
   bool met = true;
-  std::printf("\n1. X-MoD vs dense step time (same width and layers), one step of each per round\n");
+  std::printf(
+      "\n1. X-MoD vs dense step time (same width and layers), one step of each per round\n");
   std::printf("   %-22s %10s %-36s %10s %s\n", "config", "step ms", "time ratio (median, range)",
               "FLOP ratio", "target");
   std::printf("   %-22s %10.2f\n", "dense", Median(t[0]) * 1e3);
@@ -217,9 +222,10 @@ int main(int argc, char** argv) {
   }
   const bench::PairedRatio efficiency = Paired(achieved, mm_flops);
   met &= efficiency.median >= 0.6;
-  std::printf("\n2. dense step %.2f GFLOP/s vs torch::mm %.2f GFLOP/s: ratio %s (target >= 0.6: %s)\n",
-              Median(achieved) / 1e9, Median(mm_flops) / 1e9, efficiency.Text().c_str(),
-              efficiency.median >= 0.6 ? "met" : "MISSED");
+  std::printf(
+      "\n2. dense step %.2f GFLOP/s vs torch::mm %.2f GFLOP/s: ratio %s (target >= 0.6: %s)\n",
+      Median(achieved) / 1e9, Median(mm_flops) / 1e9, efficiency.Text().c_str(),
+      efficiency.median >= 0.6 ? "met" : "MISSED");
 
   // 3. C++ vs Python, same model and threads, in alternating rounds.
   const std::string script = std::string(XMOD_SOURCE_DIR) + "/bench/dense_step.py";
@@ -264,11 +270,12 @@ int main(int argc, char** argv) {
   }
   const bench::PairedRatio allocator = Paired(tuned_times, glibc_times);
   met &= allocator.median <= 1.0;
-  std::printf("\n4. demo-sized step (d=32, 4 layers, T=128, 25 sequences, 1 thread): %.2f ms with "
-              "the training malloc settings vs %.2f ms with glibc's defaults: ratio %s "
-              "(target <= 1: %s)\n",
-              Median(tuned_times) * 1e3, Median(glibc_times) * 1e3, allocator.Text().c_str(),
-              allocator.median <= 1.0 ? "met" : "MISSED");
+  std::printf(
+      "\n4. demo-sized step (d=32, 4 layers, T=128, 25 sequences, 1 thread): %.2f ms with "
+      "the training malloc settings vs %.2f ms with glibc's defaults: ratio %s "
+      "(target <= 1: %s)\n",
+      Median(tuned_times) * 1e3, Median(glibc_times) * 1e3, allocator.Text().c_str(),
+      allocator.median <= 1.0 ? "met" : "MISSED");
   if (!met) {
     std::printf("\nworker_bench: a target was missed\n");
     return 1;

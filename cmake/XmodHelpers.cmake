@@ -1,6 +1,6 @@
 # Helpers that keep each folder's CMakeLists.txt to a few lines.
 
-set(XMOD_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+set(XMOD_WARNINGS -Wall -Wextra)
 
 # xmod_library(NAME SOURCES a.cc ... DEPS target ...): one static library per folder.
 # Includes are rooted at the repository, so headers are included as "common/foo.h".

@@ -9,9 +9,12 @@ namespace xmod {
 
 std::string_view FamilyName(Family family) {
   switch (family) {
-    case Family::kDense: return "dense";
-    case Family::kXmod: return "xmod";
-    case Family::kMod: return "mod";
+    case Family::kDense:
+      return "dense";
+    case Family::kXmod:
+      return "xmod";
+    case Family::kMod:
+      return "mod";
   }
   return "unknown";
 }
@@ -21,8 +24,8 @@ absl::StatusOr<Family> ParseFamily(std::string_view name) {
   if (name == "xmod") return Family::kXmod;
   if (name == "mod") return Family::kMod;
   if (name == "moe" || name == "deco" || name == "mol") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("family '", std::string(name), "' is not specified yet (known: dense, xmod, mod)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "family '", std::string(name), "' is not specified yet (known: dense, xmod, mod)"));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown family '", std::string(name), "' (known: dense, xmod, mod)"));
@@ -134,16 +137,19 @@ absl::StatusOr<int64_t> LayersMatchingFlops(const ModelShape& shape, double targ
     previous = flops;
   }
   if (previous >= 0.5 * target_flops) return max_layers;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "no layer count up to ", max_layers, " reaches the target of ", target_flops,
-      " FLOPs per token"));
+  return absl::InvalidArgumentError(absl::StrCat("no layer count up to ", max_layers,
+                                                 " reaches the target of ", target_flops,
+                                                 " FLOPs per token"));
 }
 
 std::string_view BudgetKindName(BudgetKind kind) {
   switch (kind) {
-    case BudgetKind::kTokensPerParam: return "tokens_per_param";
-    case BudgetKind::kFlops: return "flops";
-    case BudgetKind::kTokens: return "tokens";
+    case BudgetKind::kTokensPerParam:
+      return "tokens_per_param";
+    case BudgetKind::kFlops:
+      return "flops";
+    case BudgetKind::kTokens:
+      return "tokens";
   }
   return "unknown";
 }
@@ -152,9 +158,15 @@ int64_t BudgetTokens(BudgetKind kind, double value, int64_t n_active,
                      double train_flops_per_token) {
   double tokens = 0.0;
   switch (kind) {
-    case BudgetKind::kTokensPerParam: tokens = value * static_cast<double>(n_active); break;
-    case BudgetKind::kFlops: tokens = value / train_flops_per_token; break;
-    case BudgetKind::kTokens: tokens = value; break;
+    case BudgetKind::kTokensPerParam:
+      tokens = value * static_cast<double>(n_active);
+      break;
+    case BudgetKind::kFlops:
+      tokens = value / train_flops_per_token;
+      break;
+    case BudgetKind::kTokens:
+      tokens = value;
+      break;
   }
   return std::max<int64_t>(1, std::llround(tokens));
 }

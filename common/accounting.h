@@ -4,8 +4,8 @@
 //
 // Conventions (all per token, forward pass, matmul FLOPs, as DESIGN.md defines):
 //   dense layer   2·(4d² + 3·d·d_ff) + 4·T·d
-//   routed layer  ρ·2·(4d² + 3·d·d_ff) + ρ²·4·T·d + 2d,  ρ = k/T with k = max(1, round(ρ_nominal·T))
-//   output head   2·d·V
+//   routed layer  ρ·2·(4d² + 3·d·d_ff) + ρ²·4·T·d + 2d,  ρ = k/T with k = max(1,
+//   round(ρ_nominal·T)) output head   2·d·V
 // Training FLOPs per token are three times the forward FLOPs. Parameters:
 //   N_total  = every parameter except the token embedding and the output head
 //              (attention, MLP, both RMSNorms of each layer, routers, gates, final norm);
@@ -36,11 +36,11 @@ struct ModelShape {
   int64_t d_model = 0;
   int64_t n_heads = 0;
   int64_t n_layers = 0;
-  int64_t d_ff = 0;        // SwiGLU hidden width
+  int64_t d_ff = 0;  // SwiGLU hidden width
   int64_t vocab_size = 0;
-  int64_t context = 0;     // T, tokens per sequence
-  int64_t stride = 1;      // anchor stride s: layer l is dense when l % s == 0
-  double capacity = 1.0;   // nominal ρ = 1 − σ of routed layers
+  int64_t context = 0;    // T, tokens per sequence
+  int64_t stride = 1;     // anchor stride s: layer l is dense when l % s == 0
+  double capacity = 1.0;  // nominal ρ = 1 − σ of routed layers
 };
 
 // round_up(8/3 · d, 16), the SwiGLU width that keeps the MLP at 8d² parameters.

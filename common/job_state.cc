@@ -6,12 +6,18 @@ namespace xmod {
 
 std::string_view JobStateName(JobState state) {
   switch (state) {
-    case JobState::kPending: return "pending";
-    case JobState::kLeased: return "leased";
-    case JobState::kRunning: return "running";
-    case JobState::kSucceeded: return "succeeded";
-    case JobState::kFailed: return "failed";
-    case JobState::kCancelled: return "cancelled";
+    case JobState::kPending:
+      return "pending";
+    case JobState::kLeased:
+      return "leased";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kSucceeded:
+      return "succeeded";
+    case JobState::kFailed:
+      return "failed";
+    case JobState::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -29,11 +35,9 @@ bool IsLegalTransition(JobState from, JobState to) {
     case S::kPending:
       return to == S::kLeased || to == S::kCancelled;
     case S::kLeased:
-      return to == S::kRunning || to == S::kPending || to == S::kFailed ||
-             to == S::kCancelled;
+      return to == S::kRunning || to == S::kPending || to == S::kFailed || to == S::kCancelled;
     case S::kRunning:
-      return to == S::kSucceeded || to == S::kPending || to == S::kFailed ||
-             to == S::kCancelled;
+      return to == S::kSucceeded || to == S::kPending || to == S::kFailed || to == S::kCancelled;
     case S::kFailed:
     case S::kCancelled:
       return to == S::kPending;

@@ -1,5 +1,5 @@
-// The job state machine (docs/protocol.md, the one drawing of it), shared by the store (which enforces it)
-// and by anything that prints or parses a job's status. Torch-free.
+// The job state machine (docs/protocol.md, the one drawing of it), shared by the store (which
+// enforces it) and by anything that prints or parses a job's status. Torch-free.
 #ifndef XMOD_COMMON_JOB_STATE_H_
 #define XMOD_COMMON_JOB_STATE_H_
 
@@ -12,9 +12,9 @@ namespace xmod {
 
 enum class JobState { kPending, kLeased, kRunning, kSucceeded, kFailed, kCancelled };
 
-inline constexpr std::array<JobState, 6> kAllJobStates = {
-    JobState::kPending, JobState::kLeased,  JobState::kRunning,
-    JobState::kSucceeded, JobState::kFailed, JobState::kCancelled};
+inline constexpr std::array<JobState, 6> kAllJobStates = {JobState::kPending, JobState::kLeased,
+                                                          JobState::kRunning, JobState::kSucceeded,
+                                                          JobState::kFailed,  JobState::kCancelled};
 
 // Lower-case name as stored in the database ("pending", "leased", ...).
 std::string_view JobStateName(JobState state);

@@ -12,10 +12,10 @@ using S = JobState;
 
 TEST(JobState, OnlyTheDesignedTransitionsAreLegal) {
   const std::set<std::pair<S, S>> legal = {
-      {S::kPending, S::kLeased},   {S::kPending, S::kCancelled}, {S::kLeased, S::kRunning},
-      {S::kLeased, S::kPending},   {S::kLeased, S::kFailed},     {S::kLeased, S::kCancelled},
-      {S::kRunning, S::kSucceeded}, {S::kRunning, S::kPending},  {S::kRunning, S::kFailed},
-      {S::kRunning, S::kCancelled}, {S::kFailed, S::kPending},   {S::kCancelled, S::kPending}};
+      {S::kPending, S::kLeased},    {S::kPending, S::kCancelled}, {S::kLeased, S::kRunning},
+      {S::kLeased, S::kPending},    {S::kLeased, S::kFailed},     {S::kLeased, S::kCancelled},
+      {S::kRunning, S::kSucceeded}, {S::kRunning, S::kPending},   {S::kRunning, S::kFailed},
+      {S::kRunning, S::kCancelled}, {S::kFailed, S::kPending},    {S::kCancelled, S::kPending}};
   for (S from : kAllJobStates) {
     for (S to : kAllJobStates) {
       EXPECT_EQ(IsLegalTransition(from, to), legal.count({from, to}) == 1)

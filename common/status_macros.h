@@ -11,9 +11,9 @@
 #define XMOD_CONCAT_INNER_(a, b) a##b
 #define XMOD_CONCAT_(a, b) XMOD_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    const ::absl::Status xmod_status_ = (expr); \
+#define RETURN_IF_ERROR(expr)                    \
+  do {                                           \
+    const ::absl::Status xmod_status_ = (expr);  \
     if (!xmod_status_.ok()) return xmod_status_; \
   } while (0)
 

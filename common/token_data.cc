@@ -34,9 +34,8 @@ absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& pa
   file->bytes_ = static_cast<size_t>(st.st_size);
   if (file->bytes_ % width != 0) {
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": size ", file->bytes_,
-                                                   " bytes is not a whole number of ", width,
-                                                   "-byte tokens"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": size ", file->bytes_, " bytes is not a whole number of ", width, "-byte tokens"));
   }
   file->size_ = static_cast<int64_t>(file->bytes_ / width);
   if (file->bytes_ > 0) {
@@ -104,9 +103,9 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::stri
         absl::StrCat(meta_path, ": vocab_size: ", m.vocab_size, " does not fit uint16 tokens"));
   }
   if (expected_vocab > 0 && m.vocab_size > expected_vocab) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        meta_path, ": vocab_size: the data has ", m.vocab_size,
-        " token ids but the model's vocabulary is only ", expected_vocab));
+    return absl::InvalidArgumentError(
+        absl::StrCat(meta_path, ": vocab_size: the data has ", m.vocab_size,
+                     " token ids but the model's vocabulary is only ", expected_vocab));
   }
   ASSIGN_OR_RETURN(dataset->train_, TokenFile::Open(dir + "/train.bin", width));
   ASSIGN_OR_RETURN(dataset->val_, TokenFile::Open(dir + "/val.bin", width));

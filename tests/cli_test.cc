@@ -6,9 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <random>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "orchestrator/store/sqlite_store.h"
 #include "tests/fixtures.h"
@@ -50,7 +50,9 @@ class Cli : public testing::TempDirTest {
     return out;
   }
 
-  static std::string LawGrid() { return std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/lawgrid.yaml"; }
+  static std::string LawGrid() {
+    return std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/lawgrid.yaml";
+  }
   static std::string Sweep(const std::string& name) {
     return std::string(XMOD_SOURCE_DIR) + "/sweeps/" + name + ".yaml";
   }
@@ -221,7 +223,8 @@ void FinishWithLawLosses(const std::string& db, const std::string& sweep, double
     std::map<std::string, double> cols;
     std::string id;
     for (size_t i = 0; i < results->columns.size(); ++i) {
-      if (const auto* v = std::get_if<int64_t>(&row[i])) cols[results->columns[i]] = static_cast<double>(*v);
+      if (const auto* v = std::get_if<int64_t>(&row[i]))
+        cols[results->columns[i]] = static_cast<double>(*v);
       if (const auto* v = std::get_if<double>(&row[i])) cols[results->columns[i]] = *v;
       if (results->columns[i] == "job_id") id = std::get<std::string>(row[i]);
       if (results->columns[i] == "family") family[id] = std::get<std::string>(row[i]);
@@ -250,8 +253,7 @@ void FinishWithLawLosses(const std::string& db, const std::string& sweep, double
     const bool routed = family.at(id) != "dense" && stride > 1;
     if (routed) {
       const double f_r = (layers - std::ceil(layers / stride)) / layers;
-      loss += t.c_t * f_r *
-              (std::pow(rho * context, -t.beta_t) - std::pow(context, -t.beta_t));
+      loss += t.c_t * f_r * (std::pow(rho * context, -t.beta_t) - std::pow(context, -t.beta_t));
       loss += t.c_s * (1 - rho) * std::pow(stride - 1, t.psi);
     }
     if (family.at(id) == "mod") loss *= 1.01;  // not a point of either law
@@ -268,9 +270,9 @@ void FinishWithLawLosses(const std::string& db, const std::string& sweep, double
         p.name = name;
         p.step = step;
         const double causal = step == steps ? loss : loss * 1.1;
-        p.value = std::string(name) == "val_loss_se" ? 0.004 * causal
+        p.value = std::string(name) == "val_loss_se"            ? 0.004 * causal
                   : (routed && std::string(name) == "val_loss") ? 0.97 * causal
-                                                                 : causal;
+                                                                : causal;
         p.tokens = static_cast<int64_t>(d * step / steps);
         p.flops = j.at("train_flops") * step / steps;
         p.attempt = (*grant)->attempt;
@@ -278,7 +280,8 @@ void FinishWithLawLosses(const std::string& db, const std::string& sweep, double
       }
     }
     ASSERT_TRUE((*store)->AppendFencedMetrics(id, (*grant)->fencing_token, points, now).ok());
-    ASSERT_TRUE((*store)->EndAttempt(id, (*grant)->fencing_token, AttemptEnd::kSucceeded, "", now).ok());
+    ASSERT_TRUE(
+        (*store)->EndAttempt(id, (*grant)->fencing_token, AttemptEnd::kSucceeded, "", now).ok());
   }
 }
 
@@ -319,8 +322,9 @@ TEST_F(Cli, FitOfAFinishedSweepRecoversTheLawAndStoresIt) {
   options.read_only = true;
   auto store = SqliteStore::Open(options);
   ASSERT_TRUE(store.ok());
-  auto rows = (*store)->Query("SELECT fit_id, law, points_hash, n_points, objective, "
-                              "json_extract(params_json, '$.eta') FROM fits");
+  auto rows = (*store)->Query(
+      "SELECT fit_id, law, points_hash, n_points, objective, "
+      "json_extract(params_json, '$.eta') FROM fits");
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->rows.size(), 1u);
   EXPECT_EQ(std::get<int64_t>(rows->rows[0][0]), fit["fit_id"].get<int64_t>());
@@ -330,7 +334,8 @@ TEST_F(Cli, FitOfAFinishedSweepRecoversTheLawAndStoresIt) {
   EXPECT_DOUBLE_EQ(std::get<double>(rows->rows[0][5]), fit["params"]["eta"].get<double>());
 
   // Hold-out and intervals, as a table; then the dense law with its own hold-out.
-  r = Xmod({"fit", "lawgrid", "--db", db, "--law", "xmod", "--holdout-largest", "--bootstrap", "20"});
+  r = Xmod(
+      {"fit", "lawgrid", "--db", db, "--law", "xmod", "--holdout-largest", "--bootstrap", "20"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("2.5%"));
   EXPECT_THAT(r.out, HasSubstr("97.5%"));
@@ -339,7 +344,8 @@ TEST_F(Cli, FitOfAFinishedSweepRecoversTheLawAndStoresIt) {
   EXPECT_THAT(r.out, HasSubstr("dense law at T = 64"));
   EXPECT_THAT(r.out, HasSubstr("resamples fitted"));
   EXPECT_THAT(r.out, HasSubstr("on a bound:"));
-  r = Xmod({"fit", "lawgrid", "--db", db, "--law", "dense", "--holdout-largest", "--format", "json"});
+  r = Xmod(
+      {"fit", "lawgrid", "--db", db, "--law", "dense", "--holdout-largest", "--format", "json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto dense = nlohmann::json::parse(r.out);
   EXPECT_EQ(dense["n_points"], 18);
@@ -356,9 +362,11 @@ TEST_F(Cli, FitOfAFinishedSweepRecoversTheLawAndStoresIt) {
   EXPECT_EQ(std::get<std::string>(rows->rows[2][1]), "s4");
 
   // The top-k metric reads the lower top-k losses: eta moves off the truth.
-  r = Xmod({"fit", "lawgrid", "--db", db, "--law", "xmod", "--metric", "val_loss", "--format", "json"});
+  r = Xmod(
+      {"fit", "lawgrid", "--db", db, "--law", "xmod", "--metric", "val_loss", "--format", "json"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_GT(std::abs(nlohmann::json::parse(r.out)["params"]["eta"].get<double>() - truth.eta), 0.02);
+  EXPECT_GT(std::abs(nlohmann::json::parse(r.out)["params"]["eta"].get<double>() - truth.eta),
+            0.02);
   // --fix freezes, one context takes the joint fit, --params total counts embeddings.
   r = Xmod({"fit", "lawgrid", "--db", db, "--law", "xmod", "--fix", "psi=0.8", "--fix",
             "beta_T=0.5", "--context", "128", "--joint", "--params", "total", "--format", "json"});
@@ -373,7 +381,8 @@ TEST_F(Cli, FitOfAFinishedSweepRecoversTheLawAndStoresIt) {
   EXPECT_EQ(Xmod({"fit", "nosuch", "--db", db}).code, 2);
   EXPECT_EQ(Xmod({"fit", "lawgrid", "--db", db, "--law", "chinchilla"}).code, 2);
   EXPECT_EQ(Xmod({"fit", "lawgrid", "--db", db, "--law", "dense", "--joint"}).code, 2);
-  EXPECT_EQ(Xmod({"fit", "lawgrid", "--db", db, "--law", "xmod", "--joint"}).code, 2);  // 2 contexts
+  EXPECT_EQ(Xmod({"fit", "lawgrid", "--db", db, "--law", "xmod", "--joint"}).code,
+            2);  // 2 contexts
   EXPECT_EQ(Xmod({"fit", "lawgrid", "--db", db, "--fix", "psi"}).code, 2);
   EXPECT_EQ(Xmod({"fit", "lawgrid", "--db", db, "--law", "xmod", "--fix", "zeta=1"}).code, 2);
   EXPECT_EQ(Xmod({"fit", "lawgrid", "--db", db, "--metric", "best"}).code, 2);
@@ -403,7 +412,7 @@ TEST_F(Cli, ResultsByConfigReportTheSeedSpread) {
       EXPECT_LT(row["seed_sd_pct"].get<double>(), 5.0);
     }
   }
-  EXPECT_EQ(replicated, 9);  // the demo's dense configurations, two seeds each
+  EXPECT_EQ(replicated, 9);               // the demo's dense configurations, two seeds each
   EXPECT_EQ(rows.size(), 9u + 12u + 3u);  // + X-MoD and MoD configurations, one seed
   // The per-job view does not print the grouping key.
   r = Xmod({"results", "demo", "--db", db});
@@ -430,10 +439,11 @@ TEST_F(Cli, FitReadsAnXModCsvWithHoldOutAndNamesMissingColumns) {
         for (double rho : {0.125, 0.5}) {
           for (double s : {2.0, 4.0}) {
             const double n_total = n * (1.0 + (s - 1.0) / s * (1.0 - rho) / rho * 0.5);
-            const double loss = e + a / std::pow(n * std::pow(n_total / n, eta), alpha) +
-                                b / std::pow(r * n, beta) +
-                                c_t * (s - 1) / s * (std::pow(rho * t, -beta_t) - std::pow(t, -beta_t)) +
-                                c_s * (1 - rho) * std::pow(s - 1, psi);
+            const double loss =
+                e + a / std::pow(n * std::pow(n_total / n, eta), alpha) +
+                b / std::pow(r * n, beta) +
+                c_t * (s - 1) / s * (std::pow(rho * t, -beta_t) - std::pow(t, -beta_t)) +
+                c_s * (1 - rho) * std::pow(s - 1, psi);
             csv << "s" << scale << "," << n << "," << n_total << "," << r * n << "," << t << ","
                 << rho << "," << s << "," << loss << "\n";
           }
@@ -442,8 +452,8 @@ TEST_F(Cli, FitReadsAnXModCsvWithHoldOutAndNamesMissingColumns) {
     }
   }
   csv.close();
-  CommandResult r = Xmod({"fit", "--csv", Path("runs.csv"), "--law", "xmod", "--holdout-largest",
-                          "--format", "json"});
+  CommandResult r = Xmod(
+      {"fit", "--csv", Path("runs.csv"), "--law", "xmod", "--holdout-largest", "--format", "json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto fit = nlohmann::json::parse(r.out);
   EXPECT_EQ(fit["holdout"]["scale"], "s4");
@@ -486,14 +496,18 @@ TEST_F(Cli, PlotWritesTheFourPlotsWithLabelsAndLegends) {
   const CommandResult r = Xmod({"plot", "lawgrid", "--db", db, "--out", Path("plots")});
   ASSERT_EQ(r.code, 0) << r.err;
   const std::map<std::string, std::vector<std::string>> expected = {
-      {"loss_vs_tokens", {"training tokens seen", "validation loss", "dense", "X-MoD ρ=0.125 s=4",
-                          "MoD (ρ=0.125, s=2)"}},
-      {"loss_vs_flops", {"training FLOPs", "isoFLOP profiles", "non-embedding parameters",
-                         "dense law, N=", "lowest predicted loss"}},
-      {"predicted_vs_observed", {"observed final validation loss", "predicted final validation loss",
-                                 "held out: scale s4", "predicted = observed"}},
-      {"xmod_vs_dense", {"sparsity", "relative to dense (%)", "X-MoD, stride s=2: mean",
-                         "X-MoD, stride s=4: each run", "MoD baseline"}}};
+      {"loss_vs_tokens",
+       {"training tokens seen", "validation loss", "dense", "X-MoD ρ=0.125 s=4",
+        "MoD (ρ=0.125, s=2)"}},
+      {"loss_vs_flops",
+       {"training FLOPs", "isoFLOP profiles", "non-embedding parameters",
+        "dense law, N=", "lowest predicted loss"}},
+      {"predicted_vs_observed",
+       {"observed final validation loss", "predicted final validation loss", "held out: scale s4",
+        "predicted = observed"}},
+      {"xmod_vs_dense",
+       {"sparsity", "relative to dense (%)", "X-MoD, stride s=2: mean",
+        "X-MoD, stride s=4: each run", "MoD baseline"}}};
   for (const auto& [name, texts] : expected) {
     const std::string path = Path("plots/" + name + ".svg");
     EXPECT_THAT(r.out, HasSubstr(path));
@@ -521,9 +535,8 @@ TEST_F(Cli, RunRefusesRanksThatDoNotSplitTheBatch) {
 }
 
 TEST_F(Cli, EveryCommandHasHelpAndUsageErrorsExitTwo) {
-  for (const char* command :
-       {"expand", "submit", "status", "results", "curves", "sql", "resume", "cancel", "serve",
-        "run", "fit", "plot"}) {
+  for (const char* command : {"expand", "submit", "status", "results", "curves", "sql", "resume",
+                              "cancel", "serve", "run", "fit", "plot"}) {
     const CommandResult r = Xmod({command, "--help"});
     EXPECT_EQ(r.code, 0) << command;
     EXPECT_THAT(r.out, HasSubstr("Usage")) << command;

@@ -85,13 +85,19 @@ class CoordinatorE2e : public testing::TempDirTest {
     for (const auto& row : Rows("SELECT job_id, steps FROM jobs")) {
       const std::string id = std::get<std::string>(row[0]);
       const int64_t steps = std::get<int64_t>(row[1]);
-      EXPECT_EQ(Count("SELECT COUNT(*) FROM metrics WHERE name = 'train_loss' AND job_id = '" + id + "'"),
-                steps) << id;
+      EXPECT_EQ(
+          Count("SELECT COUNT(*) FROM metrics WHERE name = 'train_loss' AND job_id = '" + id + "'"),
+          steps)
+          << id;
       EXPECT_EQ(Count("SELECT COUNT(DISTINCT step) FROM metrics WHERE name = 'train_loss' AND "
-                      "step BETWEEN 1 AND " + std::to_string(steps) + " AND job_id = '" + id + "'"),
-                steps) << id;
+                      "step BETWEEN 1 AND " +
+                      std::to_string(steps) + " AND job_id = '" + id + "'"),
+                steps)
+          << id;
       EXPECT_EQ(Count("SELECT COUNT(*) FROM metrics WHERE name = 'val_loss' AND step = " +
-                      std::to_string(steps) + " AND job_id = '" + id + "'"), 1) << id;
+                      std::to_string(steps) + " AND job_id = '" + id + "'"),
+                1)
+          << id;
     }
   }
 
@@ -117,9 +123,9 @@ TEST_F(CoordinatorE2e, AGroupKilledMidJobIsResumedFromItsCheckpointByAnotherGrou
       Command(XMOD_BIN, {"expand", Fixture("long.yaml"), "--format", "json"}).out);
   const std::string id = jobs[0]["id"];
   std::ofstream(Path("job.json")) << jobs[0].dump();
-  CommandResult ref = Command(MPIEXEC, {"-np", "2", "--allow-run-as-root", "--oversubscribe",
-                                        XMOD_TRAIN_BIN, "--job", Path("job.json"), "--run-dir",
-                                        Path("ref"), "--threads", "1", "--quiet"});
+  CommandResult ref = Command(
+      MPIEXEC, {"-np", "2", "--allow-run-as-root", "--oversubscribe", XMOD_TRAIN_BIN, "--job",
+                Path("job.json"), "--run-dir", Path("ref"), "--threads", "1", "--quiet"});
   ASSERT_EQ(ref.code, 0) << ref.err;
   std::map<int64_t, double> reference;
   std::ifstream in(Path("ref") + "/" + id + "/metrics.jsonl");
@@ -145,7 +151,8 @@ TEST_F(CoordinatorE2e, AGroupKilledMidJobIsResumedFromItsCheckpointByAnotherGrou
   ExpectCompleteCurves();
   // The curve stitched from two groups is the uninterrupted one, bit for bit.
   for (const auto& row : Rows("SELECT step, value FROM metrics WHERE name = 'train_loss' "
-                              "AND job_id = '" + id + "' ORDER BY step")) {
+                              "AND job_id = '" +
+                              id + "' ORDER BY step")) {
     const int64_t step = std::get<int64_t>(row[0]);
     EXPECT_EQ(std::get<double>(row[1]), reference.at(step)) << "step " << step;
   }
@@ -188,10 +195,12 @@ TEST_F(CoordinatorE2e, AZombieGroupWhoseLeaseExpiredCanWriteNothing) {
   EXPECT_THAT(testing::Slurp(Path("a.log")), ::testing::HasSubstr("no longer held by this group"));
   const int64_t resumed = Count("SELECT resumed_from_step FROM attempts WHERE attempt = 2");
   // Past the resume point, every row is the new attempt's.
-  EXPECT_EQ(Count("SELECT COUNT(*) FROM metrics WHERE attempt = 1 AND step > " +
-                  std::to_string(resumed)), 0);
+  EXPECT_EQ(
+      Count("SELECT COUNT(*) FROM metrics WHERE attempt = 1 AND step > " + std::to_string(resumed)),
+      0);
   EXPECT_EQ(Count("SELECT COUNT(*) FROM checkpoints WHERE attempt = 1 AND step > " +
-                  std::to_string(resumed)), 0);
+                  std::to_string(resumed)),
+            0);
   EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 1);
   ExpectCompleteCurves();
 }
@@ -220,8 +229,8 @@ TEST_F(CoordinatorE2e, AGroupWithAStoppedRankIsEndedByItsWatchdogAndTheJobMovesO
   Submit(port, Fixture("long.yaml"));
   const pid_t a = testing::SpawnGroup(
       {MPIEXEC, "-np", "2", "--allow-run-as-root", "--oversubscribe", XMOD_WORKER_BIN,
-       "--coordinator", "127.0.0.1:" + std::to_string(port), "--run-dir", Path("runs"),
-       "--threads", "1", "--name", "a", "--poll-seconds", "0.2", "--stall-timeout", "3"},
+       "--coordinator", "127.0.0.1:" + std::to_string(port), "--run-dir", Path("runs"), "--threads",
+       "1", "--name", "a", "--poll-seconds", "0.2", "--stall-timeout", "3"},
       Path("a.log"));
   spawned_.push_back(a);
   ASSERT_TRUE(testing::WaitUntil(
@@ -278,8 +287,8 @@ TEST_F(CoordinatorE2e, ACancelledJobStopsAtTheNextHeartbeat) {
   const pid_t a = Group(port, 1, "a");
   ASSERT_TRUE(testing::WaitUntil(
       [&] { return Count("SELECT COUNT(*) FROM jobs WHERE status = 'running'") == 1; }, 60));
-  CommandResult r = Command(XMOD_BIN, {"cancel", "long", "--coordinator",
-                                       "127.0.0.1:" + std::to_string(port)});
+  CommandResult r =
+      Command(XMOD_BIN, {"cancel", "long", "--coordinator", "127.0.0.1:" + std::to_string(port)});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("1 jobs cancelled"));
   // The group stops the job and, with nothing left to do, leaves.
@@ -289,9 +298,9 @@ TEST_F(CoordinatorE2e, ACancelledJobStopsAtTheNextHeartbeat) {
 }
 
 TEST_F(CoordinatorE2e, XmodRunTrainsTheSmokeSweepAndContinuesWhereItStopped) {
-  CommandResult r = Command(XMOD_BIN, {"run", std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml",
-                                       "--db", Path("x.db"), "--groups", "2", "--run-dir",
-                                       Path("runs")});
+  CommandResult r =
+      Command(XMOD_BIN, {"run", std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml", "--db",
+                         Path("x.db"), "--groups", "2", "--run-dir", Path("runs")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("8 succeeded, 0 failed or cancelled, 0 unfinished"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("final_val_loss"));

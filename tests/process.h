@@ -12,13 +12,12 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <functional>
-#include <thread>
-
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace xmod::testing {

@@ -33,7 +33,7 @@ class WorkerE2e : public testing::TempDirTest {
 
   // (name, step) -> value from a run's metrics.jsonl.
   std::map<std::pair<std::string, int64_t>, double> Metrics(const std::string& run_dir,
-                                                           const std::string& id) {
+                                                            const std::string& id) {
     std::map<std::pair<std::string, int64_t>, double> m;
     std::ifstream in(run_dir + "/" + id + "/metrics.jsonl");
     std::string line;
@@ -53,12 +53,12 @@ TEST_F(WorkerE2e, TwoRanksTrainTheSameCurveAsOneRank) {
     if (index == 0) job["final_eval_tokens"] = 0;
     const std::string id = job["id"];
     const std::string file = WriteJob(job, id + ".json");
-    CommandResult one = Command(XMOD_TRAIN_BIN, {"--job", file, "--run-dir", Path("one"),
-                                                 "--threads", "1", "--quiet"});
+    CommandResult one = Command(
+        XMOD_TRAIN_BIN, {"--job", file, "--run-dir", Path("one"), "--threads", "1", "--quiet"});
     ASSERT_EQ(one.code, 0) << one.err;
-    CommandResult two = Command(MPIEXEC, {"-np", "2", "--allow-run-as-root", "--oversubscribe",
-                                          XMOD_TRAIN_BIN, "--job", file, "--run-dir", Path("two"),
-                                          "--threads", "1", "--quiet"});
+    CommandResult two =
+        Command(MPIEXEC, {"-np", "2", "--allow-run-as-root", "--oversubscribe", XMOD_TRAIN_BIN,
+                          "--job", file, "--run-dir", Path("two"), "--threads", "1", "--quiet"});
     ASSERT_EQ(two.code, 0) << two.err;
     const auto a = Metrics(Path("one"), id);
     const auto b = Metrics(Path("two"), id);
@@ -89,10 +89,10 @@ TEST_F(WorkerE2e, TwoRanksTrainTheSameCurveAsOneRank) {
 
 TEST_F(WorkerE2e, TrainingOnRealTextBeatsTheUnigramEntropy) {
   // The project's own documentation is real English text that ships with it.
-  std::vector<std::string> args = {"data", "prepare", "--output", Path("text"),
-                                   "--val-fraction", "0.1", "--input"};
-  for (const char* doc : {"README.md", "sweeps/README.md", "schema/README.md",
-                          "tests/fixtures/README.md"}) {
+  std::vector<std::string> args = {"data",           "prepare", "--output", Path("text"),
+                                   "--val-fraction", "0.1",     "--input"};
+  for (const char* doc :
+       {"README.md", "sweeps/README.md", "schema/README.md", "tests/fixtures/README.md"}) {
     args.push_back(std::string(XMOD_SOURCE_DIR) + "/" + doc);
   }
   CommandResult prepared = Command(XMOD_BIN, args);
@@ -102,7 +102,9 @@ TEST_F(WorkerE2e, TrainingOnRealTextBeatsTheUnigramEntropy) {
   const double entropy = nlohmann::json::parse(stats.out)[1]["unigram_entropy_nats"];
 
   std::ofstream(Path("text.yaml")) << "name: text\n"
-                                      "data: {path: " << Path("text") << "}\n"
+                                      "data: {path: "
+                                   << Path("text")
+                                   << "}\n"
                                       "family: dense\n"
                                       "scales: {s: {d_model: 64, n_heads: 4, n_layers: 2}}\n"
                                       "grid: {context: [64]}\n"
@@ -114,8 +116,8 @@ TEST_F(WorkerE2e, TrainingOnRealTextBeatsTheUnigramEntropy) {
   const std::string file = WriteJob(jobs[0], "job.json");
   // One thread: CTest runs two tests at once on two cores, and two LibTorch
   // processes of two threads each spin against each other (10x slower).
-  CommandResult trained = Command(
-      XMOD_TRAIN_BIN, {"--job", file, "--run-dir", Path("runs"), "--threads", "1"});
+  CommandResult trained =
+      Command(XMOD_TRAIN_BIN, {"--job", file, "--run-dir", Path("runs"), "--threads", "1"});
   ASSERT_EQ(trained.code, 0) << trained.err;
   const auto metrics = Metrics(Path("runs"), jobs[0]["id"]);
   const double val = metrics.at({"val_loss", jobs[0]["steps"].get<int64_t>()});

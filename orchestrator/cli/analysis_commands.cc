@@ -48,7 +48,8 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
   std::string line;
-  if (!std::getline(in, line)) return absl::InvalidArgumentError(absl::StrCat(path, ":1: empty file"));
+  if (!std::getline(in, line))
+    return absl::InvalidArgumentError(absl::StrCat(path, ":1: empty file"));
   std::vector<std::string> header;
   std::stringstream hs(line);
   for (std::string c; std::getline(hs, c, ',');) {
@@ -63,14 +64,14 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
   };
   std::optional<size_t> n_col = find("N_active");
   if (!n_col) n_col = find("N");
-  const std::optional<size_t> d_col = find("D"), loss_col = find("loss"), total_col = find("N_total"),
-                              t_col = find("T"), cap_col = find("capacity"),
-                              stride_col = find("stride"), scale_col = find("scale");
-  const std::string need = law == "xmod" ? "N_active,N_total,D,T,capacity,stride,loss"
-                                         : "N,D,loss";
+  const std::optional<size_t> d_col = find("D"), loss_col = find("loss"),
+                              total_col = find("N_total"), t_col = find("T"),
+                              cap_col = find("capacity"), stride_col = find("stride"),
+                              scale_col = find("scale");
+  const std::string need = law == "xmod" ? "N_active,N_total,D,T,capacity,stride,loss" : "N,D,loss";
   auto missing = [&](const char* name) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ":1: header: missing column '", name, "' (law ", law, " needs ", need, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ":1: header: missing column '", name,
+                                                   "' (law ", law, " needs ", need, ")"));
   };
   if (!n_col) return missing(law == "xmod" ? "N_active" : "N");
   if (!d_col) return missing("D");
@@ -111,8 +112,8 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
     RETURN_IF_ERROR(number_at(cap_col, &p.capacity));
     RETURN_IF_ERROR(number_at(stride_col, &p.stride));
     if (scale_col && *scale_col < cells.size()) p.scale = cells[*scale_col];
-    for (auto [col, value] : {std::pair{n_col, p.n}, std::pair{d_col, p.d},
-                              std::pair{loss_col, p.loss}}) {
+    for (auto [col, value] :
+         {std::pair{n_col, p.n}, std::pair{d_col, p.d}, std::pair{loss_col, p.loss}}) {
       if (!(value > 0)) {
         return absl::InvalidArgumentError(
             absl::StrCat(path, ":", number, ": ", header[*col], ": must be positive"));
@@ -168,19 +169,20 @@ void PrintParameters(const std::map<std::string, double>& params,
 }
 
 void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostream& out) {
-  out << fmt::format("law {} ({}): {} points, summed Huber objective {:.6g}, RMSE of log-loss "
-                     "{:.4g}, {} starts, {}, {:.2f} s\n",
-                     r.law, r.method, r.fit.n_points, r.fit.objective, r.fit.rmse, r.fit.starts,
-                     r.fit.converged ? "converged" : "NOT CONVERGED (best start hit its limit)",
-                     r.seconds);
+  out << fmt::format(
+      "law {} ({}): {} points, summed Huber objective {:.6g}, RMSE of log-loss "
+      "{:.4g}, {} starts, {}, {:.2f} s\n",
+      r.law, r.method, r.fit.n_points, r.fit.objective, r.fit.rmse, r.fit.starts,
+      r.fit.converged ? "converged" : "NOT CONVERGED (best start hit its limit)", r.seconds);
   PrintParameters(r.fit.params, r.intervals, options.confidence, out);
   if (!r.intervals.empty()) {
     const int total = r.bootstrap_used + r.bootstrap_failed;
-    out << fmt::format("intervals: percentile bootstrap over {} configurations (replicates resampled "
-                       "together), refits from the optima and a thinned start grid; {} of {} "
-                       "resamples fitted, {} failed ({:.1f}%), seed {}\n",
-                       r.bootstrap_clusters, r.bootstrap_used, total, r.bootstrap_failed,
-                       total > 0 ? 100.0 * r.bootstrap_failed / total : 0.0, options.seed);
+    out << fmt::format(
+        "intervals: percentile bootstrap over {} configurations (replicates resampled "
+        "together), refits from the optima and a thinned start grid; {} of {} "
+        "resamples fitted, {} failed ({:.1f}%), seed {}\n",
+        r.bootstrap_clusters, r.bootstrap_used, total, r.bootstrap_failed,
+        total > 0 ? 100.0 * r.bootstrap_failed / total : 0.0, options.seed);
     if (!r.bootstrap_failure.empty()) {
       out << fmt::format("commonest failure of a resample: {}\n", r.bootstrap_failure);
     }
@@ -188,37 +190,41 @@ void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostrea
   if (!r.fixed.empty()) {
     out << fmt::format("frozen (--fix): {}\n", fmt::join(r.fixed, ", "));
   }
-  out << fmt::format("on a bound: {}\n", r.on_bound.empty() ? std::string("none")
-                                                             : fmt::format("{}", fmt::join(r.on_bound, ", ")));
+  out << fmt::format("on a bound: {}\n", r.on_bound.empty()
+                                             ? std::string("none")
+                                             : fmt::format("{}", fmt::join(r.on_bound, ", ")));
   if (r.law == "xmod" || r.dense.size() > 1) {
     // The dense law (reference) at each context.
     for (const ContextFit& c : r.dense) {
-      out << fmt::format("\ndense law at T = {:g}: {} points, objective {:.6g}, RMSE {:.4g}{}{}\n",
-                         c.context, c.fit.n_points, c.fit.objective, c.fit.rmse,
-                         c.fit.converged ? "" : ", NOT CONVERGED",
-                         c.on_bound.empty() ? "" : fmt::format(", on a bound: {}", fmt::join(c.on_bound, ", ")));
+      out << fmt::format(
+          "\ndense law at T = {:g}: {} points, objective {:.6g}, RMSE {:.4g}{}{}\n", c.context,
+          c.fit.n_points, c.fit.objective, c.fit.rmse, c.fit.converged ? "" : ", NOT CONVERGED",
+          c.on_bound.empty() ? "" : fmt::format(", on a bound: {}", fmt::join(c.on_bound, ", ")));
       PrintParameters(c.fit.params, c.intervals, options.confidence, out);
     }
   }
   if (r.law == "xmod" && r.stages.size() == 2) {
-    out << fmt::format("extras on the sparse runs (each against the dense law at its context): "
-                       "{} points, objective {:.6g}, RMSE {:.4g}{}\n",
-                       r.stages[1].n_points, r.stages[1].objective, r.stages[1].rmse,
-                       r.stages[1].converged ? "" : ", NOT CONVERGED");
+    out << fmt::format(
+        "extras on the sparse runs (each against the dense law at its context): "
+        "{} points, objective {:.6g}, RMSE {:.4g}{}\n",
+        r.stages[1].n_points, r.stages[1].objective, r.stages[1].rmse,
+        r.stages[1].converged ? "" : ", NOT CONVERGED");
   }
-  out << fmt::format("noise: {} configurations, {} with 2+ seeds, median seed sd {:.2f}% of the loss; "
-                     "median evaluation SE {:.2f}% ({} points)\n",
-                     r.noise.configurations, r.noise.replicated, 100.0 * r.noise.seed_sd,
-                     100.0 * r.noise.eval_se, r.noise.with_se);
+  out << fmt::format(
+      "noise: {} configurations, {} with 2+ seeds, median seed sd {:.2f}% of the loss; "
+      "median evaluation SE {:.2f}% ({} points)\n",
+      r.noise.configurations, r.noise.replicated, 100.0 * r.noise.seed_sd, 100.0 * r.noise.eval_se,
+      r.noise.with_se);
   if (!r.holdout.empty()) {
-    out << fmt::format("\nheld out: scale {} ({} runs), fitted on the other scales; RMSE of "
-                       "log-loss {:.4g} (about {:.2f}% of the loss) against a seed noise of "
-                       "{:.2f}% and an evaluation SE of {:.2f}%\n",
-                       r.holdout_scale, r.holdout.size(), r.holdout_rmse, 100.0 * r.holdout_rmse,
-                       100.0 * r.noise.seed_sd, 100.0 * r.noise.eval_se);
+    out << fmt::format(
+        "\nheld out: scale {} ({} runs), fitted on the other scales; RMSE of "
+        "log-loss {:.4g} (about {:.2f}% of the loss) against a seed noise of "
+        "{:.2f}% and an evaluation SE of {:.2f}%\n",
+        r.holdout_scale, r.holdout.size(), r.holdout_rmse, 100.0 * r.holdout_rmse,
+        100.0 * r.noise.seed_sd, 100.0 * r.noise.eval_se);
     QueryResult h;
-    h.columns = {"run", "N_active", "N_total", "D", "T", "capacity", "stride",
-                 "observed", "predicted", "error_pct"};
+    h.columns = {"run",      "N_active", "N_total",  "D",         "T",
+                 "capacity", "stride",   "observed", "predicted", "error_pct"};
     for (const HoldoutPoint& p : r.holdout) {
       h.rows.push_back({p.point.id, p.point.n, p.point.NTotal(), p.point.d, p.point.context,
                         p.point.capacity, static_cast<int64_t>(p.point.stride), p.point.loss,
@@ -269,9 +275,9 @@ LawPoint SweepJob::ToLawPoint(const PointOptions& options) const {
   const bool dense = !routed();
   p.stride = dense ? 1.0 : static_cast<double>(stride);
   p.layers = static_cast<double>(n_layers);
-  p.capacity = dense ? 1.0
-                     : static_cast<double>(RoutedTokens(capacity, context)) /
-                           static_cast<double>(context);
+  p.capacity =
+      dense ? 1.0
+            : static_cast<double>(RoutedTokens(capacity, context)) / static_cast<double>(context);
   return p;
 }
 
@@ -346,17 +352,20 @@ QueryResult ReplicateTable(const std::vector<SweepJob>& jobs) {
     const std::optional<double> loss = j.Loss("auto");
     if (j.status == "succeeded" && loss.has_value()) {
       g.losses.push_back(*loss);
-      const std::optional<double> se = j.routed() ? j.final_val_loss_causal_se : j.final_val_loss_se;
+      const std::optional<double> se =
+          j.routed() ? j.final_val_loss_causal_se : j.final_val_loss_se;
       if (se.has_value()) g.ses.push_back(*se);
     }
   }
   QueryResult t;
-  t.columns = {"family", "scale", "sparsity", "stride", "context", "budget_kind", "budget_value",
-               "seeds", "finished", "mean_loss", "seed_sd", "seed_sd_pct", "mean_eval_se"};
+  t.columns = {"family",      "scale",        "sparsity",    "stride",   "context",
+               "budget_kind", "budget_value", "seeds",       "finished", "mean_loss",
+               "seed_sd",     "seed_sd_pct",  "mean_eval_se"};
   for (const std::string& key : order) {
     const Group& g = groups[key];
     const SweepJob& j = *g.first;
-    std::vector<Value> row{j.family, j.scale, j.sparsity, j.stride, j.context, j.budget_kind,
+    std::vector<Value> row{j.family,       j.scale,         j.sparsity,
+                           j.stride,       j.context,       j.budget_kind,
                            j.budget_value, int64_t{g.jobs}, static_cast<int64_t>(g.losses.size())};
     if (g.losses.empty()) {
       row.insert(row.end(), {Value{}, Value{}, Value{}, Value{}});
@@ -412,8 +421,7 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
   for (const std::string& f : o.fix) {
     const size_t eq = f.find('=');
     double value = 0;
-    if (eq == std::string::npos || eq == 0 ||
-        !absl::SimpleAtod(f.substr(eq + 1), &value)) {
+    if (eq == std::string::npos || eq == 0 || !absl::SimpleAtod(f.substr(eq + 1), &value)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--fix ", f, ": expected NAME=VALUE (e.g. --fix beta_T=0.5)"));
     }
@@ -455,7 +463,8 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
       if (x.context == static_cast<double>(o.context)) at.push_back(x);
     }
     if (at.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--context ", o.context, ": no run at that context"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--context ", o.context, ": no run at that context"));
     }
     points = std::move(at);
   }
@@ -472,9 +481,10 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
 
   nlohmann::json json = ReportJson(report);
   const std::string metric_used =
-      !o.csv.empty() ? "loss column"
-                     : (o.metric == "val_loss" ? "val_loss (top-k) for every run"
-                                               : "val_loss_causal for routed runs, val_loss for dense");
+      !o.csv.empty()
+          ? "loss column"
+          : (o.metric == "val_loss" ? "val_loss (top-k) for every run"
+                                    : "val_loss_causal for routed runs, val_loss for dense");
   json["metric"] = metric_used;
   json["params_counted"] = o.params;
   json["points_hash"] = PointsHash(report.points);

@@ -20,7 +20,7 @@ namespace xmod {
 struct FitCommandOptions {
   std::string sweep;  // fit a sweep's results (with db) ...
   std::string db;
-  std::string csv;    // ... or a CSV file
+  std::string csv;  // ... or a CSV file
   std::string law = "dense";
   std::string format = "table";
   int exclude_top_loss = 0;
@@ -29,10 +29,10 @@ struct FitCommandOptions {
   int bootstrap = 0;
   uint64_t seed = 0;
   int threads = 0;
-  std::vector<std::string> fix;         // NAME=VALUE, reported units
-  std::string metric = "auto";          // auto | val_loss | val_loss_causal
-  std::string params = "non-embedding"; // non-embedding | total (N counts the embeddings too)
-  int64_t context = 0;                  // only the runs at this T (0: every context)
+  std::vector<std::string> fix;          // NAME=VALUE, reported units
+  std::string metric = "auto";           // auto | val_loss | val_loss_causal
+  std::string params = "non-embedding";  // non-embedding | total (N counts the embeddings too)
+  int64_t context = 0;                   // only the runs at this T (0: every context)
 };
 
 absl::Status RunFitCommand(const FitCommandOptions& options, std::ostream& out);
@@ -60,8 +60,7 @@ struct SweepJob {
   std::string id, family, scale, status, budget_kind, config_key;
   double sparsity = 0.0, capacity = 1.0, budget_value = 0.0;
   int64_t stride = 1, context = 0, tokens = 0, tokens_trained = 0, n_layers = 0, seed = 0;
-  double n_total = 0.0, n_active = 0.0, n_embedding = 0.0, flops_per_token = 0.0,
-         train_flops = 0.0;
+  double n_total = 0.0, n_active = 0.0, n_embedding = 0.0, flops_per_token = 0.0, train_flops = 0.0;
   std::optional<double> final_val_loss, final_val_loss_causal, final_val_loss_se,
       final_val_loss_causal_se, final_capacity, final_capacity_causal, final_flops_ratio_causal;
   bool routed() const { return family != "dense" && stride > 1; }
@@ -82,7 +81,8 @@ absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const st
 // standard deviation and the mean evaluation standard error.
 QueryResult ReplicateTable(const std::vector<SweepJob>& jobs);
 
-std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs, const PointOptions& options = {});
+std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs,
+                                const PointOptions& options = {});
 
 }  // namespace xmod
 

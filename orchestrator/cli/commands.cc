@@ -1,34 +1,34 @@
 #include "orchestrator/cli/commands.h"
 
-#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <csignal>
 #include <fstream>
 #include <map>
 #include <sstream>
-#include <chrono>
-#include <csignal>
 #include <thread>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/token_data.h"
-#include "orchestrator/cli/local_run.h"
 #include "orchestrator/cli/analysis_commands.h"
+#include "orchestrator/cli/local_run.h"
 #include "orchestrator/cli/output.h"
+#include "orchestrator/scheduler/scheduler.h"
 #include "orchestrator/service/client.h"
 #include "orchestrator/service/server.h"
-#include "orchestrator/scheduler/scheduler.h"
-#include "proto/channel.h"
 #include "orchestrator/store/sqlite_store.h"
 #include "orchestrator/sweep/design_check.h"
 #include "orchestrator/sweep/expand.h"
 #include "orchestrator/sweep/spec.h"
+#include "proto/channel.h"
 
 namespace xmod {
 namespace {
@@ -62,7 +62,7 @@ struct Flags {
   PrepareOptions prepare;
   bool allow_unidentifiable = false;  // expand, check, submit: design errors become warnings
   bool by_config = false;             // results: one row per configuration (seeds together)
-  std::ostream* err = nullptr;         // where design warnings go
+  std::ostream* err = nullptr;        // where design warnings go
   // Remote coordinator.
   std::string coordinator;
   std::string token_file;
@@ -103,10 +103,10 @@ void OnServeSignal(int) {
 
 QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
   QueryResult t;
-  t.columns = {"id",       "family",          "scale",          "sparsity",
-               "stride",   "context",         "n_layers",       "d_model",
-               "n_params_total", "n_params_active", "flops_per_token", "flops_ratio",
-               "tokens",   "steps",           "train_flops"};
+  t.columns = {
+      "id",       "family",  "scale",          "sparsity",        "stride",          "context",
+      "n_layers", "d_model", "n_params_total", "n_params_active", "flops_per_token", "flops_ratio",
+      "tokens",   "steps",   "train_flops"};
   for (const ResolvedJob& j : jobs) {
     t.rows.push_back({j.id, std::string(FamilyName(j.shape.family)), j.scale, j.sparsity,
                       j.shape.stride, j.shape.context, j.shape.n_layers, j.shape.d_model,
@@ -193,12 +193,10 @@ absl::Status Submit(const Flags& f, std::ostream& out) {
     out << fmt::format("sweep '{}': all {} jobs already submitted; nothing changed\n", spec.name,
                        r.jobs_in_spec);
   } else {
-    out << fmt::format("sweep '{}' {}: {} jobs in the spec, {} new, {} already present{}\n",
-                       spec.name, r.sweep_created ? "created" : "updated", r.jobs_in_spec,
-                       r.new_jobs, present,
-                       r.linked_jobs > 0 ? fmt::format(" ({} shared with other sweeps)",
-                                                       r.linked_jobs)
-                                         : "");
+    out << fmt::format(
+        "sweep '{}' {}: {} jobs in the spec, {} new, {} already present{}\n", spec.name,
+        r.sweep_created ? "created" : "updated", r.jobs_in_spec, r.new_jobs, present,
+        r.linked_jobs > 0 ? fmt::format(" ({} shared with other sweeps)", r.linked_jobs) : "");
   }
   return absl::OkStatus();
 }
@@ -238,7 +236,8 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
     std::vector<Value> row{p.counts.sweep};
     for (JobState s : kAllJobStates) row.emplace_back(p.counts.counts.at(s));
     row.emplace_back(p.counts.total);
-    const double fraction = p.train_flops_total > 0 ? p.train_flops_done / p.train_flops_total : 1.0;
+    const double fraction =
+        p.train_flops_total > 0 ? p.train_flops_done / p.train_flops_total : 1.0;
     row.emplace_back(fraction);
     // ETA from the FLOP rate since the sweep's first attempt (FLOPs, not jobs:
     // the cheap jobs run first).
@@ -254,8 +253,8 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
   PrintResult(t, format, out);
   // The named sweep's jobs in flight, with their progress.
   QueryResult running;
-  running.columns = {"job_id", "family", "scale", "sparsity", "stride", "context",
-                     "status", "attempt", "step", "steps"};
+  running.columns = {"job_id",  "family", "scale",   "sparsity", "stride",
+                     "context", "status", "attempt", "step",     "steps"};
   for (const JobProgressRow& j : jobs) {
     if (!j.in_flight()) continue;
     running.rows.push_back({j.job_id, j.family, j.scale, j.sparsity, j.stride, j.context, j.status,
@@ -377,9 +376,8 @@ absl::Status Cancel(const Flags& f, std::ostream& out) {
 
 absl::Status DataPrepare(const Flags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(TokenMeta meta, PrepareByteDataset(f.prepare));
-  out << fmt::format("{}: {} train and {} validation tokens ({}, vocab {})\n",
-                     f.prepare.output_dir, meta.train_tokens, meta.val_tokens, meta.tokenizer,
-                     meta.vocab_size);
+  out << fmt::format("{}: {} train and {} validation tokens ({}, vocab {})\n", f.prepare.output_dir,
+                     meta.train_tokens, meta.val_tokens, meta.tokenizer, meta.vocab_size);
   out << fmt::format("validation split: {}\n", meta.val_split);
   return absl::OkStatus();
 }
@@ -461,7 +459,8 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   add_db(sql);
   add_format(sql);
 
-  auto* resume = app.add_subcommand("resume", "Move a sweep's failed and cancelled jobs to pending");
+  auto* resume =
+      app.add_subcommand("resume", "Move a sweep's failed and cancelled jobs to pending");
   resume->add_option("sweep", f.sweep, "Sweep name")->required();
   add_db_or_remote(resume);
 
@@ -488,7 +487,8 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
                   "CSV file instead of a sweep: columns N,D,loss (dense) or "
                   "N_active,N_total,D,T,capacity,stride,loss (xmod), header row");
   fit->add_option("--law", f.fit.law, "Law to fit: dense or xmod")->capture_default_str();
-  fit->add_flag("--joint", f.fit.joint, "xmod: refine all parameters together after the two stages");
+  fit->add_flag("--joint", f.fit.joint,
+                "xmod: refine all parameters together after the two stages");
   fit->add_flag("--holdout-largest", f.fit.holdout_largest,
                 "Fit without the largest scale and predict it");
   fit->add_option("--bootstrap", f.fit.bootstrap, "Resamples for percentile intervals (0: none)")
@@ -540,8 +540,9 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   prepare->add_option("--output", f.prepare.output_dir, "Dataset folder to write")->required();
   prepare->add_flag("--strip-tags", f.prepare.strip_tags,
                     "Turn Brown-corpus word/tag tokens into plain text");
-  prepare->add_option("--val-fraction", f.prepare.val_fraction,
-                      "Fraction held out for validation: every round(1/F)-th document, interleaved")
+  prepare
+      ->add_option("--val-fraction", f.prepare.val_fraction,
+                   "Fraction held out for validation: every round(1/F)-th document, interleaved")
       ->capture_default_str();
 
   auto* stats = data->add_subcommand("stats", "Token counts and unigram entropy of a dataset");
@@ -612,7 +613,8 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   }
   if (!result.ok()) {
     err << result.message() << "\n";
-    err << "xmod " << name << ": " << (ExitCodeFor(result) == kExitUsage ? "invalid input" : "failed")
+    err << "xmod " << name << ": "
+        << (ExitCodeFor(result) == kExitUsage ? "invalid input" : "failed")
         << (name == "plot" ? "\n" : "; nothing was written\n");
   }
   return ExitCodeFor(result);

@@ -1,6 +1,7 @@
 #include "orchestrator/cli/local_run.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -10,12 +11,10 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -145,9 +144,9 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
   }
   for (const ResolvedJob& job : *jobs) {
     if (job.batch_size % o.ranks != 0) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          "--ranks ", o.ranks, ": job ", job.id, " has ", job.batch_size,
-          " sequences per step, which do not split over ", o.ranks, " ranks")));
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--ranks ", o.ranks, ": job ", job.id, " has ", job.batch_size,
+                       " sequences per step, which do not split over ", o.ranks, " ranks")));
     }
   }
 
@@ -191,8 +190,9 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
     }
     groups.push_back(*pid);
   }
-  out << fmt::format("xmod run: {} worker group(s) of {} rank(s), {} thread(s) per rank; logs in {}/logs\n",
-                     o.groups, o.ranks, threads, o.run_dir);
+  out << fmt::format(
+      "xmod run: {} worker group(s) of {} rank(s), {} thread(s) per rank; logs in {}/logs\n",
+      o.groups, o.ranks, threads, o.run_dir);
 
   // Progress until the sweep has nothing pending or running, or every group is gone.
   const auto start = std::chrono::steady_clock::now();
@@ -238,16 +238,16 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
       std::string text = fmt::format(
           "{} {} {:5.1f}% of {:.3g} FLOPs | {} done, {} running, {} pending, {} failed | "
           "{} elapsed, ETA {}\n",
-          spec->name, Bar(total > 0 ? done / total : 1.0, 30), total > 0 ? 100 * done / total : 100.0,
-          total, c.counts.at(JobState::kSucceeded),
+          spec->name, Bar(total > 0 ? done / total : 1.0, 30),
+          total > 0 ? 100 * done / total : 100.0, total, c.counts.at(JobState::kSucceeded),
           c.counts.at(JobState::kRunning) + c.counts.at(JobState::kLeased),
           c.counts.at(JobState::kPending), c.counts.at(JobState::kFailed), Duration(elapsed),
           Duration(eta));
       for (const JobProgressRow* p : running) {
-        text += fmt::format("  {} {:<5} {:<4} sparsity {:<5} stride {} T {:<5} {} {}/{} (attempt {})\n",
-                            p->job_id, p->family, p->scale, p->sparsity, p->stride, p->context,
-                            Bar(p->steps ? double(p->step) / p->steps : 0.0, 20), p->step, p->steps,
-                            p->attempt);
+        text += fmt::format(
+            "  {} {:<5} {:<4} sparsity {:<5} stride {} T {:<5} {} {}/{} (attempt {})\n", p->job_id,
+            p->family, p->scale, p->sparsity, p->stride, p->context,
+            Bar(p->steps ? double(p->step) / p->steps : 0.0, 20), p->step, p->steps, p->attempt);
       }
       if (o.tty) {
         for (int i = 0; i < drawn; ++i) out << "\033[F\033[K";
@@ -289,10 +289,10 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
   auto results = (*store)->JobResults(spec->name);
   if (results.ok()) {
     QueryResult table;
-    const std::vector<std::string> keep = {"job_id",  "family", "scale",   "sparsity",
-                                           "stride",  "context", "n_params_active", "tokens",
-                                           "status", "attempts", "final_val_loss",
-                                           "final_val_loss_causal"};
+    const std::vector<std::string> keep = {
+        "job_id", "family",   "scale",           "sparsity",
+        "stride", "context",  "n_params_active", "tokens",
+        "status", "attempts", "final_val_loss",  "final_val_loss_causal"};
     std::vector<size_t> index;
     for (const std::string& k : keep) {
       for (size_t i = 0; i < results->columns.size(); ++i) {
@@ -323,7 +323,8 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
       fit.law = law;
       out << "\n";
       const absl::Status fitted = RunFitCommand(fit, out);
-      if (!fitted.ok()) out << "xmod fit --law " << law << ": not fitted: " << fitted.message() << "\n";
+      if (!fitted.ok())
+        out << "xmod fit --law " << law << ": not fitted: " << fitted.message() << "\n";
     }
   }
   out << fmt::format("\nxmod run: {} succeeded, {} failed or cancelled, {} unfinished\n",

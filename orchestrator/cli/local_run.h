@@ -25,15 +25,15 @@ absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
 
 struct LocalRunOptions {
   std::string spec_path;
-  std::string db;                 // default: <sweep name>.db
+  std::string db;  // default: <sweep name>.db
   int groups = 1;
   int ranks = 1;
-  int threads = 0;                // per rank; 0: cores / (groups · ranks), at least 1
+  int threads = 0;  // per rank; 0: cores / (groups · ranks), at least 1
   double lease_ttl_seconds = 10.0;
   std::string run_dir = "runs";
-  std::string worker_binary;      // default: xmod-worker beside this executable
+  std::string worker_binary;  // default: xmod-worker beside this executable
   std::string mpirun = "mpirun";
-  bool tty = false;               // redraw progress in place
+  bool tty = false;                   // redraw progress in place
   bool allow_unidentifiable = false;  // run even when the design check fails
   double refresh_seconds = 1.0;
   Launcher launch = SpawnProcess;

@@ -68,7 +68,8 @@ void PrintResult(const QueryResult& result, Format format, std::ostream& out) {
       }
       out << "\n";
       for (const auto& row : result.rows) {
-        for (size_t i = 0; i < row.size(); ++i) out << (i ? "," : "") << CsvQuote(Cell(row[i], false));
+        for (size_t i = 0; i < row.size(); ++i)
+          out << (i ? "," : "") << CsvQuote(Cell(row[i], false));
         out << "\n";
       }
       return;

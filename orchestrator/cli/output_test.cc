@@ -26,9 +26,10 @@ TEST(Output, CsvQuotesFieldsAndKeepsFullPrecision) {
 }
 
 TEST(Output, JsonKeepsTypesAndNulls) {
-  EXPECT_EQ(Print(Format::kJson),
-            "[\n  {\n    \"loss\": 2.718281828459045,\n    \"n\": 3,\n    \"name\": \"a,b "
-            "\\\"q\\\"\"\n  },\n  {\n    \"loss\": null,\n    \"n\": -1,\n    \"name\": \"c\"\n  }\n]\n");
+  EXPECT_EQ(
+      Print(Format::kJson),
+      "[\n  {\n    \"loss\": 2.718281828459045,\n    \"n\": 3,\n    \"name\": \"a,b "
+      "\\\"q\\\"\"\n  },\n  {\n    \"loss\": null,\n    \"n\": -1,\n    \"name\": \"c\"\n  }\n]\n");
 }
 
 TEST(Output, TableAlignsColumnsWithShortReals) {

@@ -1,7 +1,7 @@
 // `xmod plot`: four plots of a sweep, drawn by gnuplot from data files and scripts
 // written next to the images (so a user can restyle them and rerun gnuplot).
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,7 +41,8 @@ std::optional<std::string> FindOnPath(const std::string& program) {
 }
 
 // Runs gnuplot on `script` inside `dir`; its messages go to <script>.log.
-absl::Status RunGnuplot(const std::string& gnuplot, const fs::path& dir, const std::string& script) {
+absl::Status RunGnuplot(const std::string& gnuplot, const fs::path& dir,
+                        const std::string& script) {
   const std::string log = (dir / (script + ".log")).string();
   std::fflush(nullptr);  // nothing buffered may be written twice by the child
   const pid_t pid = ::fork();
@@ -63,12 +64,12 @@ absl::Status RunGnuplot(const std::string& gnuplot, const fs::path& dir, const s
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::ifstream in(log);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    return absl::InternalError(absl::StrCat(
-        "gnuplot failed on ", (dir / script).string(), " (",
-        WIFEXITED(status) ? absl::StrCat("exit ", WEXITSTATUS(status))
-                          : absl::StrCat("signal ", WTERMSIG(status)),
-        WIFEXITED(status) && WEXITSTATUS(status) >= 126 ? ": could not start" : "", "): ",
-        text.substr(0, 2000)));
+    return absl::InternalError(
+        absl::StrCat("gnuplot failed on ", (dir / script).string(), " (",
+                     WIFEXITED(status) ? absl::StrCat("exit ", WEXITSTATUS(status))
+                                       : absl::StrCat("signal ", WTERMSIG(status)),
+                     WIFEXITED(status) && WEXITSTATUS(status) >= 126 ? ": could not start" : "",
+                     "): ", text.substr(0, 2000)));
   }
   return absl::OkStatus();
 }
@@ -265,10 +266,10 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
     data.close();
     std::string left;
     for (size_t k = 0; k < configs.size(); ++k) {
-      left += fmt::format("{}'final.dat' using 1:($3=={} ? $2 : 1/0) with points pt 7 ps 0.9 "
-                          "lc rgb '{}' title {}",
-                          left.empty() ? "" : ", \\\n     ", k, kColours[k % kNumColours],
-                          Quote(configs[k]));
+      left += fmt::format(
+          "{}'final.dat' using 1:($3=={} ? $2 : 1/0) with points pt 7 ps 0.9 "
+          "lc rgb '{}' title {}",
+          left.empty() ? "" : ", \\\n     ", k, kColours[k % kNumColours], Quote(configs[k]));
     }
     double y_lo = 1e300, y_hi = 0.0;
     for (const SweepJob& j : done) {
@@ -281,7 +282,9 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
       const LawReport& r = *dense;
       const double e = r.fit.params.at("E"), a = r.fit.params.at("A"), b = r.fit.params.at("B"),
                    alpha = r.fit.params.at("alpha"), beta = r.fit.params.at("beta");
-      auto law = [&](double n, double d) { return e + a / std::pow(n, alpha) + b / std::pow(d, beta); };
+      auto law = [&](double n, double d) {
+        return e + a / std::pow(n, alpha) + b / std::pow(d, beta);
+      };
       // Training FLOPs per token of each dense scale (mean over its contexts).
       std::map<double, std::pair<double, int>> per_n;
       double c_min = 1e300, c_max = 0.0;
@@ -303,9 +306,10 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
           curves << fmt::format("{:.9g} {:.9g}\n", c, law(n, c / f));
         }
         curves << "\n\n";
-        left += fmt::format(", \\\n     'law_curves.dat' index {} using 1:2 with lines dt 2 lw 1.3 "
-                            "lc rgb '#555555' title {}",
-                            block++, Quote(fmt::format("dense law, N={:.3g}", n)));
+        left += fmt::format(
+            ", \\\n     'law_curves.dat' index {} using 1:2 with lines dt 2 lw 1.3 "
+            "lc rgb '#555555' title {}",
+            block++, Quote(fmt::format("dense law, N={:.3g}", n)));
       }
       curves.close();
       // FLOPs per token at any N: log-log interpolation between the scales, the
@@ -341,18 +345,21 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
         }
         iso << "\n\n";
         minima << fmt::format("{:.9g} {:.9g}\n", best_n, best_l);
-        right += fmt::format("{}'isoflop.dat' index {} using 1:2 with lines lw 2 lc rgb '{}' "
-                             "title {}",
-                             right.empty() ? "" : ", \\\n     ", b, kColours[(b + 1) % kNumColours],
-                             Quote(fmt::format("C = {:.3g} FLOPs", c)));
+        right += fmt::format(
+            "{}'isoflop.dat' index {} using 1:2 with lines lw 2 lc rgb '{}' "
+            "title {}",
+            right.empty() ? "" : ", \\\n     ", b, kColours[(b + 1) % kNumColours],
+            Quote(fmt::format("C = {:.3g} FLOPs", c)));
       }
       iso.close();
       minima.close();
-      right += ", \\\n     'isoflop_min.dat' using 1:2 with points pt 6 ps 1.8 lw 2 lc rgb "
-               "'#000000' title 'lowest predicted loss on the plotted N range'";
-      law_note = fmt::format("dense law fitted on {} dense runs: E={:.3g}, A={:.3g}, B={:.3g}, "
-                             "α={:.3f}, β={:.3f}",
-                             r.fit.n_points, e, a, b, alpha, beta);
+      right +=
+          ", \\\n     'isoflop_min.dat' using 1:2 with points pt 6 ps 1.8 lw 2 lc rgb "
+          "'#000000' title 'lowest predicted loss on the plotted N range'";
+      law_note = fmt::format(
+          "dense law fitted on {} dense runs: E={:.3g}, A={:.3g}, B={:.3g}, "
+          "α={:.3f}, β={:.3f}",
+          r.fit.n_points, e, a, b, alpha, beta);
     } else {
       law_note = absl::StrCat("no dense law: ", dense.status().message());
       problems.push_back(absl::StrCat("loss_vs_flops: ", law_note));
@@ -392,8 +399,8 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
         options.holdout_largest = holdout;
         fit = FitNamedLaw(points, options);
         if (fit.ok()) break;
-        tried.push_back(absl::StrCat(law, holdout ? " with hold-out" : "", ": ",
-                                     fit.status().message()));
+        tried.push_back(
+            absl::StrCat(law, holdout ? " with hold-out" : "", ": ", fit.status().message()));
       }
       if (fit.ok()) break;
     }
@@ -421,34 +428,38 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
       data.close();
       std::set<std::string> fitted_configs;
       for (const LawPoint& p : r.points) fitted_configs.insert(ConfigLabel(*by_id.at(p.id)));
-      std::string plots = fmt::format("x with lines lw 1 lc rgb '#888888' title 'predicted = observed'");
+      std::string plots =
+          fmt::format("x with lines lw 1 lc rgb '#888888' title 'predicted = observed'");
       for (size_t k = 0; k < configs.size(); ++k) {
         if (fitted_configs.count(configs[k]) == 0) continue;
-        plots += fmt::format(", \\\n     'predicted.dat' using 1:(($3=={} && $4==0) ? $2 : 1/0) "
-                             "with points pt 7 ps 0.9 lc rgb '{}' title {}",
-                             k, kColours[k % kNumColours], Quote(configs[k] + " (fitted)"));
+        plots += fmt::format(
+            ", \\\n     'predicted.dat' using 1:(($3=={} && $4==0) ? $2 : 1/0) "
+            "with points pt 7 ps 0.9 lc rgb '{}' title {}",
+            k, kColours[k % kNumColours], Quote(configs[k] + " (fitted)"));
       }
       if (!r.holdout.empty()) {
-        plots += fmt::format(", \\\n     'predicted.dat' using 1:($4==1 ? $2 : 1/0) with points "
-                             "pt 4 ps 1.7 lw 2 lc rgb '#E41A1C' title {}",
-                             Quote(fmt::format("held out: scale {} (RMSE of log-loss {:.3f})",
-                                               r.holdout_scale, r.holdout_rmse)));
+        plots += fmt::format(
+            ", \\\n     'predicted.dat' using 1:($4==1 ? $2 : 1/0) with points "
+            "pt 4 ps 1.7 lw 2 lc rgb '#E41A1C' title {}",
+            Quote(fmt::format("held out: scale {} (RMSE of log-loss {:.3f})", r.holdout_scale,
+                              r.holdout_rmse)));
       }
       const double pad = 0.03 * (hi - lo);
       std::ofstream gp(plot.File("predicted_vs_observed.gp"));
       gp << plot.Header("predicted_vs_observed")
-         << fmt::format("set title {}\n",
-                        Quote(fmt::format(
-                            "Sweep {}: {} law ({}) fitted on {} runs{}\nin-sample RMSE of "
-                            "log-loss {:.3f}",
-                            o.sweep, r.law == "xmod" ? "X-MoD" : "dense", r.method,
-                            r.fit.n_points,
-                            r.holdout.empty() ? "" : ", largest scale " + r.holdout_scale + " held out",
-                            r.fit.rmse)))
+         << fmt::format(
+                "set title {}\n",
+                Quote(fmt::format(
+                    "Sweep {}: {} law ({}) fitted on {} runs{}\nin-sample RMSE of "
+                    "log-loss {:.3f}",
+                    o.sweep, r.law == "xmod" ? "X-MoD" : "dense", r.method, r.fit.n_points,
+                    r.holdout.empty() ? "" : ", largest scale " + r.holdout_scale + " held out",
+                    r.fit.rmse)))
          << "set xlabel 'observed final validation loss (nats per token)'\n"
             "set ylabel 'predicted final validation loss (nats per token)'\n"
-         << fmt::format("set xrange [{:.6g}:{:.6g}]\nset yrange [{:.6g}:{:.6g}]\nset size ratio -1\n",
-                        lo - pad, hi + pad, lo - pad, hi + pad)
+         << fmt::format(
+                "set xrange [{:.6g}:{:.6g}]\nset yrange [{:.6g}:{:.6g}]\nset size ratio -1\n",
+                lo - pad, hi + pad, lo - pad, hi + pad)
          << "set key title 'runs'\n"
          << "plot " << plots << "\n";
       gp.close();
@@ -506,12 +517,14 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
         }
         data << "\n\n";
         means << "\n\n";
-        const char* c = name.rfind("MoD baseline", 0) == 0 ? kColours[1] : kColours[(k + 3) % kNumColours];
-        plots += fmt::format("{}'relative.dat' index {} using 1:2 with points pt 7 ps 0.8 lc rgb "
-                             "'{}' title {}, \\\n     'relative_mean.dat' index {} using 1:2 with "
-                             "linespoints pt 9 ps 1.6 lw 2 lc rgb '{}' title {}",
-                             plots.empty() ? "" : ", \\\n     ", k, c,
-                             Quote(name + ": each run"), k, c, Quote(name + ": mean"));
+        const char* c =
+            name.rfind("MoD baseline", 0) == 0 ? kColours[1] : kColours[(k + 3) % kNumColours];
+        plots += fmt::format(
+            "{}'relative.dat' index {} using 1:2 with points pt 7 ps 0.8 lc rgb "
+            "'{}' title {}, \\\n     'relative_mean.dat' index {} using 1:2 with "
+            "linespoints pt 9 ps 1.6 lw 2 lc rgb '{}' title {}",
+            plots.empty() ? "" : ", \\\n     ", k, c, Quote(name + ": each run"), k, c,
+            Quote(name + ": mean"));
         ++k;
       }
       data.close();
@@ -540,8 +553,8 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
 
   for (const std::string& w : written) out << (plot.dir / w).string() << "\n";
   if (!problems.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "wrote ", written.size(), " of 4 plots; ", absl::StrJoin(problems, "; ")));
+    return absl::FailedPreconditionError(
+        absl::StrCat("wrote ", written.size(), " of 4 plots; ", absl::StrJoin(problems, "; ")));
   }
   return absl::OkStatus();
 }

@@ -12,8 +12,8 @@
 #include <thread>
 #include <tuple>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -60,18 +60,20 @@ absl::StatusOr<std::vector<std::optional<double>>> ResolveFixed(
     }
     if (index < 0) {
       std::vector<std::string> names(kReported, kReported + count);
-      return absl::InvalidArgumentError(absl::StrCat("--fix ", name, ": law ", law,
-                                                     " has no parameter '", name, "' (known: ",
-                                                     absl::StrJoin(names, ", "), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--fix ", name, ": law ", law, " has no parameter '", name,
+                       "' (known: ", absl::StrJoin(names, ", "), ")"));
     }
     if (!std::isfinite(value) || (LogScaled(index) && !(value > 0))) {
-      return absl::InvalidArgumentError(absl::StrCat("--fix ", name, "=", value, ": ",
-                                                     LogScaled(index) ? "must be positive" : "must be finite"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--fix ", name, "=", value, ": ",
+                       LogScaled(index) ? "must be positive" : "must be finite"));
     }
     const double raw = LogScaled(index) ? std::log(value) : value;
     if (raw < bounds[index].first || raw > bounds[index].second) {
-      return absl::InvalidArgumentError(absl::StrCat("--fix ", name, "=", value, ": outside the law's bounds [",
-                                                     bounds[index].first, ", ", bounds[index].second, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--fix ", name, "=", value, ": outside the law's bounds [",
+                       bounds[index].first, ", ", bounds[index].second, "]"));
     }
     out[index] = raw;
   }
@@ -127,8 +129,8 @@ std::vector<std::string> VanishedDenseTerms(const std::vector<double>& raw,
       const double terms[] = {raw[0] - raw[3] * std::log(x.n), raw[1] - raw[4] * std::log(x.d),
                               raw[2]};
       const double top = std::max({terms[0], terms[1], terms[2]});
-      const double total = std::exp(terms[0] - top) + std::exp(terms[1] - top) +
-                           std::exp(terms[2] - top);
+      const double total =
+          std::exp(terms[0] - top) + std::exp(terms[1] - top) + std::exp(terms[2] - top);
       largest = std::max(largest, std::exp(terms[t] - top) / total);
     }
     if (largest < 1e-3) out.push_back(absl::StrCat(names[t], "->0"));
@@ -156,8 +158,8 @@ FitSetup Starts(const std::vector<std::optional<double>>& fixed, const FitResult
   FitSetup setup;
   setup.fixed = fixed;
   if (previous == nullptr) return setup;  // the law's whole grid
-  setup.starts = previous->optima.empty() ? std::vector<std::vector<double>>{previous->raw}
-                                          : previous->optima;
+  setup.starts =
+      previous->optima.empty() ? std::vector<std::vector<double>>{previous->raw} : previous->optima;
   const std::vector<std::vector<double>> axes(grid.begin() + first, grid.begin() + first + count);
   for (const std::vector<double>& g : ThinnedGrid(axes)) {
     std::vector<double> start = prefix;
@@ -182,15 +184,16 @@ absl::Status FitDensePerContext(const std::vector<LawPoint>& dense, const Fixed&
     }
     ContextFit c;
     c.context = contexts[i];
-    absl::StatusOr<FitResult> r = FitLaw<DenseLaw>(
-        at, options,
-        Starts(fixed.dense, previous ? &previous->dense[i].fit : nullptr, DenseLaw::StartGrid(), 0,
-               DenseLaw::kParameters, {}));
+    absl::StatusOr<FitResult> r =
+        FitLaw<DenseLaw>(at, options,
+                         Starts(fixed.dense, previous ? &previous->dense[i].fit : nullptr,
+                                DenseLaw::StartGrid(), 0, DenseLaw::kParameters, {}));
     if (!r.ok()) {
       return absl::Status(r.status().code(),
-                          absl::StrCat(what, contexts.size() > 1 || contexts[i] > 0
-                                                 ? absl::StrCat("dense law at T = ", contexts[i])
-                                                 : std::string("dense law"),
+                          absl::StrCat(what,
+                                       contexts.size() > 1 || contexts[i] > 0
+                                           ? absl::StrCat("dense law at T = ", contexts[i])
+                                           : std::string("dense law"),
                                        " (", at.size(), " dense runs): ", r.status().message()));
     }
     c.fit = *std::move(r);
@@ -271,8 +274,8 @@ absl::StatusOr<Fitted> FitXMod(const std::vector<LawPoint>& points, bool joint, 
   RETURN_IF_ERROR(FitDensePerContext(dense, fixed, options, previous, "xmod law, stage 1, ", &out));
   if (joint && out.dense.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--joint: the dense reference is fitted per context and these runs span ",
-        out.dense.size(), " contexts; a joint fit shares one dense law (select one with --context T)"));
+        "--joint: the dense reference is fitted per context and these runs span ", out.dense.size(),
+        " contexts; a joint fit shares one dense law (select one with --context T)"));
   }
   // Stage 2: the five extras on the sparse runs, each against its context's dense law.
   absl::StatusOr<std::vector<LawPoint>> referenced = WithReferences(sparse, out.dense);
@@ -281,9 +284,9 @@ absl::StatusOr<Fitted> FitXMod(const std::vector<LawPoint>& points, bool joint, 
   std::vector<std::optional<double>> fixed2 = fixed.all;
   fixed2.resize(XModLaw::kParameters);
   for (int k = 0; k < XModLaw::kDenseParameters; ++k) fixed2[k] = first[k];
-  FitSetup setup2 = Starts(fixed2, previous ? &previous->extras : nullptr, XModLaw::StartGrid(),
-                           XModLaw::kDenseParameters,
-                           XModLaw::kParameters - XModLaw::kDenseParameters, first);
+  FitSetup setup2 =
+      Starts(fixed2, previous ? &previous->extras : nullptr, XModLaw::StartGrid(),
+             XModLaw::kDenseParameters, XModLaw::kParameters - XModLaw::kDenseParameters, first);
   absl::StatusOr<FitResult> stage2 = FitLaw<XModLaw>(*referenced, options, setup2);
   if (!stage2.ok()) {
     return absl::Status(stage2.status().code(),
@@ -328,9 +331,9 @@ absl::StatusOr<Fitted> FitXMod(const std::vector<LawPoint>& points, bool joint, 
   return out;
 }
 
-absl::StatusOr<Fitted> FitOnce(const std::vector<LawPoint>& points,
-                               const AnalysisOptions& options, const Fixed& fixed,
-                               const FitOptions& fit_options, const Fitted* previous) {
+absl::StatusOr<Fitted> FitOnce(const std::vector<LawPoint>& points, const AnalysisOptions& options,
+                               const Fixed& fixed, const FitOptions& fit_options,
+                               const Fitted* previous) {
   if (options.law == "dense") return FitDense(points, fixed, fit_options, previous);
   return FitXMod(points, options.joint, fixed, fit_options, previous);
 }
@@ -435,8 +438,9 @@ std::vector<std::string> KnownLaws() { return {"dense", "xmod"}; }
 
 std::vector<std::string> ScaleLabels(const std::vector<LawPoint>& points, std::string* largest) {
   std::vector<std::string> labels(points.size());
-  const bool named = !points.empty() && std::all_of(points.begin(), points.end(),
-                                                    [](const LawPoint& x) { return !x.scale.empty(); });
+  const bool named =
+      !points.empty() &&
+      std::all_of(points.begin(), points.end(), [](const LawPoint& x) { return !x.scale.empty(); });
   if (named) {
     for (size_t i = 0; i < points.size(); ++i) labels[i] = points[i].scale;
   } else {
@@ -523,14 +527,13 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   // Every point, held out or not, must be one the law can predict.
   for (const LawPoint& x : usable) {
     if (!x.Valid()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          x.id.empty() ? "a point" : x.id, ": not a valid run for law ", options.law, " (N ", x.n,
-          ", N_total ", x.NTotal(), ", D ", x.d, ", T ", x.context, ", capacity ", x.capacity,
-          ", loss ", x.loss, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(x.id.empty() ? "a point" : x.id, ": not a valid run for law ", options.law,
+                       " (N ", x.n, ", N_total ", x.NTotal(), ", D ", x.d, ", T ", x.context,
+                       ", capacity ", x.capacity, ", loss ", x.loss, ")"));
     }
   }
-  if (options.exclude_top_loss < 0 ||
-      options.exclude_top_loss >= static_cast<int>(usable.size())) {
+  if (options.exclude_top_loss < 0 || options.exclude_top_loss >= static_cast<int>(usable.size())) {
     return absl::InvalidArgumentError(absl::StrCat("--exclude-top-loss ", options.exclude_top_loss,
                                                    ": out of range for the ", usable.size(),
                                                    " points law ", options.law, " reads"));
@@ -614,12 +617,14 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
     // The dense parameters' flags are per context; the extras' are the law's own.
     std::vector<std::string> extras;
     for (const std::string& name : report.on_bound) {
-      if (std::find(kReported, kReported + DenseLaw::kParameters, name) == kReported + DenseLaw::kParameters) {
+      if (std::find(kReported, kReported + DenseLaw::kParameters, name) ==
+          kReported + DenseLaw::kParameters) {
         extras.push_back(name);
       }
     }
     for (const ContextFit& c : report.dense) {
-      for (const std::string& name : c.on_bound) extras.push_back(absl::StrCat(name, "@T=", c.context));
+      for (const std::string& name : c.on_bound)
+        extras.push_back(absl::StrCat(name, "@T=", c.context));
     }
     report.on_bound = extras;
   }
@@ -646,7 +651,8 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
     // generator, so the intervals do not depend on the thread count.
     const auto strata = Strata(fit_points);
     report.bootstrap_clusters = 0;
-    for (const auto& stratum : strata) report.bootstrap_clusters += static_cast<int>(stratum.size());
+    for (const auto& stratum : strata)
+      report.bootstrap_clusters += static_cast<int>(stratum.size());
     struct Draw {
       std::map<std::string, double> params;
       std::vector<std::map<std::string, double>> dense;
@@ -672,9 +678,10 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
       }
     };
     const int threads = std::max(
-        1, std::min(options.bootstrap, options.fit.threads > 0
-                                           ? options.fit.threads
-                                           : static_cast<int>(std::thread::hardware_concurrency())));
+        1,
+        std::min(options.bootstrap, options.fit.threads > 0
+                                        ? options.fit.threads
+                                        : static_cast<int>(std::thread::hardware_concurrency())));
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) pool.emplace_back(work);
     for (auto& t : pool) t.join();
@@ -700,11 +707,12 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
       report.bootstrap_failure = absl::StrCat(commonest->first, " (", commonest->second, ")");
     }
     if (report.bootstrap_used < 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--bootstrap: only ", report.bootstrap_used, " of ", options.bootstrap,
-          " resamples could be fitted; the data are too few for intervals",
-          report.bootstrap_failure.empty() ? "" : absl::StrCat("; commonest failure: ",
-                                                               report.bootstrap_failure)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--bootstrap: only ", report.bootstrap_used, " of ", options.bootstrap,
+                       " resamples could be fitted; the data are too few for intervals",
+                       report.bootstrap_failure.empty()
+                           ? ""
+                           : absl::StrCat("; commonest failure: ", report.bootstrap_failure)));
     }
     const double tail = (1.0 - options.confidence) / 2.0;
     for (const auto& [name, v] : values) {
@@ -749,9 +757,8 @@ absl::StatusOr<std::vector<LawPoint>> ReadChinchillaReference(const std::string&
     for (int k = 0; k < 3; ++k) {
       if (columns[k] >= f.size() || !absl::SimpleAtod(f[columns[k]], &values[k]) ||
           !(values[k] > 0) || !std::isfinite(values[k])) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": ",
-                                                       header[columns[k]],
-                                                       ": not a positive number"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ":", number, ": ", header[columns[k]], ": not a positive number"));
       }
     }
     points.push_back(DensePoint(values[0], values[1] / (6.0 * values[0]), values[2]));
@@ -794,23 +801,22 @@ nlohmann::json ReportJson(const LawReport& report) {
   if (!report.intervals.empty()) {
     j["intervals"] = intervals_json(report.intervals);
     const int total = report.bootstrap_used + report.bootstrap_failed;
-    j["bootstrap"] = {{"used", report.bootstrap_used},
-                      {"failed", report.bootstrap_failed},
-                      {"commonest_failure", report.bootstrap_failure},
-                      {"failed_share", total > 0 ? static_cast<double>(report.bootstrap_failed) / total : 0.0},
-                      {"clusters", report.bootstrap_clusters},
-                      {"resampling", "configurations with replacement (replicates together), "
-                                     "dense and sparse separately"},
-                      {"starts", "the full fit's optima and every third value of each grid axis"}};
+    j["bootstrap"] = {
+        {"used", report.bootstrap_used},
+        {"failed", report.bootstrap_failed},
+        {"commonest_failure", report.bootstrap_failure},
+        {"failed_share", total > 0 ? static_cast<double>(report.bootstrap_failed) / total : 0.0},
+        {"clusters", report.bootstrap_clusters},
+        {"resampling",
+         "configurations with replacement (replicates together), "
+         "dense and sparse separately"},
+        {"starts", "the full fit's optima and every third value of each grid axis"}};
   }
   nlohmann::json dense = nlohmann::json::array();
   for (const ContextFit& c : report.dense) {
-    nlohmann::json row = {{"context", c.context},
-                          {"params", c.fit.params},
-                          {"objective", c.fit.objective},
-                          {"rmse", c.fit.rmse},
-                          {"n_points", c.fit.n_points},
-                          {"converged", c.fit.converged},
+    nlohmann::json row = {{"context", c.context},         {"params", c.fit.params},
+                          {"objective", c.fit.objective}, {"rmse", c.fit.rmse},
+                          {"n_points", c.fit.n_points},   {"converged", c.fit.converged},
                           {"on_bound", c.on_bound}};
     if (!c.intervals.empty()) row["intervals"] = intervals_json(c.intervals);
     dense.push_back(row);
@@ -836,7 +842,8 @@ nlohmann::json ReportJson(const LawReport& report) {
                       {"observed", h.point.loss},
                       {"predicted", h.predicted}});
     }
-    j["holdout"] = {{"scale", report.holdout_scale}, {"rmse", report.holdout_rmse}, {"points", rows}};
+    j["holdout"] = {
+        {"scale", report.holdout_scale}, {"rmse", report.holdout_rmse}, {"points", rows}};
   }
   return j;
 }

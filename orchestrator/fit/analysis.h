@@ -6,10 +6,9 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "orchestrator/fit/fitter.h"
@@ -24,9 +23,9 @@ struct AnalysisOptions {
   // Frozen parameters by their reported names (E, A, B, alpha, beta, eta, c_T,
   // beta_T, c_s, psi), in reported units (E, A, B as losses, not logs).
   std::map<std::string, double> fixed;
-  int bootstrap = 0;          // resamples for percentile intervals (0: none)
-  uint64_t seed = 0;          // of the resampling
-  double confidence = 0.95;   // interval coverage
+  int bootstrap = 0;         // resamples for percentile intervals (0: none)
+  uint64_t seed = 0;         // of the resampling
+  double confidence = 0.95;  // interval coverage
   bool holdout_largest = false;
   int exclude_top_loss = 0;  // drop the K highest-loss points the law reads
   FitOptions fit;
@@ -52,11 +51,11 @@ struct ContextFit {
 
 // How noisy the fitted losses are, next to which a law's errors are read.
 struct NoiseSummary {
-  int configurations = 0;   // distinct configurations among the fitted points
-  int replicated = 0;       // of them, with two or more seeds
-  double seed_sd = 0.0;     // median over replicated configurations of sd/mean (relative)
-  int with_se = 0;          // points whose evaluation standard error is known
-  double eval_se = 0.0;     // median of se/loss over those points (relative)
+  int configurations = 0;  // distinct configurations among the fitted points
+  int replicated = 0;      // of them, with two or more seeds
+  double seed_sd = 0.0;    // median over replicated configurations of sd/mean (relative)
+  int with_se = 0;         // points whose evaluation standard error is known
+  double eval_se = 0.0;    // median of se/loss over those points (relative)
 };
 
 struct LawReport {
@@ -71,14 +70,14 @@ struct LawReport {
   // xmod: the dense law on the dense runs (first context), then the extras on the
   // sparse runs.
   std::vector<FitResult> stages;
-  std::vector<LawPoint> points;  // the points fitted (hold-out excluded)
+  std::vector<LawPoint> points;               // the points fitted (hold-out excluded)
   std::map<std::string, Interval> intervals;  // per reported parameter (extras for xmod)
-  std::vector<std::string> on_bound;           // reported parameters on a bound
-  std::vector<std::string> fixed;              // reported parameters frozen by --fix
-  int bootstrap_used = 0;   // resamples that gave a fit
-  int bootstrap_failed = 0;  // resamples that were degenerate or did not fit
+  std::vector<std::string> on_bound;          // reported parameters on a bound
+  std::vector<std::string> fixed;             // reported parameters frozen by --fix
+  int bootstrap_used = 0;                     // resamples that gave a fit
+  int bootstrap_failed = 0;                   // resamples that were degenerate or did not fit
   std::string bootstrap_failure;  // the commonest reason a resample failed, with its count
-  int bootstrap_clusters = 0;  // configurations resampled (replicates move together)
+  int bootstrap_clusters = 0;     // configurations resampled (replicates move together)
   NoiseSummary noise;
   std::string holdout_scale;
   std::vector<HoldoutPoint> holdout;

@@ -23,8 +23,11 @@ struct DenseLaw {
   static std::vector<std::string> ParameterNames() { return {"a", "b", "e", "alpha", "beta"}; }
   // Epoch AI's grid for the Chinchilla refit: 6 x 6 x 6 x 5 x 5 = 5,400 starts.
   static std::vector<std::vector<double>> StartGrid() {
-    return {{0, 5, 10, 15, 20, 25}, {0, 5, 10, 15, 20, 25}, {-1, -0.5, 0, 0.5, 1, 1.5},
-            {0, 0.5, 1, 1.5, 2}, {0, 0.5, 1, 1.5, 2}};
+    return {{0, 5, 10, 15, 20, 25},
+            {0, 5, 10, 15, 20, 25},
+            {-1, -0.5, 0, 0.5, 1, 1.5},
+            {0, 0.5, 1, 1.5, 2},
+            {0, 0.5, 1, 1.5, 2}};
   }
   // Exponents stay non-negative: a negative one turns a decaying term into a
   // growing one and lets a fit chase noise (no bound on a, b, e).
@@ -38,8 +41,11 @@ struct DenseLaw {
     return LogSumExp3(p[0] - p[3] * log(x.n), p[1] - p[4] * log(x.d), p[2]);
   }
   static std::map<std::string, double> Report(const double* p) {
-    return {{"E", std::exp(p[2])}, {"A", std::exp(p[0])}, {"B", std::exp(p[1])},
-            {"alpha", p[3]}, {"beta", p[4]}};
+    return {{"E", std::exp(p[2])},
+            {"A", std::exp(p[0])},
+            {"B", std::exp(p[1])},
+            {"alpha", p[3]},
+            {"beta", p[4]}};
   }
   static std::vector<double> Inputs(const LawPoint& x) { return {x.n, x.d}; }
   // With one N (or one D) the A (B) term and E cannot be told apart.

@@ -44,7 +44,7 @@ namespace xmod {
 
 struct FitOptions {
   double huber_delta = 1e-3;
-  int threads = 0;  // starts solved in parallel; 0: hardware concurrency
+  int threads = 0;            // starts solved in parallel; 0: hardware concurrency
   int scout_iterations = 10;  // iterations every start gets
   int polish = 64;            // best scouted starts solved to convergence
 };
@@ -62,8 +62,8 @@ struct FitResult {
   std::string law;
   std::map<std::string, double> params;  // the law's reported parameters
   std::vector<double> raw;               // the fitted internal parameters
-  double objective = 0.0;  // summed Huber loss of log-loss residuals
-  double rmse = 0.0;       // root mean square of log-loss residuals
+  double objective = 0.0;                // summed Huber loss of log-loss residuals
+  double rmse = 0.0;                     // root mean square of log-loss residuals
   int n_points = 0;
   int starts = 0;          // starts tried
   bool converged = false;  // whether the best start's solve reported convergence
@@ -91,8 +91,7 @@ namespace fit_internal {
 
 template <typename Law>
 struct HuberResiduals {
-  HuberResiduals(const std::vector<LawPoint>* points, double delta)
-      : points(points), delta(delta) {
+  HuberResiduals(const std::vector<LawPoint>* points, double delta) : points(points), delta(delta) {
     for (const LawPoint& x : *points) log_loss.push_back(std::log(x.loss));
   }
   template <typename T>
@@ -131,10 +130,10 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
   }
   for (const LawPoint& x : points) {
     if (!x.Valid()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          x.id.empty() ? "a point" : x.id, ": not a valid run for law ", Law::Name(), " (N ", x.n,
-          ", N_total ", x.NTotal(), ", D ", x.d, ", T ", x.context, ", capacity ", x.capacity,
-          ", loss ", x.loss, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(x.id.empty() ? "a point" : x.id, ": not a valid run for law ", Law::Name(),
+                       " (N ", x.n, ", N_total ", x.NTotal(), ", D ", x.d, ", T ", x.context,
+                       ", capacity ", x.capacity, ", loss ", x.loss, ")"));
     }
   }
   if (absl::Status s = Law::CheckPoints(points); !s.ok()) return s;
@@ -193,8 +192,10 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
               residuals, static_cast<int>(points.size())),
           nullptr, p.data());
       for (int k = 0; k < kP; ++k) {
-        if (std::isfinite(bounds[k].first)) problem.SetParameterLowerBound(p.data(), k, bounds[k].first);
-        if (std::isfinite(bounds[k].second)) problem.SetParameterUpperBound(p.data(), k, bounds[k].second);
+        if (std::isfinite(bounds[k].first))
+          problem.SetParameterLowerBound(p.data(), k, bounds[k].first);
+        if (std::isfinite(bounds[k].second))
+          problem.SetParameterUpperBound(p.data(), k, bounds[k].second);
       }
       if (!frozen.empty()) problem.SetManifold(p.data(), new ceres::SubsetManifold(kP, frozen));
       ceres::Solver::Options solver;
@@ -214,7 +215,8 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
         const double objective = LawObjective<Law>(p.data(), points, options.huber_delta, &o.rmse);
         o.p = p;
         o.converged = summary.termination_type == ceres::CONVERGENCE;
-        o.objective = std::isfinite(objective) ? objective : std::numeric_limits<double>::infinity();
+        o.objective =
+            std::isfinite(objective) ? objective : std::numeric_limits<double>::infinity();
       }
     };
     const int threads = std::min<int>(
@@ -251,13 +253,15 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
   std::vector<Outcome> scouted(starts.size());
   std::vector<std::array<double, kP>> leaders;
   if (scout) {
-    run(starts.size(), options.scout_iterations, 1e-7, [&](size_t i) { return starts[i]; },
+    run(
+        starts.size(), options.scout_iterations, 1e-7, [&](size_t i) { return starts[i]; },
         &scouted);
     for (size_t i : ranked(scouted)) {
       if (static_cast<int>(leaders.size()) >= options.polish) break;
       const Outcome& o = scouted[i];
       if (!std::isfinite(o.objective)) break;  // the rest gave no finite loss either
-      if (std::none_of(leaders.begin(), leaders.end(), [&](const auto& q) { return same(q, o.p); })) {
+      if (std::none_of(leaders.begin(), leaders.end(),
+                       [&](const auto& q) { return same(q, o.p); })) {
         leaders.push_back(o.p);
       }
     }
@@ -266,7 +270,8 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
   }
   // Polish: tight tolerances, many iterations.
   std::vector<Outcome> outcomes(leaders.size());
-  run(leaders.size(), 500, 1e-12, [&](size_t i) { return leaders[i]; }, &outcomes);
+  run(
+      leaders.size(), 500, 1e-12, [&](size_t i) { return leaders[i]; }, &outcomes);
 
   const std::vector<size_t> order = ranked(outcomes);
   if (order.empty() || !std::isfinite(outcomes[order[0]].objective)) {

@@ -1,7 +1,4 @@
-#include "orchestrator/fit/analysis.h"
-#include "orchestrator/fit/dense_law.h"
 #include "orchestrator/fit/fitter.h"
-#include "orchestrator/fit/xmod_law.h"
 
 #include <gtest/gtest.h>
 
@@ -10,12 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-
 #include "common/accounting.h"
+#include "orchestrator/fit/analysis.h"
+#include "orchestrator/fit/dense_law.h"
+#include "orchestrator/fit/xmod_law.h"
 
 namespace xmod {
 namespace {
@@ -25,7 +23,8 @@ namespace {
 // objective 0.0010183.
 TEST(DenseLaw, ReproducesEpochsChinchillaRefit) {
   // tests/data holds the reference file, so this runs on any clone.
-  const std::string path = std::string(XMOD_SOURCE_DIR) + "/tests/data/chinchilla_svg_extracted.csv";
+  const std::string path =
+      std::string(XMOD_SOURCE_DIR) + "/tests/data/chinchilla_svg_extracted.csv";
   auto loaded = ReadChinchillaReference(path, 5);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const std::vector<LawPoint>& points = *loaded;
@@ -35,11 +34,11 @@ TEST(DenseLaw, ReproducesEpochsChinchillaRefit) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(fit.ok()) << fit.status();
-  std::printf("chinchilla: E %.5f A %.2f B %.1f alpha %.5f beta %.5f objective %.7f rmse %.5f "
-              "(%d starts, %.2f s)\n",
-              fit->params.at("E"), fit->params.at("A"), fit->params.at("B"),
-              fit->params.at("alpha"), fit->params.at("beta"), fit->objective, fit->rmse,
-              fit->starts, seconds);
+  std::printf(
+      "chinchilla: E %.5f A %.2f B %.1f alpha %.5f beta %.5f objective %.7f rmse %.5f "
+      "(%d starts, %.2f s)\n",
+      fit->params.at("E"), fit->params.at("A"), fit->params.at("B"), fit->params.at("alpha"),
+      fit->params.at("beta"), fit->objective, fit->rmse, fit->starts, seconds);
   EXPECT_NEAR(fit->params.at("E"), 1.8172, 0.002 * 1.8172);
   EXPECT_NEAR(fit->params.at("alpha"), 0.34731, 0.005 * 0.34731);
   EXPECT_NEAR(fit->params.at("beta"), 0.36716, 0.005 * 0.36716);
@@ -53,7 +52,8 @@ TEST(DenseLaw, RecoversKnownParametersFromNoiselessPoints) {
   for (double n : {1e6, 1e7, 1e8, 1e9, 1e10}) {
     for (double r : {5.0, 20.0, 80.0}) {
       const double d = r * n;
-      points.push_back(DensePoint(n, d, 1.7 + 400.0 / std::pow(n, 0.33) + 900.0 / std::pow(d, 0.3)));
+      points.push_back(
+          DensePoint(n, d, 1.7 + 400.0 / std::pow(n, 0.33) + 900.0 / std::pow(d, 0.3)));
     }
   }
   auto fit = FitLaw<DenseLaw>(points);
@@ -99,10 +99,12 @@ TEST(DenseLaw, AVanishedIrreducibleLossIsFlagged) {
 }
 
 TEST(DenseLaw, TooFewOrDegeneratePointsAreClearErrors) {
-  EXPECT_EQ(FitLaw<DenseLaw>({DensePoint(1e6, 1e8, 3.0), DensePoint(2e6, 2e8, 2.9)}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      FitLaw<DenseLaw>({DensePoint(1e6, 1e8, 3.0), DensePoint(2e6, 2e8, 2.9)}).status().code(),
+      absl::StatusCode::kInvalidArgument);
   std::vector<LawPoint> one_scale;
-  for (double d : {1e8, 2e8, 4e8, 8e8, 1.6e9, 3.2e9}) one_scale.push_back(DensePoint(1e6, d, 3.0 - d * 1e-10));
+  for (double d : {1e8, 2e8, 4e8, 8e8, 1.6e9, 3.2e9})
+    one_scale.push_back(DensePoint(1e6, d, 3.0 - d * 1e-10));
   auto fit = FitLaw<DenseLaw>(one_scale);
   EXPECT_EQ(fit.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(fit.status().message()).find("degenerate"), std::string::npos);
@@ -144,8 +146,11 @@ std::vector<LawPoint> SyntheticXModSweep(uint64_t seed, double noise = 0.005,
     const char* name;
     int64_t d, heads, layers;
   };
-  const Scale scales[] = {{"s1", 256, 4, 4}, {"s2", 384, 6, 6}, {"s3", 512, 8, 8},
-                          {"s4", 768, 12, 12}, {"s5", 1024, 16, 16}};
+  const Scale scales[] = {{"s1", 256, 4, 4},
+                          {"s2", 384, 6, 6},
+                          {"s3", 512, 8, 8},
+                          {"s4", 768, 12, 12},
+                          {"s5", 1024, 16, 16}};
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   const std::vector<double> truth = TrueXModParameters();
@@ -208,10 +213,10 @@ TEST(XModLaw, NoiselessPointsGiveTheParametersBack) {
   }
   EXPECT_EQ(fit->method, "two-stage");
   ASSERT_EQ(fit->stages.size(), 2u);
-  ASSERT_EQ(fit->dense.size(), 3u);                    // one dense law per context
+  ASSERT_EQ(fit->dense.size(), 3u);  // one dense law per context
   for (const ContextFit& c : fit->dense) EXPECT_EQ(c.fit.n_points, 5 * 3);
-  EXPECT_EQ(fit->stages[0].n_points, 5 * 3);           // the first context's dense runs
-  EXPECT_EQ(fit->stages[1].n_points, 5 * 3 * 3 * 9);   // sparse runs
+  EXPECT_EQ(fit->stages[0].n_points, 5 * 3);          // the first context's dense runs
+  EXPECT_EQ(fit->stages[1].n_points, 5 * 3 * 3 * 9);  // sparse runs
   EXPECT_EQ(fit->stages[1].starts, 405);
   EXPECT_LT(fit->fit.rmse, 1e-6);
 }
@@ -242,10 +247,11 @@ TEST(XModLaw, RecoversParametersFromNoisyPointsAndPredictsTheHeldOutScale) {
   EXPECT_EQ(held->holdout.size(), 3u * 3u * 10u);
   EXPECT_EQ(held->points.size(), points.size() - held->holdout.size());
   EXPECT_LT(held->holdout_rmse, 0.01);
-  std::printf("xmod recovery: eta %.4f c_T %.4f beta_T %.4f c_s %.4f psi %.4f; "
-              "held-out s5 RMSE %.5f (%.2f s, %.2f s)\n",
-              p.at("eta"), p.at("c_T"), p.at("beta_T"), p.at("c_s"), p.at("psi"),
-              held->holdout_rmse, fit->seconds, held->seconds);
+  std::printf(
+      "xmod recovery: eta %.4f c_T %.4f beta_T %.4f c_s %.4f psi %.4f; "
+      "held-out s5 RMSE %.5f (%.2f s, %.2f s)\n",
+      p.at("eta"), p.at("c_T"), p.at("beta_T"), p.at("c_s"), p.at("psi"), held->holdout_rmse,
+      fit->seconds, held->seconds);
 }
 
 // The dense loss depends on the context (E moves by 0.3 nats from T = 256 to
@@ -315,8 +321,9 @@ TEST(Bootstrap, ReplicatesMoveTogetherAndTheSeedSpreadIsReported) {
     for (double r : {5.0, 20.0, 80.0}) {
       for (int seed = 0; seed < 2; ++seed) {
         const double d = r * n;
-        LawPoint x = DensePoint(n, d, (1.8 + 400 / std::pow(n, 0.34) + 400 / std::pow(d, 0.28)) *
-                                          (1.0 + 0.01 * normal(rng)));
+        LawPoint x = DensePoint(
+            n, d,
+            (1.8 + 400 / std::pow(n, 0.34) + 400 / std::pow(d, 0.28)) * (1.0 + 0.01 * normal(rng)));
         x.config = absl::StrCat(n, "/", r);
         x.se = 0.002 * x.loss;
         points.push_back(x);
@@ -397,9 +404,8 @@ TEST(Bootstrap, IntervalsAreSeededAndIndependentOfThreads) {
   auto exact = FitNamedLaw(SyntheticXModSweep(11, 0.0), options);
   ASSERT_TRUE(exact.ok()) << exact.status();
   EXPECT_LT(exact->intervals.at("eta").high - exact->intervals.at("eta").low, 1e-3);
-  std::printf("bootstrap: eta %.4f [%.4f, %.4f], noiseless width %.2g\n",
-              one->fit.params.at("eta"), one->intervals.at("eta").low,
-              one->intervals.at("eta").high,
+  std::printf("bootstrap: eta %.4f [%.4f, %.4f], noiseless width %.2g\n", one->fit.params.at("eta"),
+              one->intervals.at("eta").low, one->intervals.at("eta").high,
               exact->intervals.at("eta").high - exact->intervals.at("eta").low);
 }
 
@@ -413,8 +419,7 @@ TEST(XModLaw, DegenerateDataAndBadOptionsAreClearErrors) {
   auto fit = FitNamedLaw(one_stride, XModOptions());
   ASSERT_FALSE(fit.ok());
   EXPECT_EQ(fit.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(std::string(fit.status().message()).find("stage 2"), std::string::npos)
-      << fit.status();
+  EXPECT_NE(std::string(fit.status().message()).find("stage 2"), std::string::npos) << fit.status();
   // Only dense runs.
   std::vector<LawPoint> dense;
   for (const LawPoint& x : points) {

@@ -70,13 +70,14 @@ struct XModLaw {
     T log_dense;
     if (x.has_reference) {
       const double* q = x.reference;
-      log_dense = LogSumExp3(T(q[0]) - T(q[3]) * log_n_eff, T(q[1] - q[4] * std::log(x.d)), T(q[2]));
+      log_dense =
+          LogSumExp3(T(q[0]) - T(q[3]) * log_n_eff, T(q[1] - q[4] * std::log(x.d)), T(q[2]));
     } else {
       log_dense = LogSumExp3(p[0] - p[3] * log_n_eff, p[1] - p[4] * std::log(x.d), p[2]);
     }
     const double s = x.stride, rho = x.capacity, t = x.context;
-    const T ctx = p[6] * x.RoutedFraction() *
-                  (exp(-p[7] * std::log(rho * t)) - exp(-p[7] * std::log(t)));
+    const T ctx =
+        p[6] * x.RoutedFraction() * (exp(-p[7] * std::log(rho * t)) - exp(-p[7] * std::log(t)));
     const T anc = p[8] * (1.0 - rho) * exp(p[9] * std::log(s - 1.0));
     return log(exp(log_dense) + ctx + anc);  // NaN when the corrections drive it below 0
   }
@@ -105,8 +106,9 @@ struct XModLaw {
       if (x.NTotal() != x.n) bigger_backbone = true;
     }
     if (strides.empty()) {
-      return absl::InvalidArgumentError("degenerate data: the xmod law needs sparse runs "
-                                        "(stride > 1, capacity < 1); none were given");
+      return absl::InvalidArgumentError(
+          "degenerate data: the xmod law needs sparse runs "
+          "(stride > 1, capacity < 1); none were given");
     }
     if (strides.size() < 2 || contexts.size() < 2 || !bigger_backbone) {
       return absl::InvalidArgumentError(

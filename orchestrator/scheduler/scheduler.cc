@@ -24,7 +24,8 @@ absl::StatusOr<std::string> Scheduler::RegisterWorker(const std::string& host, i
                                                       const std::string& name) {
   if (host.empty()) return absl::InvalidArgumentError("RegisterWorker: host is empty");
   if (ranks < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("RegisterWorker: ranks must be >= 1, got ", ranks));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RegisterWorker: ranks must be >= 1, got ", ranks));
   }
   // Unique across restarts: host, label, time and a process-wide counter, hashed.
   static const uint64_t salt = std::random_device{}();
@@ -66,7 +67,9 @@ absl::StatusOr<LeaseOutcome> Scheduler::Lease(const std::string& worker_id) {
   return outcome;
 }
 
-absl::StatusOr<HeartbeatAction> Scheduler::Heartbeat(const std::string& worker_id,
+// The fencing token alone identifies the lease holder; the worker id is carried
+// for the logs of the RPC layer, not trusted here.
+absl::StatusOr<HeartbeatAction> Scheduler::Heartbeat([[maybe_unused]] const std::string& worker_id,
                                                      const std::string& job_id, int64_t token,
                                                      int64_t step) {
   if (step < 0) {
@@ -91,8 +94,8 @@ absl::Status Scheduler::ReportMetrics(const std::string& job_id, int64_t token,
   for (const ReportedMetric& m : metrics) {
     if (m.name.empty()) return absl::InvalidArgumentError("ReportMetrics: a metric has no name");
     if (m.step < 0 || m.tokens < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("ReportMetrics: metric '", m.name,
-                                                     "' has a negative step or token count"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("ReportMetrics: metric '", m.name, "' has a negative step or token count"));
     }
     if (!std::isfinite(m.value) || !std::isfinite(m.flops)) {
       return absl::InvalidArgumentError(
@@ -116,8 +119,8 @@ absl::Status Scheduler::Complete(const std::string& job_id, int64_t token) {
       .status();
 }
 
-absl::StatusOr<JobState> Scheduler::Fail(const std::string& job_id, int64_t token,
-                                         AttemptEnd end, const std::string& message) {
+absl::StatusOr<JobState> Scheduler::Fail(const std::string& job_id, int64_t token, AttemptEnd end,
+                                         const std::string& message) {
   if (end == AttemptEnd::kSucceeded) {
     return absl::InvalidArgumentError("FailJob: use CompleteJob for a finished job");
   }

@@ -60,9 +60,8 @@ class Scheduler {
   // unregistered worker.
   absl::StatusOr<LeaseOutcome> Lease(const std::string& worker_id);
 
-  absl::StatusOr<HeartbeatAction> Heartbeat(const std::string& worker_id,
-                                            const std::string& job_id, int64_t token,
-                                            int64_t step);
+  absl::StatusOr<HeartbeatAction> Heartbeat(const std::string& worker_id, const std::string& job_id,
+                                            int64_t token, int64_t step);
 
   // INVALID_ARGUMENT: empty or oversized batch, a negative step, a non-finite
   // value (a divergence must be reported with Fail), an empty name.

@@ -49,7 +49,8 @@ class SchedulerTest : public ::testing::Test {
 
   std::vector<ReportedMetric> Losses(int64_t from, int64_t to) {
     std::vector<ReportedMetric> m;
-    for (int64_t s = from; s <= to; ++s) m.push_back({"train_loss", s, 5.0 - 0.1 * s, s * 100, s * 1e6});
+    for (int64_t s = from; s <= to; ++s)
+      m.push_back({"train_loss", s, 5.0 - 0.1 * s, s * 100, s * 1e6});
     return m;
   }
 
@@ -122,8 +123,9 @@ TEST_F(SchedulerTest, PreemptionDoesNotUseUpAnAttempt) {
   for (int i = 0; i < 5; ++i) {  // more preemptions than max_attempts
     const LeaseGrant g = Lease();
     id = g.job_id;
-    EXPECT_EQ(scheduler_->Fail(g.job_id, g.fencing_token, AttemptEnd::kPreempted, "SIGTERM").value(),
-              JobState::kPending);
+    EXPECT_EQ(
+        scheduler_->Fail(g.job_id, g.fencing_token, AttemptEnd::kPreempted, "SIGTERM").value(),
+        JobState::kPending);
   }
   const LeaseGrant g = Lease();
   EXPECT_EQ(g.job_id, id);
@@ -152,7 +154,8 @@ TEST_F(SchedulerTest, EveryWriteWithAStaleTokenIsRefusedAndChangesNothing) {
   expect_stale(scheduler_->ReportMetrics(old.job_id, old.fencing_token, Losses(3, 4)));
   expect_stale(scheduler_->ReportCheckpoint(old.job_id, old.fencing_token, 4, "/x", "c"));
   expect_stale(scheduler_->Complete(old.job_id, old.fencing_token));
-  expect_stale(scheduler_->Fail(old.job_id, old.fencing_token, AttemptEnd::kFatalError, "x").status());
+  expect_stale(
+      scheduler_->Fail(old.job_id, old.fencing_token, AttemptEnd::kFatalError, "x").status());
   EXPECT_EQ(MetricRows(old.job_id), 0);  // trimmed by the new lease, nothing re-added
   EXPECT_EQ(State(old.job_id), JobState::kLeased);
   EXPECT_TRUE(store_->Query("SELECT * FROM checkpoints").value().rows.empty());
@@ -165,10 +168,13 @@ TEST_F(SchedulerTest, EveryWriteWithAStaleTokenIsRefusedAndChangesNothing) {
 TEST_F(SchedulerTest, ResumingFromACheckpointDropsLaterRowsInTheLeaseTransaction) {
   const LeaseGrant first = Lease();
   ASSERT_TRUE(scheduler_->ReportMetrics(first.job_id, first.fencing_token, Losses(1, 8)).ok());
-  ASSERT_TRUE(scheduler_->ReportCheckpoint(first.job_id, first.fencing_token, 5, "/runs/ck5", "c").ok());
+  ASSERT_TRUE(
+      scheduler_->ReportCheckpoint(first.job_id, first.fencing_token, 5, "/runs/ck5", "c").ok());
   EXPECT_EQ(MetricRows(first.job_id), 8);
-  ASSERT_EQ(scheduler_->Fail(first.job_id, first.fencing_token, AttemptEnd::kRetryableError, "crash").value(),
-            JobState::kPending);
+  ASSERT_EQ(
+      scheduler_->Fail(first.job_id, first.fencing_token, AttemptEnd::kRetryableError, "crash")
+          .value(),
+      JobState::kPending);
   const LeaseGrant second = Lease();
   ASSERT_EQ(second.job_id, first.job_id);
   EXPECT_EQ(second.resume_step, 5);
@@ -185,7 +191,8 @@ TEST_F(SchedulerTest, ABatchSentAgainAfterALostReplyIsAcceptedOnce) {
   EXPECT_TRUE(scheduler_->ReportMetrics(g.job_id, g.fencing_token, Losses(1, 5)).ok());
   EXPECT_EQ(MetricRows(g.job_id), 5);
   // A step below the floor that was never stored is still out of order.
-  std::vector<ReportedMetric> gap = {{"val_loss", 3, 1.0, 300, 3e6}, {"val_loss", 5, 1.0, 500, 5e6}};
+  std::vector<ReportedMetric> gap = {{"val_loss", 3, 1.0, 300, 3e6},
+                                     {"val_loss", 5, 1.0, 500, 5e6}};
   ASSERT_TRUE(scheduler_->ReportMetrics(g.job_id, g.fencing_token, {gap[1]}).ok());
   EXPECT_EQ(scheduler_->ReportMetrics(g.job_id, g.fencing_token, {gap[0]}).code(),
             absl::StatusCode::kInvalidArgument);
@@ -258,7 +265,8 @@ TEST_F(SchedulerTest, TheCoordinatorSaysDoneOnlyWhenNothingIsPendingOrRunning) {
   auto idle = scheduler_->Lease(worker_).value();
   EXPECT_FALSE(idle.grant.has_value());
   EXPECT_FALSE(idle.done);  // eight jobs still running
-  for (const LeaseGrant& g : grants) ASSERT_TRUE(scheduler_->Complete(g.job_id, g.fencing_token).ok());
+  for (const LeaseGrant& g : grants)
+    ASSERT_TRUE(scheduler_->Complete(g.job_id, g.fencing_token).ok());
   EXPECT_TRUE(scheduler_->Lease(worker_).value().done);
 }
 

@@ -33,8 +33,8 @@ absl::StatusOr<SubmitResult> RemoteCoordinator::Submit(const std::string& yaml,
   req.set_spec_yaml(yaml);
   req.set_source(source);
   pb::SubmitSweepResponse resp;
-  RETURN_IF_ERROR(FromGrpc(impl_->stub->SubmitSweep(MakeContext(impl_->token, 60).get(), req, &resp),
-                           "SubmitSweep"));
+  RETURN_IF_ERROR(FromGrpc(
+      impl_->stub->SubmitSweep(MakeContext(impl_->token, 60).get(), req, &resp), "SubmitSweep"));
   SubmitResult r;
   r.jobs_in_spec = resp.jobs_in_spec();
   r.new_jobs = resp.new_jobs();
@@ -53,9 +53,9 @@ absl::StatusOr<std::vector<SweepProgress>> RemoteCoordinator::Status(const std::
   for (const pb::SweepStatus& s : resp.sweeps()) {
     SweepProgress p;
     p.counts.sweep = s.sweep();
-    p.counts.counts = {{JobState::kPending, s.pending()},     {JobState::kLeased, s.leased()},
-                       {JobState::kRunning, s.running()},     {JobState::kSucceeded, s.succeeded()},
-                       {JobState::kFailed, s.failed()},       {JobState::kCancelled, s.cancelled()}};
+    p.counts.counts = {{JobState::kPending, s.pending()}, {JobState::kLeased, s.leased()},
+                       {JobState::kRunning, s.running()}, {JobState::kSucceeded, s.succeeded()},
+                       {JobState::kFailed, s.failed()},   {JobState::kCancelled, s.cancelled()}};
     p.counts.total = s.total();
     p.train_flops_done = s.train_flops_done();
     p.train_flops_total = s.train_flops_total();
@@ -69,8 +69,8 @@ absl::StatusOr<std::vector<JobProgressRow>> RemoteCoordinator::ListJobs(const st
   pb::ListJobsRequest req;
   req.set_sweep(sweep);
   pb::ListJobsResponse resp;
-  RETURN_IF_ERROR(FromGrpc(impl_->stub->ListJobs(MakeContext(impl_->token, 30).get(), req, &resp),
-                           "ListJobs"));
+  RETURN_IF_ERROR(
+      FromGrpc(impl_->stub->ListJobs(MakeContext(impl_->token, 30).get(), req, &resp), "ListJobs"));
   std::vector<JobProgressRow> out;
   for (const pb::JobProgress& j : resp.jobs()) {
     JobProgressRow r;
@@ -95,8 +95,8 @@ absl::StatusOr<int64_t> RemoteCoordinator::Resume(const std::string& sweep) {
   pb::ResumeSweepRequest req;
   req.set_sweep(sweep);
   pb::ResumeSweepResponse resp;
-  RETURN_IF_ERROR(FromGrpc(impl_->stub->ResumeSweep(MakeContext(impl_->token, 30).get(), req, &resp),
-                           "ResumeSweep"));
+  RETURN_IF_ERROR(FromGrpc(
+      impl_->stub->ResumeSweep(MakeContext(impl_->token, 30).get(), req, &resp), "ResumeSweep"));
   return resp.resumed();
 }
 
@@ -104,8 +104,8 @@ absl::StatusOr<int64_t> RemoteCoordinator::Cancel(const std::string& target) {
   pb::CancelRequest req;
   req.set_target(target);
   pb::CancelResponse resp;
-  RETURN_IF_ERROR(FromGrpc(impl_->stub->Cancel(MakeContext(impl_->token, 30).get(), req, &resp),
-                           "Cancel"));
+  RETURN_IF_ERROR(
+      FromGrpc(impl_->stub->Cancel(MakeContext(impl_->token, 30).get(), req, &resp), "Cancel"));
   return resp.cancelled();
 }
 

@@ -40,9 +40,12 @@ namespace {
 
 AttemptEnd ToAttemptEnd(pb::FailJobRequest::Reason reason, bool retryable) {
   switch (reason) {
-    case pb::FailJobRequest::DIVERGED: return AttemptEnd::kDiverged;
-    case pb::FailJobRequest::PREEMPTED: return AttemptEnd::kPreempted;
-    default: return retryable ? AttemptEnd::kRetryableError : AttemptEnd::kFatalError;
+    case pb::FailJobRequest::DIVERGED:
+      return AttemptEnd::kDiverged;
+    case pb::FailJobRequest::PREEMPTED:
+      return AttemptEnd::kPreempted;
+    default:
+      return retryable ? AttemptEnd::kRetryableError : AttemptEnd::kFatalError;
   }
 }
 
@@ -220,8 +223,8 @@ class Service final : public pb::Coordinator::Service {
     if (token_.empty()) return grpc::Status::OK;
     const auto& metadata = context->client_metadata();
     auto it = metadata.find("authorization");
-    const std::string header = it == metadata.end() ? std::string()
-                                                    : std::string(it->second.data(), it->second.size());
+    const std::string header =
+        it == metadata.end() ? std::string() : std::string(it->second.data(), it->second.size());
     if (!TokenMatches(header, token_)) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           "missing or wrong bearer token (authorization metadata)");
@@ -260,9 +263,10 @@ CoordinatorServer::CoordinatorServer(std::unique_ptr<Impl> impl) : impl_(std::mo
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     Scheduler* scheduler, const ServerOptions& options) {
   if (!IsLoopbackAddress(options.listen) && options.token.empty() && !options.insecure) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--listen ", options.listen, ": not a loopback address; give --token-file "
-        "(or --insecure to serve without authentication)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen ", options.listen,
+                     ": not a loopback address; give --token-file "
+                     "(or --insecure to serve without authentication)"));
   }
   if (options.tls_cert.empty() != options.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
@@ -298,7 +302,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       if (raw->stopping) break;
       lock.unlock();
       auto expired = raw->scheduler->ExpireLeases();
-      if (!expired.ok()) std::fprintf(stderr, "xmod serve: %s\n", std::string(expired.status().message()).c_str());
+      if (!expired.ok())
+        std::fprintf(stderr, "xmod serve: %s\n", std::string(expired.status().message()).c_str());
       lock.lock();
     }
   });

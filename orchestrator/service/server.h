@@ -14,8 +14,8 @@ namespace xmod {
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // port 0 picks a free port
-  std::string token;     // required in every call when not empty
-  std::string tls_cert;  // PEM files; both or neither
+  std::string token;                       // required in every call when not empty
+  std::string tls_cert;                    // PEM files; both or neither
   std::string tls_key;
   bool insecure = false;  // allow a non-loopback address without a token
 };

@@ -1,7 +1,6 @@
 // The real gRPC server on a free loopback port, called through the generated stub.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -158,12 +157,13 @@ TEST(Server, RefusesANonLoopbackAddressWithoutATokenUnlessInsecure) {
 // A self-signed certificate made with the openssl tool for "localhost": a client
 // that trusts it gets through; a plaintext client does not.
 TEST(Server, ServesTlsWhenGivenACertificateAndKey) {
-  const std::string dir = std::filesystem::temp_directory_path() /
-                          ("xmod_tls_" + std::to_string(::getpid()));
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("xmod_tls_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
-                          "-addext subjectAltName=DNS:localhost -keyout " + dir + "/key.pem -out " +
-                          dir + "/cert.pem >/dev/null 2>&1";
+  const std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+      "-addext subjectAltName=DNS:localhost -keyout " +
+      dir + "/key.pem -out " + dir + "/cert.pem >/dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl could not make a certificate";
   SqliteStore::Options o;
   o.path = ":memory:";

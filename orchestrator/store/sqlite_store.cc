@@ -23,16 +23,28 @@ class SqliteStore::Statement {
     sqlite3_reset(stmt_);
     sqlite3_clear_bindings(stmt_);
   }
-  Statement& Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); return *this; }
-  Statement& Bind(int i, int v) { sqlite3_bind_int64(stmt_, i, v); return *this; }
-  Statement& Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); return *this; }
+  Statement& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  Statement& Bind(int i, int v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  Statement& Bind(int i, double v) {
+    sqlite3_bind_double(stmt_, i, v);
+    return *this;
+  }
   Statement& Bind(int i, const std::string& v) {
     sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
     return *this;
   }
   Statement& Bind(int i, std::string_view v) { return Bind(i, std::string(v)); }
   Statement& Bind(int i, const char* v) { return Bind(i, std::string(v)); }
-  Statement& BindNull(int i) { sqlite3_bind_null(stmt_, i); return *this; }
+  Statement& BindNull(int i) {
+    sqlite3_bind_null(stmt_, i);
+    return *this;
+  }
 
  private:
   sqlite3_stmt* stmt_;
@@ -46,8 +58,7 @@ SqliteStore::~SqliteStore() {
 }
 
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(Options options) {
-  if (options.read_only && options.path != ":memory:" &&
-      !std::filesystem::exists(options.path)) {
+  if (options.read_only && options.path != ":memory:" && !std::filesystem::exists(options.path)) {
     return absl::NotFoundError(absl::StrCat(options.path, ": no such database"));
   }
   std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(options)));
@@ -57,8 +68,7 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(Options options) 
 
 double SqliteStore::Now() const {
   if (options_.now) return options_.now();
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 absl::Status SqliteStore::SqlError(const std::string& context) {
@@ -68,8 +78,8 @@ absl::Status SqliteStore::SqlError(const std::string& context) {
 
 absl::Status SqliteStore::Init() {
   std::lock_guard<std::mutex> lock(mu_);
-  const int flags = options_.read_only ? SQLITE_OPEN_READONLY
-                                       : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  const int flags =
+      options_.read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   if (sqlite3_open_v2(options_.path.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr) !=
       SQLITE_OK) {
     return SqlError("cannot open");
@@ -90,8 +100,8 @@ absl::Status SqliteStore::Init() {
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(ExecLocked("PRAGMA journal_mode=WAL"));
-  RETURN_IF_ERROR(ExecLocked(options_.durable ? "PRAGMA synchronous=FULL"
-                                              : "PRAGMA synchronous=NORMAL"));
+  RETURN_IF_ERROR(
+      ExecLocked(options_.durable ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
   RETURN_IF_ERROR(ExecLocked("PRAGMA foreign_keys=ON"));
   // A sweep's rows (10,000 resolved configs are ~20 MB) should stay in memory:
   // a larger page cache and memory-mapped reads instead of a pread per page.
@@ -347,9 +357,15 @@ absl::StatusOr<QueryResult> SqliteStore::CollectLocked(Statement* statement) {
     row.reserve(n);
     for (int i = 0; i < n; ++i) {
       switch (sqlite3_column_type(s, i)) {
-        case SQLITE_INTEGER: row.emplace_back(static_cast<int64_t>(sqlite3_column_int64(s, i))); break;
-        case SQLITE_FLOAT: row.emplace_back(sqlite3_column_double(s, i)); break;
-        case SQLITE_NULL: row.emplace_back(std::monostate{}); break;
+        case SQLITE_INTEGER:
+          row.emplace_back(static_cast<int64_t>(sqlite3_column_int64(s, i)));
+          break;
+        case SQLITE_FLOAT:
+          row.emplace_back(sqlite3_column_double(s, i));
+          break;
+        case SQLITE_NULL:
+          row.emplace_back(std::monostate{});
+          break;
         default:
           row.emplace_back(std::string(reinterpret_cast<const char*>(sqlite3_column_text(s, i)),
                                        sqlite3_column_bytes(s, i)));
@@ -392,9 +408,8 @@ absl::StatusOr<std::vector<StateCounts>> SqliteStore::CountStates(const std::str
 absl::StatusOr<QueryResult> SqliteStore::JobResults(const std::string& sweep) {
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(SweepIdLocked(sweep).status());
-  ASSIGN_OR_RETURN(Statement * s,
-                   PrepareLocked("SELECT * FROM job_results WHERE sweep = ?1 "
-                                 "ORDER BY train_flops, job_id"));
+  ASSIGN_OR_RETURN(Statement * s, PrepareLocked("SELECT * FROM job_results WHERE sweep = ?1 "
+                                                "ORDER BY train_flops, job_id"));
   s->Bind(1, sweep);
   return CollectLocked(s);
 }
@@ -445,8 +460,8 @@ absl::StatusOr<JobState> SqliteStore::GetJobState(const std::string& job_id) {
 }
 
 absl::StatusOr<int64_t> SqliteStore::MoveJobsLocked(const std::vector<std::string>& job_ids,
-                                                    const std::vector<JobState>& from,
-                                                    JobState to, const std::string& reason) {
+                                                    const std::vector<JobState>& from, JobState to,
+                                                    const std::string& reason) {
   ASSIGN_OR_RETURN(Statement * read, PrepareLocked("SELECT status FROM jobs WHERE job_id = ?1"));
   ASSIGN_OR_RETURN(Statement * update,
                    PrepareLocked("UPDATE jobs SET status = ?2, status_reason = ?3, "
@@ -468,18 +483,22 @@ absl::StatusOr<int64_t> SqliteStore::MoveJobsLocked(const std::vector<std::strin
     ASSIGN_OR_RETURN(JobState current, ParseJobState(std::get<std::string>(rows.rows[0][0])));
     if (std::find(from.begin(), from.end(), current) == from.end()) continue;
     if (!IsLegalTransition(current, to)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", id, ": illegal transition ", std::string(JobStateName(current)),
-                       " -> ", std::string(JobStateName(to))));
+      return absl::FailedPreconditionError(absl::StrCat("job ", id, ": illegal transition ",
+                                                        std::string(JobStateName(current)), " -> ",
+                                                        std::string(JobStateName(to))));
     }
-    update->Bind(1, id).Bind(2, JobStateName(to)).Bind(3, reason).Bind(4, Now())
+    update->Bind(1, id)
+        .Bind(2, JobStateName(to))
+        .Bind(3, reason)
+        .Bind(4, Now())
         .Bind(5, JobStateName(current));
     RETURN_IF_ERROR(WriteLocked(update, absl::StrCat("moving job ", id)));
     if (to == JobState::kPending) {
       reset->Bind(1, id);
       RETURN_IF_ERROR(WriteLocked(reset, "resetting failures"));
     }
-    if (to == JobState::kCancelled && (current == JobState::kLeased || current == JobState::kRunning)) {
+    if (to == JobState::kCancelled &&
+        (current == JobState::kLeased || current == JobState::kRunning)) {
       close->Bind(1, id).Bind(2, Now()).Bind(3, reason);
       RETURN_IF_ERROR(WriteLocked(close, "closing the attempt"));
       unlease->Bind(1, id);
@@ -553,8 +572,14 @@ absl::Status SqliteStore::AppendMetrics(const std::vector<MetricPoint>& points) 
                       "attempt = excluded.attempt, wall_time = excluded.wall_time "
                       "WHERE excluded.attempt >= metrics.attempt"));
     for (const MetricPoint& p : points) {
-      insert->Bind(1, p.job_id).Bind(2, p.name).Bind(3, p.step).Bind(4, p.value)
-          .Bind(5, p.tokens).Bind(6, p.flops).Bind(7, p.attempt).Bind(8, p.wall_time);
+      insert->Bind(1, p.job_id)
+          .Bind(2, p.name)
+          .Bind(3, p.step)
+          .Bind(4, p.value)
+          .Bind(5, p.tokens)
+          .Bind(6, p.flops)
+          .Bind(7, p.attempt)
+          .Bind(8, p.wall_time);
       absl::Status s = WriteLocked(insert, "inserting a metric");
       if (!s.ok()) {
         if (sqlite3_extended_errcode(db_) == SQLITE_CONSTRAINT_FOREIGNKEY) {
@@ -576,8 +601,8 @@ absl::StatusOr<QueryResult> SqliteStore::Query(const std::string& sql) {
   }
   Statement statement(raw);
   if (raw == nullptr) return absl::InvalidArgumentError("empty SQL statement");
-  if (tail != nullptr && std::string_view(tail).find_first_not_of(" \t\r\n;") !=
-                             std::string_view::npos) {
+  if (tail != nullptr &&
+      std::string_view(tail).find_first_not_of(" \t\r\n;") != std::string_view::npos) {
     return absl::InvalidArgumentError("give one SQL statement at a time");
   }
   if (!sqlite3_stmt_readonly(raw)) {
@@ -613,8 +638,8 @@ absl::StatusOr<int64_t> SqliteStore::WorkerRanks(const std::string& worker_id) {
 }
 
 absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::string& worker_id,
-                                                                    int64_t group_ranks,
-                                                                    double now, double ttl) {
+                                                                    int64_t group_ranks, double now,
+                                                                    double ttl) {
   std::optional<LeaseGrant> grant;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
     ASSIGN_OR_RETURN(Statement * pick,
@@ -629,8 +654,9 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
     g.config_json = std::get<std::string>(rows.rows[0][1]);
     g.attempt = std::get<int64_t>(rows.rows[0][2]) + 1;
 
-    ASSIGN_OR_RETURN(Statement * bump, PrepareLocked("UPDATE counters SET value = value + 1 "
-                                                     "WHERE name = 'fencing_token' RETURNING value"));
+    ASSIGN_OR_RETURN(Statement * bump,
+                     PrepareLocked("UPDATE counters SET value = value + 1 "
+                                   "WHERE name = 'fencing_token' RETURNING value"));
     if (options_.faults != nullptr) RETURN_IF_ERROR(options_.faults->BeforeWrite("fencing token"));
     ASSIGN_OR_RETURN(QueryResult token, CollectLocked(bump));
     g.fencing_token = std::get<int64_t>(token.rows.at(0)[0]);
@@ -658,15 +684,24 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
                                    "fencing_token = ?3, worker_id = ?4, lease_expires_at = ?5, "
                                    "last_step = ?6, status_reason = NULL, updated_at = ?7 "
                                    "WHERE job_id = ?1 AND status = 'pending'"));
-    lease->Bind(1, g.job_id).Bind(2, g.attempt).Bind(3, g.fencing_token).Bind(4, worker_id)
-        .Bind(5, now + ttl).Bind(6, g.resume_step).Bind(7, now);
+    lease->Bind(1, g.job_id)
+        .Bind(2, g.attempt)
+        .Bind(3, g.fencing_token)
+        .Bind(4, worker_id)
+        .Bind(5, now + ttl)
+        .Bind(6, g.resume_step)
+        .Bind(7, now);
     RETURN_IF_ERROR(WriteLocked(lease, "leasing a job"));
     ASSIGN_OR_RETURN(Statement * attempt,
                      PrepareLocked("INSERT INTO attempts (job_id, attempt, worker_id, "
                                    "fencing_token, status, resumed_from_step, started_at) "
                                    "VALUES (?1, ?2, ?3, ?4, 'leased', ?5, ?6)"));
-    attempt->Bind(1, g.job_id).Bind(2, g.attempt).Bind(3, worker_id).Bind(4, g.fencing_token)
-        .Bind(5, g.resume_step).Bind(6, now);
+    attempt->Bind(1, g.job_id)
+        .Bind(2, g.attempt)
+        .Bind(3, worker_id)
+        .Bind(4, g.fencing_token)
+        .Bind(5, g.resume_step)
+        .Bind(6, now);
     RETURN_IF_ERROR(WriteLocked(attempt, "recording the attempt"));
     grant = std::move(g);
     return absl::OkStatus();
@@ -773,8 +808,14 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
     for (size_t i = 0; i < points.size(); ++i) {
       if (resent[i]) continue;
       const MetricPoint& p = points[i];
-      insert->Bind(1, job_id).Bind(2, p.name).Bind(3, p.step).Bind(4, p.value)
-          .Bind(5, p.tokens).Bind(6, p.flops).Bind(7, attempt).Bind(8, wall_time);
+      insert->Bind(1, job_id)
+          .Bind(2, p.name)
+          .Bind(3, p.step)
+          .Bind(4, p.value)
+          .Bind(5, p.tokens)
+          .Bind(6, p.flops)
+          .Bind(7, attempt)
+          .Bind(8, wall_time);
       RETURN_IF_ERROR(WriteLocked(insert, "inserting a metric"));
     }
     return absl::OkStatus();
@@ -786,20 +827,20 @@ absl::Status SqliteStore::RecordCheckpoint(const std::string& job_id, int64_t to
                                            double now) {
   return Write([&]() -> absl::Status {
     RETURN_IF_ERROR(CheckFenceLocked(job_id, token, /*allow_cancelled=*/false).status());
-    ASSIGN_OR_RETURN(Statement * s,
-                     PrepareLocked("INSERT INTO checkpoints (job_id, step, attempt, path, "
-                                   "checksum, created_at) SELECT ?1, ?2, attempt, ?3, ?4, ?5 "
-                                   "FROM jobs WHERE job_id = ?1 ON CONFLICT (job_id, step) DO "
-                                   "UPDATE SET attempt = excluded.attempt, path = excluded.path, "
-                                   "checksum = excluded.checksum, created_at = excluded.created_at"));
+    ASSIGN_OR_RETURN(
+        Statement * s,
+        PrepareLocked("INSERT INTO checkpoints (job_id, step, attempt, path, "
+                      "checksum, created_at) SELECT ?1, ?2, attempt, ?3, ?4, ?5 "
+                      "FROM jobs WHERE job_id = ?1 ON CONFLICT (job_id, step) DO "
+                      "UPDATE SET attempt = excluded.attempt, path = excluded.path, "
+                      "checksum = excluded.checksum, created_at = excluded.created_at"));
     s->Bind(1, job_id).Bind(2, step).Bind(3, path).Bind(4, checksum).Bind(5, now);
     return WriteLocked(s, "recording a checkpoint");
   });
 }
 
-absl::Status SqliteStore::EndAttemptLocked(const std::string& job_id, JobState from,
-                                           AttemptEnd end, const std::string& reason, double now,
-                                           JobState* to) {
+absl::Status SqliteStore::EndAttemptLocked(const std::string& job_id, JobState from, AttemptEnd end,
+                                           const std::string& reason, double now, JobState* to) {
   ASSIGN_OR_RETURN(Statement * read,
                    PrepareLocked("SELECT failures, max_attempts, fencing_token FROM jobs "
                                  "WHERE job_id = ?1"));
@@ -831,20 +872,18 @@ absl::Status SqliteStore::EndAttemptLocked(const std::string& job_id, JobState f
       break;
   }
   // A job that finishes without ever heartbeating passes through running.
-  const JobState via = (from == JobState::kLeased && *to == JobState::kSucceeded)
-                           ? JobState::kRunning
-                           : from;
+  const JobState via =
+      (from == JobState::kLeased && *to == JobState::kSucceeded) ? JobState::kRunning : from;
   if ((via != from && !IsLegalTransition(from, via)) || !IsLegalTransition(via, *to)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, ": illegal transition ", std::string(JobStateName(from)), " -> ",
-        std::string(JobStateName(*to))));
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, ": illegal transition ",
+                                                      std::string(JobStateName(from)), " -> ",
+                                                      std::string(JobStateName(*to))));
   }
   ASSIGN_OR_RETURN(Statement * update,
                    PrepareLocked("UPDATE jobs SET status = ?2, failures = ?3, worker_id = NULL, "
                                  "lease_expires_at = NULL, status_reason = ?4, updated_at = ?5 "
                                  "WHERE job_id = ?1"));
-  update->Bind(1, job_id).Bind(2, JobStateName(*to)).Bind(3, failures).Bind(4, reason)
-      .Bind(5, now);
+  update->Bind(1, job_id).Bind(2, JobStateName(*to)).Bind(3, failures).Bind(4, reason).Bind(5, now);
   RETURN_IF_ERROR(WriteLocked(update, "ending an attempt"));
   ASSIGN_OR_RETURN(Statement * attempt,
                    PrepareLocked("UPDATE attempts SET status = ?3, ended_at = ?4, reason = ?5 "

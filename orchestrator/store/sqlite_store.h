@@ -63,7 +63,7 @@ struct FitRecord {
   std::string params_json;  // {"E": ..., ...}
   double objective = 0.0;
   double rmse = 0.0;
-  std::string result_json;  // the whole report, as `xmod fit --format json` prints it
+  std::string result_json;    // the whole report, as `xmod fit --format json` prints it
   std::string method;         // "single", "two-stage" or "joint"
   std::string holdout_scale;  // empty: every scale was fitted
 };
@@ -80,8 +80,8 @@ struct MetricPoint {
   std::string name;
   int64_t step = 0;
   double value = 0.0;
-  int64_t tokens = 0;   // tokens seen by the job up to and including this step
-  double flops = 0.0;   // training FLOPs spent up to and including this step
+  int64_t tokens = 0;  // tokens seen by the job up to and including this step
+  double flops = 0.0;  // training FLOPs spent up to and including this step
   int64_t attempt = 0;
   double wall_time = 0.0;  // seconds since the epoch
 };
@@ -123,8 +123,8 @@ struct JobProgressRow {
 class SqliteStore {
  public:
   struct Options {
-    std::string path;            // a file, or ":memory:"
-    bool read_only = false;      // open existing file only; refuse every write statement
+    std::string path;               // a file, or ":memory:"
+    bool read_only = false;         // open existing file only; refuse every write statement
     WriteFaults* faults = nullptr;  // not owned; must outlive the store
     int busy_timeout_ms = 10000;
     bool durable = true;          // synchronous=FULL; false: NORMAL (not power-loss safe)
@@ -281,7 +281,7 @@ class SqliteStore {
   std::mutex queue_mu_;          // guards writers_; never held while mu_ is taken
   std::deque<Writer*> writers_;  // guarded by queue_mu_
   std::mutex mu_;
-  sqlite3* db_ = nullptr;  // guarded by mu_
+  sqlite3* db_ = nullptr;                                         // guarded by mu_
   std::map<std::string, std::unique_ptr<Statement>> statements_;  // guarded by mu_
 };
 

@@ -46,9 +46,11 @@ std::string Dump(SqliteStore& store) {
     out << table << ":" << rows->rows.size() << "\n";
     for (const auto& row : rows->rows) {
       for (const Value& v : row) {
-        std::visit([&](const auto& x) {
-          if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) out << x;
-        }, v);
+        std::visit(
+            [&](const auto& x) {
+              if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) out << x;
+            },
+            v);
         out << "|";
       }
       out << "\n";
@@ -168,8 +170,8 @@ TEST(SqliteStore, LegalTransitionsWalkAJobToSucceeded) {
   const SweepSpec spec = Smoke();
   ASSERT_TRUE(store->SubmitSweep(spec, Expand(spec)).ok());
   const std::string id = Expand(spec)[0].id;
-  for (JobState to : {JobState::kLeased, JobState::kRunning, JobState::kPending,
-                      JobState::kLeased, JobState::kRunning, JobState::kSucceeded}) {
+  for (JobState to : {JobState::kLeased, JobState::kRunning, JobState::kPending, JobState::kLeased,
+                      JobState::kRunning, JobState::kSucceeded}) {
     ASSERT_TRUE(store->TransitionJob(id, to, "test").ok()) << JobStateName(to);
     EXPECT_EQ(store->GetJobState(id).value(), to);
   }
@@ -232,7 +234,7 @@ TEST(SqliteStore, ResumeAndCancelMoveOnlyTheRightJobs) {
   EXPECT_EQ(store->Cancel(jobs[2].id).value(), 1);
   EXPECT_EQ(store->ResumeSweep("smoke").value(), 2);  // the failed and the cancelled job
   EXPECT_EQ(store->GetJobState(jobs[0].id).value(), S::kSucceeded);
-  EXPECT_EQ(store->Cancel("smoke").value(), 7);        // everything but the succeeded job
+  EXPECT_EQ(store->Cancel("smoke").value(), 7);  // everything but the succeeded job
   EXPECT_EQ(store->Cancel("no-such-thing").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store->ResumeSweep("no-such-sweep").status().code(), absl::StatusCode::kNotFound);
 }
@@ -295,7 +297,8 @@ TEST(SqliteStore, MetricsFeedTheResultsAndCurveViews) {
   std::vector<MetricPoint> batch;
   for (int step = 1; step <= 4; ++step) {
     batch.push_back({id, "train_loss", step, 5.0 - step, step * 1024, step * 1e6, 1, 0.0});
-    if (step % 2 == 0) batch.push_back({id, "val_loss", step, 4.5 - step, step * 1024, step * 1e6, 1, 0.0});
+    if (step % 2 == 0)
+      batch.push_back({id, "val_loss", step, 4.5 - step, step * 1024, step * 1e6, 1, 0.0});
   }
   ASSERT_TRUE(store->AppendMetrics(batch).ok());
   // A later attempt replaces a step; an older attempt's late write does not.
@@ -326,8 +329,9 @@ TEST(SqliteStore, MetricsForAnUnknownJobAreRefusedWhole) {
   const auto jobs = Expand(spec);
   ASSERT_TRUE(store->SubmitSweep(spec, jobs).ok());
   const std::string before = Dump(*store);
-  absl::Status s = store->AppendMetrics({{jobs[0].id, "train_loss", 1, 1.0, 1, 1.0, 1, 0.0},
-                                         {"ffffffffffffffff", "train_loss", 1, 1.0, 1, 1.0, 1, 0.0}});
+  absl::Status s =
+      store->AppendMetrics({{jobs[0].id, "train_loss", 1, 1.0, 1, 1.0, 1, 0.0},
+                            {"ffffffffffffffff", "train_loss", 1, 1.0, 1, 1.0, 1, 0.0}});
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   EXPECT_EQ(Dump(*store), before);
 }

@@ -26,7 +26,8 @@ absl::Status WriteFaults::BeforeWrite(std::string_view what) {
   const int64_t n = ++writes_;
   const int64_t after = fail_after_.load();
   if (n == fail_nth_.load() || (after >= 0 && n > after)) {
-    return absl::UnavailableError(absl::StrCat("injected fault at write ", n, " (", std::string(what), ")"));
+    return absl::UnavailableError(
+        absl::StrCat("injected fault at write ", n, " (", std::string(what), ")"));
   }
   return absl::OkStatus();
 }

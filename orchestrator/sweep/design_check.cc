@@ -30,7 +30,8 @@ class Checker {
     grid_line_ = blocks.empty() ? 1 : blocks.front().line;
     budget_line_ = blocks.empty() ? 1 : blocks.front().budget_line;
     for (const GridBlock& b : blocks) {
-      if (b.family == Family::kDense || std::count(b.baselines.begin(), b.baselines.end(), Family::kDense)) {
+      if (b.family == Family::kDense ||
+          std::count(b.baselines.begin(), b.baselines.end(), Family::kDense)) {
         budget_line_ = b.budget_line;
         break;
       }
@@ -56,8 +57,9 @@ class Checker {
     }
     if (dense_law || xmod_law) {
       if (contexts.empty()) {
-        Error(grid_line_, "grid", "the sweep has no dense jobs, so no dense law can be fitted "
-                                  "(add a dense block or baselines: [dense])");
+        Error(grid_line_, "grid",
+              "the sweep has no dense jobs, so no dense law can be fitted "
+              "(add a dense block or baselines: [dense])");
       }
       for (int64_t t : contexts) CheckDenseAt(t);
     }
@@ -94,7 +96,8 @@ class Checker {
     const std::string where = absl::StrCat("the dense law at T = ", context);
     if (inputs.empty()) {
       Error(grid_line_, "grid",
-            absl::StrCat("X-MoD runs at T = ", context, " but no dense run there: each sparse run is "
+            absl::StrCat("X-MoD runs at T = ", context,
+                         " but no dense run there: each sparse run is "
                          "compared with the dense law at its own context (add dense jobs at T = ",
                          context, ")"));
       return;
@@ -102,13 +105,15 @@ class Checker {
     bool ok = true;
     if (budgets.size() < 3) {
       Error(grid_line_, "grid.scale",
-            absl::StrCat(where, " sees ", budgets.size(), " model size(s); it needs at least 3 "
+            absl::StrCat(where, " sees ", budgets.size(),
+                         " model size(s); it needs at least 3 "
                          "scales to separate A/N^alpha from E"));
       ok = false;
     }
     if (inputs.size() < 6) {
       Error(budget_line_, "budget",
-            absl::StrCat(where, " has ", inputs.size(), " distinct (N, D) for its 5 parameters; "
+            absl::StrCat(where, " has ", inputs.size(),
+                         " distinct (N, D) for its 5 parameters; "
                          "it needs at least 6 (more scales or budgets)"));
       ok = false;
     }
@@ -120,7 +125,10 @@ class Checker {
       const double m = static_cast<double>(inputs.size());
       for (const auto& [n, d] : inputs) {
         const double x = std::log(n), y = std::log(d);
-        sx += x; sy += y; sxx += x * x; sxy += x * y;
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
       }
       const double slope = (m * sxy - sx * sy) / (m * sxx - sx * sx);
       const double intercept = (sy - slope * sx) / m;
@@ -144,14 +152,15 @@ class Checker {
       if (ds.size() >= 3) {
         ++three;
       } else {
-        short_scales.push_back(absl::StrFormat("N=%.3g (%d budget%s)", n, ds.size(),
-                                               ds.size() == 1 ? "" : "s"));
+        short_scales.push_back(
+            absl::StrFormat("N=%.3g (%d budget%s)", n, ds.size(), ds.size() == 1 ? "" : "s"));
       }
     }
     if (ok && 2 * three < static_cast<int>(budgets.size())) {
-      Error(budget_line_, "budget",
-            absl::StrCat(where, ": only ", three, " of ", budgets.size(),
-                         " scales have 3 or more token budgets; beta rests on too few D per scale"));
+      Error(
+          budget_line_, "budget",
+          absl::StrCat(where, ": only ", three, " of ", budgets.size(),
+                       " scales have 3 or more token budgets; beta rests on too few D per scale"));
       ok = false;
     } else if (!short_scales.empty()) {
       Warn(budget_line_, "budget",
@@ -182,7 +191,8 @@ class Checker {
     bool bigger = false;
     for (const ResolvedJob& j : jobs_) {
       if (j.shape.family != Family::kXmod) continue;
-      const double cap = static_cast<double>(j.routed_tokens) / static_cast<double>(j.shape.context);
+      const double cap =
+          static_cast<double>(j.routed_tokens) / static_cast<double>(j.shape.context);
       inputs.insert({static_cast<double>(j.n_params_active), static_cast<double>(j.n_params_total),
                      static_cast<double>(j.tokens_trained()), cap,
                      static_cast<double>(j.shape.stride)});
@@ -195,8 +205,9 @@ class Checker {
       return;
     }
     if (!bigger) {
-      Error(grid_line_, "grid", "every X-MoD job has N_total = N_active: eta cannot be fitted "
-                                "(use match: flops)");
+      Error(grid_line_, "grid",
+            "every X-MoD job has N_total = N_active: eta cannot be fitted "
+            "(use match: flops)");
     }
     if (inputs.size() < 6) {
       Error(grid_line_, "grid",
@@ -273,8 +284,8 @@ class Checker {
     }
     auto more = [&](int count, int shown, const char* what) {
       if (count > shown) {
-        report_->findings.push_back({true, grid_line_, "grid",
-                                     absl::StrCat(count - shown, " more jobs ", what)});
+        report_->findings.push_back(
+            {true, grid_line_, "grid", absl::StrCat(count - shown, " more jobs ", what)});
       }
     };
     more(flop_errors, 8, "outside the FLOP tolerance");
@@ -292,7 +303,8 @@ class Checker {
 }  // namespace
 
 bool DesignReport::ok() const {
-  return std::none_of(findings.begin(), findings.end(), [](const DesignFinding& f) { return f.error; });
+  return std::none_of(findings.begin(), findings.end(),
+                      [](const DesignFinding& f) { return f.error; });
 }
 
 std::string DesignReport::Text(const std::string& source) const {
@@ -318,7 +330,8 @@ absl::Status DesignStatus(const DesignReport& report, const std::string& source,
   if (report.ok() || allow) return absl::OkStatus();
   std::string errors;
   for (const DesignFinding& f : report.findings) {
-    if (f.error) absl::StrAppend(&errors, source, ":", f.line, ": ", f.field, ": ", f.message, "\n");
+    if (f.error)
+      absl::StrAppend(&errors, source, ":", f.line, ": ", f.field, ": ", f.message, "\n");
   }
   absl::StrAppend(&errors, "design check failed for the laws [", absl::StrJoin(report.laws, ", "),
                   "] (see docs/design-checks.md); fix the sweep, name fewer laws in "

@@ -65,8 +65,8 @@ TEST(DesignCheck, ASingleBudgetClusterSweepIsRefusedSayingWhyAndHow) {
   for (int n = 1; std::getline(lines, l); ++n) {
     if (l.rfind("budget:", 0) == 0) line = n;
   }
-  EXPECT_NE(std::string(status.message()).find("cluster-one-budget.yaml:" + std::to_string(line) +
-                                               ": budget:"),
+  EXPECT_NE(std::string(status.message())
+                .find("cluster-one-budget.yaml:" + std::to_string(line) + ": budget:"),
             std::string::npos)
       << status;
   // The expert override lets it through.
@@ -152,7 +152,8 @@ TEST(SeedAxis, EachSeedIsItsOwnJobAndOnlyTheSeedDiffers) {
     EXPECT_FALSE(ParseSweepSpec(t, "t.yaml").ok()) << bad;
   }
   std::string both = text;
-  both.replace(both.find("train: {batch_tokens: 1024}"), 27, "train: {batch_tokens: 1024, seed: 3}");
+  both.replace(both.find("train: {batch_tokens: 1024}"), 27,
+               "train: {batch_tokens: 1024, seed: 3}");
   auto refused = ParseSweepSpec(both, "t.yaml");
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(std::string(refused.status().message()).find("train.seed"), std::string::npos);
@@ -207,11 +208,13 @@ TEST(Hyperparameters, ScalesOverrideAndTheComputeRuleFollowsDeepSeek) {
   EXPECT_EQ(RuleBatchTokens(1.0, 2048), 2048);  // at least one unit
 
   std::string text = kBase;
-  text.replace(text.find("  c: {d_model: 128, n_heads: 4, n_layers: 8}"), 44,
-               "  c: {d_model: 128, n_heads: 4, n_layers: 8, train: {lr: 1.0e-3, batch_tokens: 2048, "
-               "warmup_steps: 7}}");
-  text.replace(text.find("train: {batch_tokens: 1024}"), 27,
-               "train: {batch_tokens: auto, lr: auto, min_warmup_steps: 12, warmup_fraction: 0.01}");
+  text.replace(
+      text.find("  c: {d_model: 128, n_heads: 4, n_layers: 8}"), 44,
+      "  c: {d_model: 128, n_heads: 4, n_layers: 8, train: {lr: 1.0e-3, batch_tokens: 2048, "
+      "warmup_steps: 7}}");
+  text.replace(
+      text.find("train: {batch_tokens: 1024}"), 27,
+      "train: {batch_tokens: auto, lr: auto, min_warmup_steps: 12, warmup_fraction: 0.01}");
   auto spec = ParseSweepSpec(text, "t.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto jobs = ExpandSweep(*spec);

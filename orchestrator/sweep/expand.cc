@@ -11,12 +11,11 @@
 namespace xmod {
 
 nlohmann::json ResolvedJob::CanonicalConfig() const {
-  nlohmann::json data_json = data.synthetic
-                                 ? nlohmann::json{{"synthetic", true},
-                                                  {"seed", data.synthetic_seed},
-                                                  {"vocab_size", data.vocab_size}}
-                                 : nlohmann::json{{"path", data.path},
-                                                  {"vocab_size", data.vocab_size}};
+  nlohmann::json data_json =
+      data.synthetic ? nlohmann::json{{"synthetic", true},
+                                      {"seed", data.synthetic_seed},
+                                      {"vocab_size", data.vocab_size}}
+                     : nlohmann::json{{"path", data.path}, {"vocab_size", data.vocab_size}};
   nlohmann::json j{
       {"family", FamilyName(shape.family)},
       {"d_model", shape.d_model},
@@ -119,9 +118,9 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
   if (s.family != Family::kDense && spec.match == MatchMode::kFlops) {
     auto layers = LayersMatchingFlops(s, dense_forward);
     if (!layers.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "scale ", scale.name, ", context ", context, ", sparsity ", point.sparsity,
-          ", stride ", point.stride, ": ", layers.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("scale ", scale.name, ", context ", context, ", sparsity ", point.sparsity,
+                       ", stride ", point.stride, ": ", layers.status().message()));
     }
     s.n_layers = *layers;
   }
@@ -151,8 +150,8 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
 
   job.budget_kind = block.budget_kind;
   job.budget_value = budget_value;
-  job.tokens = BudgetTokens(block.budget_kind, budget_value, job.n_params_active,
-                            job.flops_per_token);
+  job.tokens =
+      BudgetTokens(block.budget_kind, budget_value, job.n_params_active, job.flops_per_token);
   // The compute rule sees the FLOP-matched dense model's compute, so a sparse job
   // trains with the lr and batch of the dense job it is compared with.
   const double rule_compute = RuleCompute(dense, job.tokens);
@@ -165,13 +164,12 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
   }
   job.batch_size = job.batch_tokens / context;
   job.steps = StepsFor(job.tokens, job.batch_tokens);
-  job.train_flops = job.flops_per_token * static_cast<double>(job.steps) *
-                    static_cast<double>(job.batch_tokens);
+  job.train_flops =
+      job.flops_per_token * static_cast<double>(job.steps) * static_cast<double>(job.batch_tokens);
 
   const int64_t micro_tokens = scale.micro_batch_tokens.value_or(t.micro_batch_tokens);
   const int64_t per_rank = job.batch_size / spec.resources.ranks;
-  job.micro_batch_size =
-      micro_tokens > 0 ? std::min(per_rank, micro_tokens / context) : per_rank;
+  job.micro_batch_size = micro_tokens > 0 ? std::min(per_rank, micro_tokens / context) : per_rank;
   // Micro-batches must tile the per-rank batch exactly; take the largest divisor that fits.
   while (job.micro_batch_size > 1 && per_rank % job.micro_batch_size != 0) --job.micro_batch_size;
   job.micro_batch_size = std::max<int64_t>(1, job.micro_batch_size);
@@ -184,8 +182,9 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
   } else {
     // A fraction of the steps, floored at min_warmup_steps; the floor never takes
     // more than a quarter of a short job.
-    job.warmup_steps = std::max<int64_t>(std::llround(t.warmup_fraction * static_cast<double>(job.steps)),
-                                std::min(t.min_warmup_steps, job.steps / 4));
+    job.warmup_steps =
+        std::max<int64_t>(std::llround(t.warmup_fraction * static_cast<double>(job.steps)),
+                          std::min(t.min_warmup_steps, job.steps / 4));
   }
   job.schedule = t.schedule;
   job.decay_steps = t.schedule == Schedule::kWsd
@@ -195,16 +194,15 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
   job.grad_clip = t.grad_clip;
   job.beta1 = t.beta1;
   job.beta2 = t.beta2;
-  job.eval_interval = t.eval_interval > 0
-                          ? std::min(t.eval_interval, job.steps)
-                          : std::max<int64_t>(1, (job.steps + 9) / 10);
+  job.eval_interval = t.eval_interval > 0 ? std::min(t.eval_interval, job.steps)
+                                          : std::max<int64_t>(1, (job.steps + 9) / 10);
   // Validation windows are whole sequences of this context.
   job.eval_tokens = std::max<int64_t>(1, t.eval_tokens / context) * context;
-  job.checkpoint_interval = t.checkpoint_interval > 0 ? std::min(t.checkpoint_interval, job.steps)
-                                                      : job.steps;
+  job.checkpoint_interval =
+      t.checkpoint_interval > 0 ? std::min(t.checkpoint_interval, job.steps) : job.steps;
   job.log_interval = t.log_interval;
-  job.final_eval_tokens =
-      t.final_eval_tokens > 0 ? std::max<int64_t>(1, t.final_eval_tokens / context) * context
+  job.final_eval_tokens = t.final_eval_tokens > 0
+                              ? std::max<int64_t>(1, t.final_eval_tokens / context) * context
                               : t.final_eval_tokens;
   job.seed = seed;
   job.precision = t.precision;
@@ -220,7 +218,8 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
 
 double RuleCompute(const ModelShape& dense, int64_t tokens) {
   // Non-embedding training FLOPs per token (3 x forward without the head).
-  const double head = 2.0 * static_cast<double>(dense.d_model) * static_cast<double>(dense.vocab_size);
+  const double head =
+      2.0 * static_cast<double>(dense.d_model) * static_cast<double>(dense.vocab_size);
   const double per_token = 3.0 * (ForwardFlopsPerToken(dense) - head);
   return per_token * static_cast<double>(tokens);
 }

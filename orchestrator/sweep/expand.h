@@ -7,10 +7,9 @@
 #define XMOD_ORCHESTRATOR_SWEEP_EXPAND_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "common/accounting.h"
@@ -19,45 +18,45 @@
 namespace xmod {
 
 struct ResolvedJob {
-  std::string id;           // HexId of CanonicalConfig()
+  std::string id;  // HexId of CanonicalConfig()
   // Axes.
-  std::string scale;        // the scale's name (not part of the id; its shape is)
-  double sparsity = 0.0;    // σ as written (0 for dense)
-  int64_t dense_layers = 0; // L0 of the scale
-  ModelShape shape;         // family, widths, layers, context, stride, capacity
+  std::string scale;          // the scale's name (not part of the id; its shape is)
+  double sparsity = 0.0;      // σ as written (0 for dense)
+  int64_t dense_layers = 0;   // L0 of the scale
+  ModelShape shape;           // family, widths, layers, context, stride, capacity
   int64_t routed_tokens = 0;  // k per sequence (context for dense models)
-  std::string gate;         // "variance_scaled" (X-MoD), "sigmoid" (MoD), "none" (dense)
+  std::string gate;           // "variance_scaled" (X-MoD), "sigmoid" (MoD), "none" (dense)
   double balance_coef = 0.0;
   double router_coef = 0.0;
   MatchMode match = MatchMode::kFlops;
   // Sizes.
   int64_t n_params_total = 0;
   int64_t n_params_active = 0;
-  int64_t n_params_embedding = 0;   // embedding + head
-  double flops_per_token = 0.0;     // training FLOPs per token (3 × forward)
+  int64_t n_params_embedding = 0;      // embedding + head
+  double flops_per_token = 0.0;        // training FLOPs per token (3 × forward)
   double dense_flops_per_token = 0.0;  // same, for the FLOP-matched dense job
   // Budget.
   BudgetKind budget_kind = BudgetKind::kTokensPerParam;
   double budget_value = 0.0;
-  int64_t tokens = 0;               // D the budget asks for
-  int64_t steps = 0;                // ceil(tokens / batch_tokens)
-  double train_flops = 0.0;         // flops_per_token × steps × batch_tokens
+  int64_t tokens = 0;        // D the budget asks for
+  int64_t steps = 0;         // ceil(tokens / batch_tokens)
+  double train_flops = 0.0;  // flops_per_token × steps × batch_tokens
   // Training.
   int64_t batch_tokens = 0;
-  int64_t batch_size = 0;           // sequences per step, all ranks together
-  int64_t micro_batch_size = 0;     // sequences per forward on one rank
+  int64_t batch_size = 0;        // sequences per step, all ranks together
+  int64_t micro_batch_size = 0;  // sequences per forward on one rank
   double lr = 0.0;
   double min_lr = 0.0;
   int64_t warmup_steps = 0;
   Schedule schedule = Schedule::kCosine;
-  int64_t decay_steps = 0;          // wsd only; 0 otherwise
+  int64_t decay_steps = 0;  // wsd only; 0 otherwise
   double weight_decay = 0.0;
   double grad_clip = 0.0;
   double beta1 = 0.0;
   double beta2 = 0.0;
   int64_t eval_interval = 0;
   int64_t eval_tokens = 0;
-  int64_t final_eval_tokens = -1;   // last step: -1 as eval_tokens, 0 the whole split
+  int64_t final_eval_tokens = -1;  // last step: -1 as eval_tokens, 0 the whole split
   int64_t checkpoint_interval = 0;
   int64_t log_interval = 1;
   uint64_t seed = 0;

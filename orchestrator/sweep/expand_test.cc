@@ -85,8 +85,8 @@ TEST(Expand, ResolvesScheduleBatchAndRouting) {
   EXPECT_EQ(x.shape.family, Family::kXmod);
   EXPECT_EQ(x.routed_tokens, 16);  // round(0.5 * 32)
   EXPECT_EQ(x.gate, "variance_scaled");
-  EXPECT_EQ(x.batch_size, 32);     // 1024 tokens / context 32
-  EXPECT_EQ(x.steps, 16);          // 16384 / 1024
+  EXPECT_EQ(x.batch_size, 32);  // 1024 tokens / context 32
+  EXPECT_EQ(x.steps, 16);       // 16384 / 1024
   EXPECT_EQ(x.warmup_steps, 2);
   EXPECT_DOUBLE_EQ(x.train_flops, x.flops_per_token * 16 * 1024);
   const ResolvedJob& mod = (*jobs)[3];

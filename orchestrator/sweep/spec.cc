@@ -21,9 +21,12 @@ std::string_view MatchModeName(MatchMode mode) {
 
 std::string_view ScheduleName(Schedule schedule) {
   switch (schedule) {
-    case Schedule::kCosine: return "cosine";
-    case Schedule::kConstant: return "constant";
-    case Schedule::kWsd: return "wsd";
+    case Schedule::kCosine:
+      return "cosine";
+    case Schedule::kConstant:
+      return "constant";
+    case Schedule::kWsd:
+      return "wsd";
   }
   return "unknown";
 }
@@ -96,8 +99,8 @@ class SpecParser {
     try {
       root = YAML::Load(text);
     } catch (const YAML::ParserException& e) {
-      return absl::InvalidArgumentError(absl::StrCat(source_, ":", e.mark.line + 1,
-                                                      ": (document): ", e.msg));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source_, ":", e.mark.line + 1, ": (document): ", e.msg));
     }
     if (!root.IsMap()) {
       return absl::InvalidArgumentError(
@@ -205,15 +208,16 @@ class SpecParser {
     for (auto it = root.begin(); it != root.end(); ++it) {
       key_lines_.emplace(it->first.Scalar(), Line(it->first));
     }
-    CheckKeys(root, "", {"name", "description", "data", "family", "match", "scales", "grid",
-                         "baselines", "budget", "train", "resources", "design"});
+    CheckKeys(root, "",
+              {"name", "description", "data", "family", "match", "scales", "grid", "baselines",
+               "budget", "train", "resources", "design"});
     if (root["name"]) {
       if (String(root["name"], "name", &spec->name)) {
-        const bool ok = !spec->name.empty() &&
-                        std::all_of(spec->name.begin(), spec->name.end(), [](char c) {
-                          return std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
-                                 c == '_' || c == '.';
-                        });
+        const bool ok =
+            !spec->name.empty() && std::all_of(spec->name.begin(), spec->name.end(), [](char c) {
+              return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ||
+                     c == '.';
+            });
         if (!ok) Error(Line(root["name"]), "name", "use letters, digits, '-', '_' and '.' only");
       }
     } else {
@@ -285,7 +289,8 @@ class SpecParser {
     CheckKeys(node, "data", {"path", "synthetic", "seed", "vocab_size"});
     DataSpec& d = spec->data;
     if (node["path"]) String(node["path"], "data.path", &d.path);
-    if (node["synthetic"]) Scalar(node["synthetic"], "data.synthetic", "true or false", &d.synthetic);
+    if (node["synthetic"])
+      Scalar(node["synthetic"], "data.synthetic", "true or false", &d.synthetic);
     if (node["seed"]) {
       int64_t seed = 0;
       if (Int(node["seed"], "data.seed", &seed)) d.synthetic_seed = static_cast<uint64_t>(seed);
@@ -365,7 +370,8 @@ class SpecParser {
       double lr = 0;
       if (Double(node["lr"], field + ".lr", &lr)) {
         if (!(lr > 0 && lr <= 10)) {
-          Error(Line(node["lr"]), field + ".lr", absl::StrCat("must be in (0, 10], got ", node["lr"].Scalar()));
+          Error(Line(node["lr"]), field + ".lr",
+                absl::StrCat("must be in (0, 10], got ", node["lr"].Scalar()));
         } else {
           scale->lr = lr;
         }
@@ -541,28 +547,28 @@ class SpecParser {
     if (!ExpectMap(node, prefix)) return false;
     CheckKeys(node, prefix, {"tokens_per_param", "flops", "tokens"});
     int given = 0;
-    for (auto [key, kind] : {std::pair{"tokens_per_param", BudgetKind::kTokensPerParam},
-                             std::pair{"flops", BudgetKind::kFlops},
-                             std::pair{"tokens", BudgetKind::kTokens}}) {
+    for (auto [key, kind] :
+         {std::pair{"tokens_per_param", BudgetKind::kTokensPerParam},
+          std::pair{"flops", BudgetKind::kFlops}, std::pair{"tokens", BudgetKind::kTokens}}) {
       if (!node[key]) continue;
       if (++given > 1) continue;
       *kind_out = kind;
       const std::string field = absl::StrCat(prefix, ".", key);
-      Axis(node[key], field, values,
-           [&](const YAML::Node& n, const std::string& f, double* v) {
-             if (!Double(n, f, v)) return false;
-             if (*v <= 0) {
-               Error(Line(n), f, absl::StrCat("must be positive, got ", n.Scalar()));
-               return false;
-             }
-             return true;
-           });
+      Axis(node[key], field, values, [&](const YAML::Node& n, const std::string& f, double* v) {
+        if (!Double(n, f, v)) return false;
+        if (*v <= 0) {
+          Error(Line(n), f, absl::StrCat("must be positive, got ", n.Scalar()));
+          return false;
+        }
+        return true;
+      });
     }
     const int line = prefix == "budget" ? KeyLine("budget") : Line(node);
     if (given == 0) {
       Error(line, prefix, "no budget; give one of tokens_per_param, flops or tokens");
     } else if (given > 1) {
-      Error(line, prefix, "two budgets given; keep exactly one of tokens_per_param, flops or tokens");
+      Error(line, prefix,
+            "two budgets given; keep exactly one of tokens_per_param, flops or tokens");
     }
     return given == 1;
   }
@@ -603,11 +609,28 @@ class SpecParser {
   void ParseTrain(const YAML::Node& node, SweepSpec* spec) {
     if (!ExpectMap(node, "train")) return;
     CheckKeys(node, "train",
-              {"batch_tokens", "micro_batch_tokens", "lr", "min_lr_ratio", "warmup_steps",
-               "warmup_fraction", "schedule", "decay_fraction", "weight_decay", "grad_clip",
-               "beta1", "beta2", "eval_interval", "eval_tokens", "checkpoint_interval",
-               "log_interval", "seed", "precision", "balance_coef", "router_coef",
-               "min_warmup_steps", "final_eval_tokens"});
+              {"batch_tokens",
+               "micro_batch_tokens",
+               "lr",
+               "min_lr_ratio",
+               "warmup_steps",
+               "warmup_fraction",
+               "schedule",
+               "decay_fraction",
+               "weight_decay",
+               "grad_clip",
+               "beta1",
+               "beta2",
+               "eval_interval",
+               "eval_tokens",
+               "checkpoint_interval",
+               "log_interval",
+               "seed",
+               "precision",
+               "balance_coef",
+               "router_coef",
+               "min_warmup_steps",
+               "final_eval_tokens"});
     TrainSpec& t = spec->train;
     train_node_ = node;
     auto is_auto = [&](const char* key) {
@@ -722,9 +745,11 @@ class SpecParser {
         for (size_t i = 0; i < block.scales.size(); ++i) {
           const std::string& name = block.scales[i];
           if (spec->FindScale(name) == nullptr) {
-            const YAML::Node n = info.scale_axis.IsSequence() ? info.scale_axis[i] : info.scale_axis;
-            Error(Line(n), info.scale_axis.IsSequence() ? absl::StrCat(prefix, ".scale[", i, "]")
-                                                        : prefix + ".scale",
+            const YAML::Node n =
+                info.scale_axis.IsSequence() ? info.scale_axis[i] : info.scale_axis;
+            Error(Line(n),
+                  info.scale_axis.IsSequence() ? absl::StrCat(prefix, ".scale[", i, "]")
+                                               : prefix + ".scale",
                   absl::StrCat("undefined scale '", name, "'", DidYouMean(name, names),
                                " (defined: ", absl::StrJoin(names, ", "), ")"));
           }
@@ -739,7 +764,8 @@ class SpecParser {
         if (!info.has_sparsity) {
           Error(info.line, prefix + ".sparsity", "family xmod needs a sparsity axis");
         }
-        if (!info.has_stride) Error(info.line, prefix + ".stride", "family xmod needs a stride axis");
+        if (!info.has_stride)
+          Error(info.line, prefix + ".stride", "family xmod needs a stride axis");
       } else {
         if (info.has_sparsity) {
           Error(info.line, prefix + ".sparsity",
@@ -751,9 +777,9 @@ class SpecParser {
         }
       }
       if (!block.seeds.empty() && train_node_["seed"]) {
-        Error(Line(train_node_["seed"]), "train.seed",
-              absl::StrCat("give the seed in train.seed or as the ", prefix,
-                           ".seed axis, not both"));
+        Error(
+            Line(train_node_["seed"]), "train.seed",
+            absl::StrCat("give the seed in train.seed or as the ", prefix, ".seed axis, not both"));
       }
       // Batch shape per (scale, context): a scale's own batch overrides the sweep's.
       for (const std::string& scale_name : block.scales) {
@@ -779,7 +805,8 @@ class SpecParser {
     }
   }
 
-  void CheckBatch(const SweepSpec& spec, const ScaleSpec& scale, const std::vector<int64_t>& contexts) {
+  void CheckBatch(const SweepSpec& spec, const ScaleSpec& scale,
+                  const std::vector<int64_t>& contexts) {
     const TrainSpec& t = spec.train;
     const bool own_batch = scale.batch_tokens.has_value();
     if (!own_batch && t.batch_auto) return;  // the rule makes a legal batch

@@ -43,30 +43,30 @@ std::string_view MatchModeName(MatchMode mode);
 std::string_view ScheduleName(Schedule schedule);
 
 struct TrainSpec {
-  int64_t batch_tokens = 0;          // tokens per optimizer step, across all ranks
-  bool batch_auto = false;           // batch_tokens: auto (the compute rule, docs/design-checks.md)
-  bool lr_auto = false;              // lr: auto (the compute rule)
-  int64_t micro_batch_tokens = 0;    // per-rank forward size; 0 = no accumulation
+  int64_t batch_tokens = 0;        // tokens per optimizer step, across all ranks
+  bool batch_auto = false;         // batch_tokens: auto (the compute rule, docs/design-checks.md)
+  bool lr_auto = false;            // lr: auto (the compute rule)
+  int64_t micro_batch_tokens = 0;  // per-rank forward size; 0 = no accumulation
   double lr = 3e-3;
   double min_lr_ratio = 0.1;
-  int64_t warmup_steps = -1;         // -1: use warmup_fraction
+  int64_t warmup_steps = -1;  // -1: use warmup_fraction
   double warmup_fraction = 0.05;
-  int64_t min_warmup_steps = 10;     // floor on the warm-up, at most a quarter of the steps
+  int64_t min_warmup_steps = 10;  // floor on the warm-up, at most a quarter of the steps
   Schedule schedule = Schedule::kCosine;
-  double decay_fraction = 0.2;       // wsd: final fraction of steps spent decaying
+  double decay_fraction = 0.2;  // wsd: final fraction of steps spent decaying
   double weight_decay = 0.1;
   double grad_clip = 1.0;
   double beta1 = 0.9;
   double beta2 = 0.95;
-  int64_t eval_interval = 0;         // steps; 0 = ten evaluations per run
-  int64_t eval_tokens = 65536;       // validation tokens per interim evaluation
-  int64_t final_eval_tokens = -1;    // at the last step: -1 as eval_tokens, 0 the whole split
-  int64_t checkpoint_interval = 0;   // steps; 0 = only at the end
+  int64_t eval_interval = 0;        // steps; 0 = ten evaluations per run
+  int64_t eval_tokens = 65536;      // validation tokens per interim evaluation
+  int64_t final_eval_tokens = -1;   // at the last step: -1 as eval_tokens, 0 the whole split
+  int64_t checkpoint_interval = 0;  // steps; 0 = only at the end
   int64_t log_interval = 1;
   uint64_t seed = 1234;
-  std::string precision = "fp32";    // fp32 | bf16 (bf16 on GPUs only)
-  double balance_coef = 0.01;        // λ_bal, X-MoD only
-  double router_coef = 0.01;         // λ_c, routed families
+  std::string precision = "fp32";  // fp32 | bf16 (bf16 on GPUs only)
+  double balance_coef = 0.01;      // λ_bal, X-MoD only
+  double router_coef = 0.01;       // λ_c, routed families
 };
 
 struct ResourceSpec {

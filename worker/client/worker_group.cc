@@ -44,7 +44,7 @@ class Client {
   template <typename Request, typename Response>
   grpc::Status Call(const char* name,
                     grpc::Status (pb::Coordinator::Stub::*rpc)(grpc::ClientContext*, const Request&,
-                                                                Response*),
+                                                               Response*),
                     const Request& request, Response* response, bool give_up_on_stop = true) {
     double backoff = 0.2;
     for (int attempt = 1;; ++attempt) {
@@ -136,7 +136,8 @@ class JobSession {
       p->set_flops(m.flops);
     }
     const auto now = std::chrono::steady_clock::now();
-    if (pending_.metrics_size() >= o_.metrics_batch || now - last_flush_ > std::chrono::seconds(2)) {
+    if (pending_.metrics_size() >= o_.metrics_batch ||
+        now - last_flush_ > std::chrono::seconds(2)) {
       FlushLocked();
     }
   }
@@ -314,8 +315,8 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
   reg.set_ranks(comm.size());
   reg.set_name(o.name);
   pb::RegisterWorkerResponse registered;
-  grpc::Status s = client.Call("RegisterWorker", &pb::Coordinator::Stub::RegisterWorker, reg,
-                               &registered);
+  grpc::Status s =
+      client.Call("RegisterWorker", &pb::Coordinator::Stub::RegisterWorker, reg, &registered);
   auto broadcast_exit = [&] {
     std::string cmd = R"({"cmd":"exit"})";
     return comm.Broadcast(&cmd, 0);
@@ -350,12 +351,12 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
         job.ok() ? OpenJobData(*job) : absl::StatusOr<std::unique_ptr<TokenSource>>(job.status());
     if (!data.ok()) {
       // Nothing was broadcast: the other ranks still wait for a command.
-      session.Finish(absl::InternalError(absl::StrCat(comm.Where(), ": ", data.status().message())));
+      session.Finish(
+          absl::InternalError(absl::StrCat(comm.Where(), ": ", data.status().message())));
       continue;
     }
-    nlohmann::json cmd = {{"cmd", "train"},
-                          {"job", lease.job_json()},
-                          {"resume_step", lease.resume_step()}};
+    nlohmann::json cmd = {
+        {"cmd", "train"}, {"job", lease.job_json()}, {"resume_step", lease.resume_step()}};
     std::string bytes = cmd.dump();
     RETURN_IF_ERROR(comm.Broadcast(&bytes, 0));
     session.StartHeartbeat(lease.lease_ttl_seconds());
@@ -369,7 +370,9 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
     t.abandon = [&] { return session.ShouldAbandon(); };
     t.confirm_checkpoint = [&] { return session.ConfirmLease(); };
     t.on_metrics = [&](const std::vector<Metric>& m) { session.OnMetrics(m); };
-    t.on_checkpoint = [&](int64_t step, const std::string& path) { session.OnCheckpoint(step, path); };
+    t.on_checkpoint = [&](int64_t step, const std::string& path) {
+      session.OnCheckpoint(step, path);
+    };
     t.on_step = [&](int64_t step) { session.OnStep(step); };
     std::cerr << comm.Where() << ": job " << job->id << " attempt " << lease.attempt()
               << (lease.resume_step() > 0 ? absl::StrCat(" from step ", lease.resume_step()) : "")
@@ -394,7 +397,8 @@ absl::Status Follow(const WorkerGroupOptions& o, Communicator& comm) {
     RETURN_IF_ERROR(comm.Broadcast(&bytes, 0));
     const nlohmann::json cmd = nlohmann::json::parse(bytes);
     if (cmd["cmd"] == "exit") return absl::OkStatus();
-    ASSIGN_OR_RETURN(TrainJob job, ParseTrainJob(nlohmann::json::parse(cmd["job"].get<std::string>())));
+    ASSIGN_OR_RETURN(TrainJob job,
+                     ParseTrainJob(nlohmann::json::parse(cmd["job"].get<std::string>())));
     // Rank 0 opened the same data before broadcasting; failing here (e.g. a path
     // missing on this node) ends the group, and the job's lease runs out.
     auto data = OpenJobData(job);

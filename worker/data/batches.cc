@@ -94,8 +94,8 @@ std::unique_ptr<TokenSource> MakeSyntheticSource(uint64_t seed, int64_t vocab_si
 
 int64_t TrainWindowStart(uint64_t seed, int64_t step, int64_t row, int64_t train_size,
                          int64_t context) {
-  const uint64_t h = Mix64(Mix64(Mix64(seed) ^ static_cast<uint64_t>(step)) ^
-                           static_cast<uint64_t>(row));
+  const uint64_t h =
+      Mix64(Mix64(Mix64(seed) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(row));
   return static_cast<int64_t>(h % static_cast<uint64_t>(train_size - context));
 }
 
@@ -143,8 +143,9 @@ Batch TrainBatch(const TokenSource& source, uint64_t seed, int64_t step, int64_t
 
 Batch ValBatch(const TokenSource& source, const std::vector<int64_t>& starts, int64_t begin,
                int64_t end, int64_t context) {
-  return Fill(end - begin, context,
-              [&](int64_t r, int64_t* out) { source.CopyVal(starts[begin + r], context + 1, out); });
+  return Fill(end - begin, context, [&](int64_t r, int64_t* out) {
+    source.CopyVal(starts[begin + r], context + 1, out);
+  });
 }
 
 }  // namespace xmod

@@ -60,11 +60,16 @@ class SingleProcess : public Communicator {
 
 MPI_Datatype MpiType(torch::ScalarType type) {
   switch (type) {
-    case torch::kFloat32: return MPI_FLOAT;
-    case torch::kFloat64: return MPI_DOUBLE;
-    case torch::kInt64: return MPI_INT64_T;
-    case torch::kInt32: return MPI_INT32_T;
-    default: return MPI_DATATYPE_NULL;
+    case torch::kFloat32:
+      return MPI_FLOAT;
+    case torch::kFloat64:
+      return MPI_DOUBLE;
+    case torch::kInt64:
+      return MPI_INT64_T;
+    case torch::kInt32:
+      return MPI_INT32_T;
+    default:
+      return MPI_DATATYPE_NULL;
   }
 }
 
@@ -82,9 +87,8 @@ class Mpi : public Communicator {
   // that another group's training needs.
   absl::Status Broadcast(std::string* bytes, int root) override {
     int64_t n = static_cast<int64_t>(bytes->size());
-    RETURN_IF_ERROR(Wait([&](MPI_Request* r) {
-      return MPI_Ibcast(&n, 1, MPI_INT64_T, root, MPI_COMM_WORLD, r);
-    }));
+    RETURN_IF_ERROR(Wait(
+        [&](MPI_Request* r) { return MPI_Ibcast(&n, 1, MPI_INT64_T, root, MPI_COMM_WORLD, r); }));
     bytes->resize(static_cast<size_t>(n));
     return Wait([&](MPI_Request* r) {
       return MPI_Ibcast(bytes->data(), static_cast<int>(n), MPI_CHAR, root, MPI_COMM_WORLD, r);
@@ -136,7 +140,8 @@ class Mpi : public Communicator {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, text, &len);
-    return absl::UnavailableError(absl::StrCat(Where(), ": MPI ", what, ": ", std::string(text, len)));
+    return absl::UnavailableError(
+        absl::StrCat(Where(), ": MPI ", what, ": ", std::string(text, len)));
   }
   absl::Status CheckType(const torch::Tensor& t) const {
     if (t.is_cuda() || MpiType(t.scalar_type()) == MPI_DATATYPE_NULL) {

@@ -15,12 +15,18 @@ namespace {
 
 ncclDataType_t NcclType(torch::ScalarType type) {
   switch (type) {
-    case torch::kFloat32: return ncclFloat32;
-    case torch::kFloat64: return ncclFloat64;
-    case torch::kBFloat16: return ncclBfloat16;
-    case torch::kFloat16: return ncclFloat16;
-    case torch::kInt64: return ncclInt64;
-    default: return ncclInt32;
+    case torch::kFloat32:
+      return ncclFloat32;
+    case torch::kFloat64:
+      return ncclFloat64;
+    case torch::kBFloat16:
+      return ncclBfloat16;
+    case torch::kFloat16:
+      return ncclFloat16;
+    case torch::kInt64:
+      return ncclInt64;
+    default:
+      return ncclInt32;
   }
 }
 
@@ -34,7 +40,9 @@ class Nccl : public Communicator {
   }
   int rank() const override { return mpi_->rank(); }
   int size() const override { return mpi_->size(); }
-  std::string Where() const override { return absl::StrCat(mpi_->Where(), " (cuda:", device_, ")"); }
+  std::string Where() const override {
+    return absl::StrCat(mpi_->Where(), " (cuda:", device_, ")");
+  }
   absl::Status Broadcast(std::string* bytes, int root) override {
     return mpi_->Broadcast(bytes, root);
   }
@@ -97,9 +105,8 @@ int CudaDeviceCount() {
 absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(int device) {
   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> mpi, MakeMpiCommunicator());
   if (device >= CudaDeviceCount()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(mpi->Where(), ": no CUDA device ", device, " (", CudaDeviceCount(),
-                     " visible)"));
+    return absl::FailedPreconditionError(absl::StrCat(mpi->Where(), ": no CUDA device ", device,
+                                                      " (", CudaDeviceCount(), " visible)"));
   }
   cudaSetDevice(device);
   ncclUniqueId id;

@@ -15,10 +15,10 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 }
 
 AttentionImpl::AttentionImpl(int64_t d_model, int64_t n_heads) : n_heads_(n_heads) {
-  qkv = register_module("qkv", torch::nn::Linear(
-                                   torch::nn::LinearOptions(d_model, 3 * d_model).bias(false)));
-  proj = register_module(
-      "proj", torch::nn::Linear(torch::nn::LinearOptions(d_model, d_model).bias(false)));
+  qkv = register_module(
+      "qkv", torch::nn::Linear(torch::nn::LinearOptions(d_model, 3 * d_model).bias(false)));
+  proj = register_module("proj",
+                         torch::nn::Linear(torch::nn::LinearOptions(d_model, d_model).bias(false)));
 }
 
 namespace {
@@ -58,10 +58,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
 }
 
 MlpImpl::MlpImpl(int64_t d_model, int64_t d_ff) {
-  w13 = register_module(
-      "w13", torch::nn::Linear(torch::nn::LinearOptions(d_model, 2 * d_ff).bias(false)));
-  w2 = register_module("w2",
-                       torch::nn::Linear(torch::nn::LinearOptions(d_ff, d_model).bias(false)));
+  w13 = register_module("w13",
+                        torch::nn::Linear(torch::nn::LinearOptions(d_model, 2 * d_ff).bias(false)));
+  w2 =
+      register_module("w2", torch::nn::Linear(torch::nn::LinearOptions(d_ff, d_model).bias(false)));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
@@ -175,11 +175,11 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
       // Top-k per sequence, re-sorted by position so that causal order is kept.
       const torch::Tensor idx = std::get<0>(std::get<1>(r.topk(k, -1)).sort(-1));  // [B, k]
       const torch::Tensor idx_d = idx.unsqueeze(-1).expand({b, k, d});
-      const torch::Tensor x_sel = x.gather(1, idx_d);                  // [B, k, d]
+      const torch::Tensor x_sel = x.gather(1, idx_d);  // [B, k, d]
       const torch::Tensor flat = idx.reshape({-1});
       const torch::Tensor cos_sel = cos[0].index_select(0, flat).view({b, k, half});
       const torch::Tensor sin_sel = sin[0].index_select(0, flat).view({b, k, half});
-      const torch::Tensor delta = layer->block->Delta(x_sel, cos_sel, sin_sel);  // [B, k, d]
+      const torch::Tensor delta = layer->block->Delta(x_sel, cos_sel, sin_sel);    // [B, k, d]
       const torch::Tensor weight = torch::sigmoid(r.gather(1, idx)) * gate_scale;  // [B, k]
       x = x.scatter_add(1, idx_d, weight.unsqueeze(-1).to(x.dtype()) * delta);
       const torch::Tensor chosen = torch::zeros({b, t}, r.options()).scatter(1, idx, 1.0);
@@ -198,8 +198,7 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
       const torch::Tensor allowed =
           (causal & chosen.unsqueeze(1)).logical_or(eye).unsqueeze(1);  // [B, 1, T, T]
       const torch::Tensor delta = layer->block->Delta(x, cos, sin, allowed);
-      const torch::Tensor weight =
-          torch::sigmoid(r) * gate_scale * chosen.to(r.dtype());  // [B, T]
+      const torch::Tensor weight = torch::sigmoid(r) * gate_scale * chosen.to(r.dtype());  // [B, T]
       x = x + weight.unsqueeze(-1).to(x.dtype()) * delta;
       router_loss = router_loss + F::binary_cross_entropy_with_logits(r, chosen.to(r.dtype()));
       layers_used = layers_used + chosen.to(x.dtype());

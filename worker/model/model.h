@@ -110,17 +110,17 @@ class LayerImpl : public torch::nn::Module {
   bool routed() const { return !router.is_empty(); }
   Block block{nullptr};
   torch::nn::Linear router{nullptr};
-  torch::Tensor gamma;  // undefined unless X-MoD routed
+  torch::Tensor gamma;      // undefined unless X-MoD routed
   double gate_scale = 1.0;  // 1 / sqrt(stride − 1) for X-MoD
 };
 TORCH_MODULE(Layer);
 
 struct DecoderOutput {
-  torch::Tensor logits;        // [B, T, V]
-  torch::Tensor hidden;        // [B, T, d]: the final residual stream, before the final norm
-  torch::Tensor aux_loss;      // scalar: λ_bal·L_bal + λ_c·L_causal (0 for dense)
-  torch::Tensor balance_loss;  // scalar, unweighted (0 when not applicable)
-  torch::Tensor router_loss;   // scalar, unweighted BCE (0 for dense)
+  torch::Tensor logits;          // [B, T, V]
+  torch::Tensor hidden;          // [B, T, d]: the final residual stream, before the final norm
+  torch::Tensor aux_loss;        // scalar: λ_bal·L_bal + λ_c·L_causal (0 for dense)
+  torch::Tensor balance_loss;    // scalar, unweighted (0 when not applicable)
+  torch::Tensor router_loss;     // scalar, unweighted BCE (0 for dense)
   torch::Tensor depth_fraction;  // scalar: mean fraction of layers a token passes through
   // [routed layers] float64, in layer order: how many of the batch's B·T tokens each
   // routed layer processed (B·k for top-k; those with sigmoid(r) > 0.5 for

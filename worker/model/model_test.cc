@@ -90,13 +90,16 @@ TEST(Decoder, ARoutedLayerAtFullCapacityIsTheDenseBlockTimesTheGate) {
   auto layer1 = std::dynamic_pointer_cast<LayerImpl>((*model->layers)[1]);
   const int64_t half = 32 / 4 / 2;
   const torch::Tensor positions = torch::arange(16, torch::kFloat64).unsqueeze(1);
-  const torch::Tensor inv = torch::pow(10000.0, -torch::arange(half, torch::kFloat64) / double(half));
+  const torch::Tensor inv =
+      torch::pow(10000.0, -torch::arange(half, torch::kFloat64) / double(half));
   const torch::Tensor angles = (positions * inv).unsqueeze(0);
-  const torch::Tensor cos = angles.cos().to(torch::kFloat32), sin = angles.sin().to(torch::kFloat32);
+  const torch::Tensor cos = angles.cos().to(torch::kFloat32),
+                      sin = angles.sin().to(torch::kFloat32);
   torch::Tensor x = model->tok_emb(tokens);
   x = x + layer0->block->Delta(x, cos, sin);
   const torch::Tensor r = layer1->router(x).squeeze(-1);
-  x = x + (1.7 / std::sqrt(1.0)) * torch::sigmoid(r).unsqueeze(-1) * layer1->block->Delta(x, cos, sin);
+  x = x +
+      (1.7 / std::sqrt(1.0)) * torch::sigmoid(r).unsqueeze(-1) * layer1->block->Delta(x, cos, sin);
   const torch::Tensor expected = model->head(model->norm(x));
   EXPECT_TRUE(torch::allclose(out.logits, expected, 1e-5, 1e-5))
       << (out.logits - expected).abs().max().item<double>();

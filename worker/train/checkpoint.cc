@@ -122,9 +122,9 @@ absl::StatusOr<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& run_dir
   }
   std::string why;
   for (const std::string& s : loaded.skipped) why += "; " + s;
-  return absl::NotFoundError(absl::StrCat(run_dir, ": no usable checkpoint",
-                                          max_step >= 0 ? absl::StrCat(" up to step ", max_step) : "",
-                                          " for job ", job_id, why));
+  return absl::NotFoundError(absl::StrCat(
+      run_dir, ": no usable checkpoint",
+      max_step >= 0 ? absl::StrCat(" up to step ", max_step) : "", " for job ", job_id, why));
 }
 
 }  // namespace xmod

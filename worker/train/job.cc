@@ -12,7 +12,8 @@ namespace {
 template <typename T>
 absl::Status Get(const nlohmann::json& j, const char* key, T* out) {
   auto it = j.find(key);
-  if (it == j.end()) return absl::InvalidArgumentError(absl::StrCat("job: missing field '", key, "'"));
+  if (it == j.end())
+    return absl::InvalidArgumentError(absl::StrCat("job: missing field '", key, "'"));
   try {
     *out = it->get<T>();
   } catch (const nlohmann::json::exception& e) {
@@ -23,10 +24,10 @@ absl::Status Get(const nlohmann::json& j, const char* key, T* out) {
 
 }  // namespace
 
-#define XMOD_GET(key, out)                               \
-  do {                                                   \
-    absl::Status s_ = Get(json, key, out);               \
-    if (!s_.ok()) return s_;                             \
+#define XMOD_GET(key, out)                 \
+  do {                                     \
+    absl::Status s_ = Get(json, key, out); \
+    if (!s_.ok()) return s_;               \
   } while (0)
 
 absl::StatusOr<TrainJob> ParseTrainJob(const nlohmann::json& json) {
@@ -37,7 +38,8 @@ absl::StatusOr<TrainJob> ParseTrainJob(const nlohmann::json& json) {
   XMOD_GET("family", &family);
   auto parsed = ParseFamily(family);
   if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("job: field 'family': ", parsed.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job: field 'family': ", parsed.status().message()));
   }
   job.shape.family = *parsed;
   XMOD_GET("d_model", &job.shape.d_model);
@@ -89,7 +91,8 @@ absl::StatusOr<TrainJob> ParseTrainJob(const nlohmann::json& json) {
   } else if (schedule == "wsd") {
     job.schedule = LrSchedule::kWsd;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("job: field 'schedule': unknown '", schedule, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("job: field 'schedule': unknown '", schedule, "'"));
   }
   auto data = json.find("data");
   if (data == json.end() || !data->is_object()) {
@@ -102,15 +105,14 @@ absl::StatusOr<TrainJob> ParseTrainJob(const nlohmann::json& json) {
     if (job.data_path.empty()) return absl::InvalidArgumentError("job: field 'data.path' is empty");
   }
   const auto positive = [](int64_t v) { return v > 0; };
-  for (auto [name, value] : {std::pair{"d_model", job.shape.d_model},
-                             std::pair{"n_heads", job.shape.n_heads},
-                             std::pair{"n_layers", job.shape.n_layers},
-                             std::pair{"context", job.shape.context},
-                             std::pair{"steps", job.steps}, std::pair{"batch_size", job.batch_size},
-                             std::pair{"micro_batch_size", job.micro_batch_size},
-                             std::pair{"eval_interval", job.eval_interval},
-                             std::pair{"checkpoint_interval", job.checkpoint_interval},
-                             std::pair{"log_interval", job.log_interval}}) {
+  for (auto [name, value] :
+       {std::pair{"d_model", job.shape.d_model}, std::pair{"n_heads", job.shape.n_heads},
+        std::pair{"n_layers", job.shape.n_layers}, std::pair{"context", job.shape.context},
+        std::pair{"steps", job.steps}, std::pair{"batch_size", job.batch_size},
+        std::pair{"micro_batch_size", job.micro_batch_size},
+        std::pair{"eval_interval", job.eval_interval},
+        std::pair{"checkpoint_interval", job.checkpoint_interval},
+        std::pair{"log_interval", job.log_interval}}) {
     if (!positive(value)) {
       return absl::InvalidArgumentError(absl::StrCat("job: field '", name, "' must be positive"));
     }
@@ -141,7 +143,8 @@ absl::StatusOr<TrainJob> LoadTrainJob(const std::string& path) {
     json = json[0];
   }
   auto job = ParseTrainJob(json);
-  if (!job.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", job.status().message()));
+  if (!job.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", job.status().message()));
   return job;
 }
 

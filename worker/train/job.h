@@ -5,10 +5,9 @@
 #define XMOD_WORKER_TRAIN_JOB_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "common/accounting.h"

@@ -1,20 +1,18 @@
 #include "worker/train/trainer.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
-
-#include <cstdlib>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -118,8 +116,10 @@ class Run {
                                                      " sequences do not split over ", world,
                                                      " ranks"));
     }
-    if (data_.train_size() <= job_.shape.context + 1 || data_.val_size() <= job_.shape.context + 1) {
-      return absl::InvalidArgumentError(absl::StrCat("job ", job_.id, ": the data is shorter than one window of ",
+    if (data_.train_size() <= job_.shape.context + 1 ||
+        data_.val_size() <= job_.shape.context + 1) {
+      return absl::InvalidArgumentError(absl::StrCat("job ", job_.id,
+                                                     ": the data is shorter than one window of ",
                                                      job_.shape.context + 1, " tokens"));
     }
     torch::set_num_threads(o_.threads > 0 ? o_.threads : DefaultThreads(world));
@@ -146,8 +146,9 @@ class Run {
       for (auto& p : model_->parameters()) params.push_back(p.data());
       optimizer_ = MakeOptimizer(job_, model_);
     } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat("job ", job_.id, " on ", comm_.Where(),
-                                              ": building the model: ", e.what_without_backtrace()));
+      return absl::InternalError(
+          absl::StrCat("job ", job_.id, " on ", comm_.Where(),
+                       ": building the model: ", e.what_without_backtrace()));
     }
     for (const auto& layer : *model_->layers) {
       if (std::dynamic_pointer_cast<LayerImpl>(layer)->routed()) ++routed_layers_;
@@ -174,14 +175,16 @@ class Run {
     // seen by one rank only would split them): compare through one all-reduce.
     {
       std::vector<torch::Tensor> agree = {
-          torch::tensor({double(start), double(start) * double(start)}, torch::dtype(torch::kFloat64).device(device_))};
+          torch::tensor({double(start), double(start) * double(start)},
+                        torch::dtype(torch::kFloat64).device(device_))};
       RETURN_IF_ERROR(comm_.AllReduceSum(agree));
       const torch::Tensor sums = agree[0].cpu();
       const double n = comm_.size(), sum = sums[0].item<double>(), squares = sums[1].item<double>();
       if (sum * sum != n * squares) {
         return absl::DataLossError(absl::StrCat("job ", job_.id, " on ", comm_.Where(),
                                                 ": the ranks found different checkpoints (this "
-                                                "rank: step ", start, ")"));
+                                                "rank: step ",
+                                                start, ")"));
       }
     }
     result.resumed_from = start;
@@ -229,7 +232,9 @@ class Run {
       if (step % job_.log_interval == 0 || last) {
         const auto now = std::chrono::steady_clock::now();
         const double seconds = std::chrono::duration<double>(now - last_report).count();
-        const double tps = seconds > 0 ? double((step - last_report_step) * job_.tokens_per_step()) / seconds : 0.0;
+        const double tps =
+            seconds > 0 ? double((step - last_report_step) * job_.tokens_per_step()) / seconds
+                        : 0.0;
         last_report = now;
         last_report_step = step;
         metrics.push_back({"train_loss", step, stats.loss, tokens, flops});
@@ -314,7 +319,8 @@ class Run {
       const int64_t row0 = comm_.rank() * rows_per_rank_;
       for (int64_t r = 0; r < rows_per_rank_; r += micro_) {
         const int64_t rows = std::min(micro_, rows_per_rank_ - r);
-        Batch batch = TrainBatch(data_, job_.seed, step, row0 + r, row0 + r + rows, job_.shape.context);
+        Batch batch =
+            TrainBatch(data_, job_.seed, step, row0 + r, row0 + r + rows, job_.shape.context);
         const torch::Tensor inputs = batch.inputs.to(device_);
         const torch::Tensor targets = batch.targets.to(device_);
         DecoderOutput out = model_->forward(inputs, Routing::kTopK);
@@ -324,7 +330,8 @@ class Run {
         ((ce + out.aux_loss) * share).backward();
         sums += torch::stack({ce.detach(), out.balance_loss.detach(), out.router_loss.detach(),
                               out.depth_fraction})
-                    .to(sums.options()) * share;
+                    .to(sums.options()) *
+                share;
       }
       std::vector<torch::Tensor> grads;
       for (auto& p : model_->parameters()) {
@@ -339,10 +346,11 @@ class Run {
       stats.balance = sums[1].item<double>();
       stats.router = sums[2].item<double>();
       stats.depth = sums[3].item<double>();
-      stats.grad_norm = job_.grad_clip > 0
-                            ? torch::nn::utils::clip_grad_norm_(model_->parameters(), job_.grad_clip)
-                            : torch::nn::utils::clip_grad_norm_(model_->parameters(),
-                                                                std::numeric_limits<double>::infinity());
+      stats.grad_norm =
+          job_.grad_clip > 0
+              ? torch::nn::utils::clip_grad_norm_(model_->parameters(), job_.grad_clip)
+              : torch::nn::utils::clip_grad_norm_(model_->parameters(),
+                                                  std::numeric_limits<double>::infinity());
       if (std::isfinite(stats.loss) && std::isfinite(stats.grad_norm)) optimizer_->step();
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("job ", job_.id, " step ", step, " on ",
@@ -473,8 +481,11 @@ class Run {
   void Report(const std::string& path, const std::vector<Metric>& metrics) {
     std::ofstream out(path, std::ios::app);
     for (const Metric& m : metrics) {
-      out << nlohmann::json{{"step", m.step}, {"name", m.name}, {"value", m.value},
-                            {"tokens", m.tokens}, {"flops", m.flops}}
+      out << nlohmann::json{{"step", m.step},
+                            {"name", m.name},
+                            {"value", m.value},
+                            {"tokens", m.tokens},
+                            {"flops", m.flops}}
                  .dump()
           << "\n";
     }
@@ -495,7 +506,7 @@ class Run {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t rows_per_rank_ = 0;
   int64_t micro_ = 0;
-  int64_t eval_rows_ = 0;  // windows per evaluation forward (EvalRows)
+  int64_t eval_rows_ = 0;              // windows per evaluation forward (EvalRows)
   std::vector<int64_t> val_starts_;    // interim evaluations (eval_tokens)
   std::vector<int64_t> final_starts_;  // the evaluation at the last step (final_eval_tokens)
   int64_t routed_layers_ = 0;
@@ -509,8 +520,8 @@ int64_t EvalRows(int64_t micro_rows, int64_t context, int64_t vocab_size) {
   return std::max<int64_t>({1, micro_rows, tokens / std::max<int64_t>(1, context)});
 }
 
-absl::StatusOr<TrainResult> Train(const TrainJob& job, const TokenSource& data,
-                                  Communicator& comm, const TrainerOptions& options) {
+absl::StatusOr<TrainResult> Train(const TrainJob& job, const TokenSource& data, Communicator& comm,
+                                  const TrainerOptions& options) {
   TuneHostAllocatorForTraining();
   return Run(job, data, comm, options).Go();
 }

@@ -25,13 +25,13 @@ struct Metric {
 };
 
 struct TrainerOptions {
-  std::string run_dir;     // checkpoints/ and metrics.jsonl go here (shared by the ranks)
-  bool resume = false;     // continue from the newest valid checkpoint of the job, if any
+  std::string run_dir;  // checkpoints/ and metrics.jsonl go here (shared by the ranks)
+  bool resume = false;  // continue from the newest valid checkpoint of the job, if any
   // With resume: the newest valid checkpoint at or before this step (the one the
   // coordinator recorded); -1: the newest of all. Without one the run starts fresh,
   // which is safe: the steps it redoes overwrite the same metric rows.
   int64_t resume_step = -1;
-  int threads = 0;         // LibTorch intra-op threads; 0: cores / ranks on this host
+  int threads = 0;             // LibTorch intra-op threads; 0: cores / ranks on this host
   std::string device = "cpu";  // "cpu" or "cuda:N"
   // Stop after this step (0: never) with a checkpoint, as a preemption would.
   int64_t stop_after_step = 0;
@@ -67,8 +67,8 @@ int64_t EvalRows(int64_t micro_rows, int64_t context, int64_t vocab_size);
 
 struct TrainResult {
   TrainOutcome outcome = TrainOutcome::kSucceeded;
-  int64_t step = 0;           // last completed step (the diverging one for kDiverged)
-  int64_t resumed_from = 0;   // checkpoint step the run started from (0: fresh)
+  int64_t step = 0;          // last completed step (the diverging one for kDiverged)
+  int64_t resumed_from = 0;  // checkpoint step the run started from (0: fresh)
   // The final evaluation (the last step's, on final_eval_tokens), also when the run
   // resumed from the last step's checkpoint; else the latest interim one.
   double val_loss = 0.0;
@@ -89,8 +89,8 @@ struct TrainResult {
 // Errors: INVALID_ARGUMENT for a job that cannot be split over the ranks; INTERNAL
 // for a LibTorch failure, naming the job, host and rank; collective failures as the
 // communicator reports them.
-absl::StatusOr<TrainResult> Train(const TrainJob& job, const TokenSource& data,
-                                  Communicator& comm, const TrainerOptions& options);
+absl::StatusOr<TrainResult> Train(const TrainJob& job, const TokenSource& data, Communicator& comm,
+                                  const TrainerOptions& options);
 
 // This process's rank on its host (Open MPI, Slurm or torchrun variables; 0 alone).
 int LocalRank();

@@ -423,10 +423,10 @@ TEST_F(Trainer, AJobWithoutFinalEvalTokensEvaluatesTheLastStepLikeTheOthers) {
 }
 
 TEST(EvalRows, RaisedToAbout16kTokensForSmallVocabulariesNeverBelowTheMicroBatch) {
-  EXPECT_EQ(EvalRows(7, 128, 256), 128);      // 16,384 tokens of T = 128
-  EXPECT_EQ(EvalRows(200, 128, 256), 200);    // never below the micro-batch
+  EXPECT_EQ(EvalRows(7, 128, 256), 128);    // 16,384 tokens of T = 128
+  EXPECT_EQ(EvalRows(200, 128, 256), 200);  // never below the micro-batch
   EXPECT_EQ(EvalRows(1, 4096, 256), 4);
-  EXPECT_EQ(EvalRows(2, 1024, 50304), 2);     // 50k vocabulary: logits cap at 1,334 tokens
+  EXPECT_EQ(EvalRows(2, 1024, 50304), 2);  // 50k vocabulary: logits cap at 1,334 tokens
   EXPECT_EQ(EvalRows(1, 64, 50304), 20);
 }
 
