@@ -26,6 +26,7 @@
 #include "orchestrator/fit/analysis.h"
 #include "orchestrator/fit/dense_law.h"
 #include "orchestrator/fit/fitter.h"
+#include "orchestrator/fit/law_csv.h"
 
 namespace xmod {
 namespace {

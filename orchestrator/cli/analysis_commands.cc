@@ -16,6 +16,7 @@
 #include "common/accounting.h"
 #include "common/status_macros.h"
 #include "orchestrator/cli/output.h"
+#include "orchestrator/fit/law_csv.h"
 
 namespace xmod {
 
@@ -39,107 +40,6 @@ std::string Text(const Value* v) {
   if (v == nullptr) return "";
   if (const auto* s = std::get_if<std::string>(v)) return *s;
   return "";
-}
-
-// Reads a law CSV (header row). Columns by name, any order: N (or N_active), D,
-// loss, and for sparse runs N_total, T, capacity, stride; an optional `scale`
-// column names the scale for --holdout-largest.
-absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const std::string& law) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-  std::string line;
-  if (!std::getline(in, line))
-    return absl::InvalidArgumentError(absl::StrCat(path, ":1: empty file"));
-  std::vector<std::string> header;
-  std::stringstream hs(line);
-  for (std::string c; std::getline(hs, c, ',');) {
-    while (!c.empty() && (c.back() == '\r' || c.back() == ' ')) c.pop_back();
-    while (!c.empty() && c.front() == ' ') c.erase(c.begin());
-    header.push_back(c);
-  }
-  auto find = [&](const std::string& name) -> std::optional<size_t> {
-    auto it = std::find(header.begin(), header.end(), name);
-    if (it == header.end()) return std::nullopt;
-    return static_cast<size_t>(it - header.begin());
-  };
-  std::optional<size_t> n_col = find("N_active");
-  if (!n_col) n_col = find("N");
-  const std::optional<size_t> d_col = find("D"), loss_col = find("loss"),
-                              total_col = find("N_total"), t_col = find("T"),
-                              cap_col = find("capacity"), stride_col = find("stride"),
-                              scale_col = find("scale");
-  const std::string need = law == "xmod" ? "N_active,N_total,D,T,capacity,stride,loss" : "N,D,loss";
-  auto missing = [&](const char* name) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ":1: header: missing column '", name,
-                                                   "' (law ", law, " needs ", need, ")"));
-  };
-  if (!n_col) return missing(law == "xmod" ? "N_active" : "N");
-  if (!d_col) return missing("D");
-  if (!loss_col) return missing("loss");
-  if (law == "xmod") {
-    if (!total_col) return missing("N_total");
-    if (!t_col) return missing("T");
-    if (!cap_col) return missing("capacity");
-    if (!stride_col) return missing("stride");
-  }
-  std::vector<LawPoint> points;
-  for (int number = 2; std::getline(in, line); ++number) {
-    while (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    std::vector<std::string> cells;
-    std::stringstream ls(line);
-    for (std::string c; std::getline(ls, c, ',');) cells.push_back(c);
-    auto number_at = [&](std::optional<size_t> col, double* target) -> absl::Status {
-      if (!col) return absl::OkStatus();
-      char* end = nullptr;
-      const bool present = *col < cells.size();
-      std::string cell = present ? cells[*col] : "";
-      while (!cell.empty() && cell.back() == ' ') cell.pop_back();
-      while (!cell.empty() && cell.front() == ' ') cell.erase(cell.begin());
-      if (present) *target = std::strtod(cell.c_str(), &end);
-      if (!present || cell.empty() || *end != '\0' || !std::isfinite(*target)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ":", number, ": ", header[*col], ": not a finite number"));
-      }
-      return absl::OkStatus();
-    };
-    LawPoint p;
-    RETURN_IF_ERROR(number_at(n_col, &p.n));
-    RETURN_IF_ERROR(number_at(d_col, &p.d));
-    RETURN_IF_ERROR(number_at(loss_col, &p.loss));
-    RETURN_IF_ERROR(number_at(total_col, &p.n_total));
-    RETURN_IF_ERROR(number_at(t_col, &p.context));
-    RETURN_IF_ERROR(number_at(cap_col, &p.capacity));
-    RETURN_IF_ERROR(number_at(stride_col, &p.stride));
-    if (scale_col && *scale_col < cells.size()) p.scale = cells[*scale_col];
-    for (auto [col, value] :
-         {std::pair{n_col, p.n}, std::pair{d_col, p.d}, std::pair{loss_col, p.loss}}) {
-      if (!(value > 0)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ":", number, ": ", header[*col], ": must be positive"));
-      }
-    }
-    if (total_col && !(p.n_total >= p.n)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", number, ": N_total: must be at least N_active"));
-    }
-    if (t_col && !p.dense() && !(p.context >= 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", number, ": T: a sparse run needs T >= 1"));
-    }
-    if (cap_col && !(p.capacity > 0 && p.capacity <= 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", number, ": capacity: must be in (0, 1]"));
-    }
-    if (stride_col && !(p.stride >= 1 && p.stride == std::floor(p.stride))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", number, ": stride: must be a whole number >= 1"));
-    }
-    p.id = absl::StrCat(path, ":", number);
-    points.push_back(p);
-  }
-  if (points.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no data rows"));
-  return points;
 }
 
 std::string Percent(double confidence, bool low) {
@@ -368,7 +268,7 @@ QueryResult ReplicateTable(const std::vector<SweepJob>& jobs) {
                            j.stride,       j.context,       j.budget_kind,
                            j.budget_value, int64_t{g.jobs}, static_cast<int64_t>(g.losses.size())};
     if (g.losses.empty()) {
-      row.insert(row.end(), {Value{}, Value{}, Value{}, Value{}});
+      row.resize(row.size() + 4);  // no mean, sd, sd % or SE
     } else {
       double mean = 0;
       for (double v : g.losses) mean += v;
@@ -381,10 +281,10 @@ QueryResult ReplicateTable(const std::vector<SweepJob>& jobs) {
         row.emplace_back(sd);
         row.emplace_back(100.0 * sd / mean);
       } else {
-        row.insert(row.end(), {Value{}, Value{}});
+        row.resize(row.size() + 2);  // no sd or sd %
       }
       if (g.ses.empty()) {
-        row.emplace_back(Value{});
+        row.resize(row.size() + 1);
       } else {
         double m = 0;
         for (double v : g.ses) m += v;

@@ -729,49 +729,6 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   return report;
 }
 
-absl::StatusOr<std::vector<LawPoint>> ReadChinchillaReference(const std::string& path,
-                                                              int drop_highest) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-  std::string line;
-  std::getline(in, line);
-  while (!line.empty() && line.back() == '\r') line.pop_back();
-  std::vector<std::string> header = absl::StrSplit(line, ',');
-  auto column = [&](const char* name) -> absl::StatusOr<size_t> {
-    auto it = std::find(header.begin(), header.end(), name);
-    if (it == header.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":1: no column '", name, "'"));
-    }
-    return static_cast<size_t>(it - header.begin());
-  };
-  ASSIGN_OR_RETURN(const size_t n_col, column("Model Size"));
-  ASSIGN_OR_RETURN(const size_t c_col, column("Training FLOP"));
-  ASSIGN_OR_RETURN(const size_t l_col, column("loss"));
-  std::vector<LawPoint> points;
-  for (int number = 2; std::getline(in, line); ++number) {
-    while (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    const std::vector<std::string> f = absl::StrSplit(line, ',');
-    double values[3] = {0, 0, 0};
-    const size_t columns[3] = {n_col, c_col, l_col};
-    for (int k = 0; k < 3; ++k) {
-      if (columns[k] >= f.size() || !absl::SimpleAtod(f[columns[k]], &values[k]) ||
-          !(values[k] > 0) || !std::isfinite(values[k])) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ":", number, ": ", header[columns[k]], ": not a positive number"));
-      }
-    }
-    points.push_back(DensePoint(values[0], values[1] / (6.0 * values[0]), values[2]));
-  }
-  if (drop_highest < 0 || drop_highest >= static_cast<int>(points.size())) {
-    return absl::InvalidArgumentError("drop_highest: out of range");
-  }
-  std::stable_sort(points.begin(), points.end(),
-                   [](const LawPoint& a, const LawPoint& b) { return a.loss < b.loss; });
-  points.resize(points.size() - drop_highest);
-  return points;
-}
-
 nlohmann::json ReportJson(const LawReport& report) {
   nlohmann::json j = {{"law", report.law},
                       {"method", report.method},

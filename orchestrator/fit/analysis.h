@@ -109,11 +109,7 @@ std::vector<std::string> ScaleLabels(const std::vector<LawPoint>& points, std::s
 // A stable hash (16 hex digits) of the fitted points, independent of their order.
 std::string PointsHash(const std::vector<LawPoint>& points);
 
-// The Chinchilla runs of tests/data/chinchilla_svg_extracted.csv (Epoch AI's
-// extraction; columns "Model Size", "Training FLOP", "loss") as dense points with
-// D = C / (6N), the `drop_highest` highest-loss runs left out.
-absl::StatusOr<std::vector<LawPoint>> ReadChinchillaReference(const std::string& path,
-                                                              int drop_highest);
+// ReadChinchillaReference and ReadLawCsv: orchestrator/fit/law_csv.h.
 
 // `law`, `method`, `params`, `objective`, `rmse`, `n_points`, `converged`, `starts`,
 // `seconds`, and where present `stages`, `intervals` and `holdout` (docs/laws.md).

@@ -13,6 +13,7 @@
 #include "common/accounting.h"
 #include "orchestrator/fit/analysis.h"
 #include "orchestrator/fit/dense_law.h"
+#include "orchestrator/fit/law_csv.h"
 #include "orchestrator/fit/xmod_law.h"
 
 namespace xmod {
