@@ -67,15 +67,13 @@ absl::StatusOr<LeaseOutcome> Scheduler::Lease(const std::string& worker_id) {
   return outcome;
 }
 
-// The fencing token alone identifies the lease holder; the worker id is carried
-// for the logs of the RPC layer, not trusted here.
-absl::StatusOr<HeartbeatAction> Scheduler::Heartbeat([[maybe_unused]] const std::string& worker_id,
+absl::StatusOr<HeartbeatAction> Scheduler::Heartbeat(const std::string& worker_id,
                                                      const std::string& job_id, int64_t token,
                                                      int64_t step) {
   if (step < 0) {
     return absl::InvalidArgumentError(absl::StrCat("Heartbeat: step must be >= 0, got ", step));
   }
-  ASSIGN_OR_RETURN(JobState state, store_->RenewLease(job_id, token, step, clock_->Now(),
+  ASSIGN_OR_RETURN(JobState state, store_->RenewLease(job_id, worker_id, token, step, clock_->Now(),
                                                       options_.lease_ttl_seconds));
   if (state == JobState::kCancelled) return HeartbeatAction::kCancel;
   return draining_ ? HeartbeatAction::kDrain : HeartbeatAction::kContinue;

@@ -95,6 +95,21 @@ TEST_F(SchedulerTest, HeartbeatMovesALeasedJobToRunningAndRenewsTheLease) {
   EXPECT_EQ(State(g.job_id), JobState::kRunning);
 }
 
+// The fencing token names the attempt; a heartbeat must also come from the worker
+// the lease was granted to (a token copied to another worker is refused and
+// renews nothing).
+TEST_F(SchedulerTest, AHeartbeatFromAnotherWorkerWithTheRightTokenIsRefused) {
+  const LeaseGrant g = Lease();
+  const std::string other = scheduler_->RegisterWorker("elsewhere", 1, "").value();
+  clock_.Advance(25);
+  const absl::Status s = scheduler_->Heartbeat(other, g.job_id, g.fencing_token, 3).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("is leased to worker '" + worker_ + "'"), std::string::npos) << s;
+  EXPECT_EQ(State(g.job_id), JobState::kLeased);  // not renewed, not running
+  clock_.Advance(6);
+  EXPECT_EQ(scheduler_->ExpireLeases().value(), 1);
+}
+
 TEST_F(SchedulerTest, ExpiredLeaseGoesBackToPendingWithNextAttempt) {
   const LeaseGrant g = Lease();
   clock_.Advance(31);

@@ -731,11 +731,23 @@ absl::StatusOr<JobState> SqliteStore::CheckFenceLocked(const std::string& job_id
   return state;
 }
 
-absl::StatusOr<JobState> SqliteStore::RenewLease(const std::string& job_id, int64_t token,
+absl::StatusOr<JobState> SqliteStore::RenewLease(const std::string& job_id,
+                                                 const std::string& worker_id, int64_t token,
                                                  int64_t step, double now, double ttl) {
   JobState state = JobState::kPending;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
     ASSIGN_OR_RETURN(state, CheckFenceLocked(job_id, token, /*allow_cancelled=*/true));
+    // The token names the attempt; the worker id must be the one it was granted to
+    // (a token copied to another worker, or a client bug, is refused).
+    ASSIGN_OR_RETURN(Statement * holder,
+                     PrepareLocked("SELECT IFNULL(worker_id, '') FROM jobs WHERE job_id = ?1"));
+    holder->Bind(1, job_id);
+    ASSIGN_OR_RETURN(QueryResult h, CollectLocked(holder));
+    const std::string granted = std::get<std::string>(h.rows.at(0)[0]);
+    if (state != JobState::kCancelled && granted != worker_id) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is leased to worker '",
+                                                        granted, "', not '", worker_id, "'"));
+    }
     if (state == JobState::kCancelled) return absl::OkStatus();
     ASSIGN_OR_RETURN(Statement * s,
                      PrepareLocked("UPDATE jobs SET status = 'running', lease_expires_at = ?2, "

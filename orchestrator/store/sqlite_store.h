@@ -203,9 +203,10 @@ class SqliteStore {
 
   // Extends the lease and records the step; a leased job becomes running. Returns
   // the job's state: kCancelled means the holder must stop (nothing is written).
-  // FAILED_PRECONDITION: the token is stale or the job is not held. NOT_FOUND: no job.
-  absl::StatusOr<JobState> RenewLease(const std::string& job_id, int64_t token, int64_t step,
-                                      double now, double ttl);
+  // FAILED_PRECONDITION: the token is stale, the job is not held, or `worker_id`
+  // is not the worker the lease was granted to. NOT_FOUND: no job.
+  absl::StatusOr<JobState> RenewLease(const std::string& job_id, const std::string& worker_id,
+                                      int64_t token, int64_t step, double now, double ttl);
 
   // AppendMetrics for the current holder only: the token must be current, and for
   // each name the steps must not go below what this attempt already stored
