@@ -21,6 +21,7 @@
 #include "orchestrator/cli/analysis_commands.h"
 #include "orchestrator/cli/local_run.h"
 #include "orchestrator/cli/output.h"
+#include "orchestrator/scheduler/progress.h"
 #include "orchestrator/scheduler/scheduler.h"
 #include "orchestrator/service/client.h"
 #include "orchestrator/service/server.h"
@@ -216,10 +217,9 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
     for (StateCounts& c : counts) {
       SweepProgress p;
       ASSIGN_OR_RETURN(std::vector<JobProgressRow> rows, store->JobProgress(c.sweep));
-      for (const JobProgressRow& j : rows) {
-        p.train_flops_total += j.train_flops;
-        p.train_flops_done += j.flops_done();
-      }
+      const FlopProgress flops = SumProgress(rows);
+      p.train_flops_total = flops.total;
+      p.train_flops_done = flops.done;
       ASSIGN_OR_RETURN(p.started_at, store->SweepStartedAt(c.sweep));
       if (!f.sweep.empty()) jobs = std::move(rows);
       p.counts = std::move(c);
@@ -236,15 +236,13 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
     std::vector<Value> row{p.counts.sweep};
     for (JobState s : kAllJobStates) row.emplace_back(p.counts.counts.at(s));
     row.emplace_back(p.counts.total);
-    const double fraction =
-        p.train_flops_total > 0 ? p.train_flops_done / p.train_flops_total : 1.0;
-    row.emplace_back(fraction);
-    // ETA from the FLOP rate since the sweep's first attempt (FLOPs, not jobs:
-    // the cheap jobs run first).
+    const FlopProgress flops{p.train_flops_done, p.train_flops_total};
+    row.emplace_back(flops.Fraction());
+    // ETA from the FLOP rate since the sweep's first attempt (progress.h).
     const double elapsed = p.started_at > 0 ? now - p.started_at : 0.0;
     row.emplace_back(elapsed);
-    if (fraction > 0 && fraction < 1 && elapsed > 0) {
-      row.emplace_back(elapsed * (1 - fraction) / fraction);
+    if (const std::optional<double> eta = EtaSeconds(flops, 0.0, elapsed)) {
+      row.emplace_back(*eta);
     } else {
       row.emplace_back(std::monostate{});
     }

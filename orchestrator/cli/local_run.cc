@@ -20,6 +20,7 @@
 #include "common/status_macros.h"
 #include "orchestrator/cli/analysis_commands.h"
 #include "orchestrator/cli/output.h"
+#include "orchestrator/scheduler/progress.h"
 #include "orchestrator/scheduler/scheduler.h"
 #include "orchestrator/service/server.h"
 #include "orchestrator/sweep/design_check.h"
@@ -216,18 +217,17 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
     auto progress = (*store)->JobProgress(spec->name);
     if (!counts.ok() || !progress.ok()) break;
     const StateCounts& c = counts->front();
-    double done = 0, total = 0;
+    const FlopProgress flops = SumProgress(*progress);
+    const double done = flops.done, total = flops.total;
     std::vector<const JobProgressRow*> running;
     for (const JobProgressRow& p : *progress) {
-      total += p.train_flops;
-      done += p.flops_done();
       if (p.in_flight()) running.push_back(&p);
     }
     if (flops_at_start < 0) flops_at_start = done;
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double rate = elapsed > 1 ? (done - flops_at_start) / elapsed : 0.0;
-    const double eta = rate > 0 ? (total - done) / rate : NAN;
+    // ETA at the FLOP rate since this run started (progress.h).
+    const double eta = elapsed > 1 ? EtaSeconds(flops, flops_at_start, elapsed).value_or(NAN) : NAN;
     const int64_t active = c.counts.at(JobState::kPending) + c.counts.at(JobState::kLeased) +
                            c.counts.at(JobState::kRunning);
     finished = active == 0;

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "orchestrator/scheduler/progress.h"
+
 namespace xmod {
 namespace {
 
@@ -310,6 +312,40 @@ TEST_F(SchedulerTest, AMalformedSweepIsRejectedWithItsLineAndWritesNothing) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("x.yaml:1: scales: missing"));
   EXPECT_EQ(store_->CountStates("").value().size(), 1u);
+}
+
+}  // namespace
+}  // namespace xmod
+
+namespace xmod {
+namespace {
+
+JobProgressRow Row(const std::string& status, double flops, int64_t step, int64_t steps) {
+  JobProgressRow r;
+  r.status = status;
+  r.train_flops = flops;
+  r.step = step;
+  r.steps = steps;
+  return r;
+}
+
+TEST(Progress, FlopsCountSucceededJobsWholeAndJobsInFlightByTheirStep) {
+  const FlopProgress p = SumProgress({Row("succeeded", 100, 10, 10), Row("running", 200, 5, 10),
+                                      Row("leased", 50, 0, 10), Row("pending", 400, 0, 10),
+                                      Row("failed", 250, 7, 10)});
+  EXPECT_DOUBLE_EQ(p.total, 1000);
+  EXPECT_DOUBLE_EQ(p.done, 200);  // 100 + half of 200; failed work is not progress
+  EXPECT_DOUBLE_EQ(p.Fraction(), 0.2);
+  EXPECT_DOUBLE_EQ(FlopProgress{}.Fraction(), 1.0);
+}
+
+TEST(Progress, EtaIsTheWorkLeftAtTheWindowsRate) {
+  const FlopProgress p{200, 1000};
+  EXPECT_DOUBLE_EQ(EtaSeconds(p, 0, 60).value(), 240);    // 200 FLOPs a minute: 800 left
+  EXPECT_DOUBLE_EQ(EtaSeconds(p, 100, 60).value(), 480);  // a resumed run: its own rate
+  EXPECT_FALSE(EtaSeconds(p, 200, 60).has_value());       // nothing measured yet
+  EXPECT_FALSE(EtaSeconds(p, 0, 0).has_value());
+  EXPECT_FALSE(EtaSeconds(FlopProgress{1000, 1000}, 0, 60).has_value());  // done
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "orchestrator/scheduler/progress.h"
 #include "proto/channel.h"
 #include "xmod/v1/coordinator.grpc.pb.h"
 
@@ -163,13 +164,9 @@ class Service final : public pb::Coordinator::Service {
       out->set_total(sc.total);
       auto progress = scheduler_->store().JobProgress(sc.sweep);
       if (!progress.ok()) return ToGrpc(progress.status());
-      double done = 0, total = 0;
-      for (const JobProgressRow& p : *progress) {
-        total += p.train_flops;
-        done += p.flops_done();
-      }
-      out->set_train_flops_done(done);
-      out->set_train_flops_total(total);
+      const FlopProgress flops = SumProgress(*progress);
+      out->set_train_flops_done(flops.done);
+      out->set_train_flops_total(flops.total);
       auto started = scheduler_->store().SweepStartedAt(sc.sweep);
       if (!started.ok()) return ToGrpc(started.status());
       out->set_started_at(*started);

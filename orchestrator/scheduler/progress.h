@@ -1,0 +1,34 @@
+// A sweep's progress and ETA, computed one way for every view (`xmod status`
+// with --db or --coordinator, the server's GetStatus, `xmod run`). Progress is
+// counted in training FLOPs, not jobs: the scheduler runs the cheap jobs first,
+// so the share of jobs done overstates the share of work done.
+#ifndef XMOD_ORCHESTRATOR_SCHEDULER_PROGRESS_H_
+#define XMOD_ORCHESTRATOR_SCHEDULER_PROGRESS_H_
+
+#include <optional>
+#include <vector>
+
+#include "orchestrator/store/sqlite_store.h"
+
+namespace xmod {
+
+struct FlopProgress {
+  double done = 0.0;   // FLOPs of succeeded jobs plus the reported share of jobs in flight
+  double total = 0.0;  // FLOPs of every job of the sweep
+  // done / total; 1 for an empty sweep.
+  double Fraction() const { return total > 0 ? done / total : 1.0; }
+};
+
+FlopProgress SumProgress(const std::vector<JobProgressRow>& jobs);
+
+// Seconds left at the FLOP rate of a window: `done_at_start` FLOPs were done when
+// the window began `window_seconds` ago, `now.done` are done now. Empty while no
+// work has been measured or when nothing is left. `xmod status` and GetStatus
+// measure from the sweep's first attempt; `xmod run` from its own start (a resumed
+// sweep's idle days would otherwise count as slow work).
+std::optional<double> EtaSeconds(const FlopProgress& now, double done_at_start,
+                                 double window_seconds);
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_SCHEDULER_PROGRESS_H_
