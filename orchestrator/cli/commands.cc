@@ -177,17 +177,21 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> OpenStore(const std::string& path, 
 
 absl::Status Submit(const Flags& f, std::ostream& out) {
   RETURN_IF_ERROR(NeedDbOrCoordinator(f));
-  // Everything is validated and expanded before the database is touched (the
-  // coordinator validates again: the file is sent as text).
+  // Validated, expanded and design-checked here first, for the warnings and a
+  // quick refusal before any connection (the scheduler checks again).
   SweepSpec spec;
-  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, LoadAndExpand(f, &spec));
+  RETURN_IF_ERROR(LoadAndExpand(f, &spec).status());
+  // Both ways end in Scheduler::Submit, the one submit path (with --db, a local
+  // scheduler over the file).
   SubmitResult r;
   if (!f.coordinator.empty()) {
     ASSIGN_OR_RETURN(auto remote, Connect(f));
-    ASSIGN_OR_RETURN(r, remote->Submit(spec.yaml_text, f.spec));
+    ASSIGN_OR_RETURN(r, remote->Submit(spec.yaml_text, f.spec, f.allow_unidentifiable));
   } else {
     ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
-    ASSIGN_OR_RETURN(r, store->SubmitSweep(spec, jobs));
+    SystemClock clock;
+    Scheduler scheduler(store.get(), &clock, SchedulerOptions{});
+    ASSIGN_OR_RETURN(r, scheduler.Submit(spec.yaml_text, f.spec, f.allow_unidentifiable));
   }
   const int64_t present = r.jobs_in_spec - r.new_jobs;
   if (r.new_jobs == 0 && r.linked_jobs == 0 && !r.sweep_created) {

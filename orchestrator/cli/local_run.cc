@@ -159,7 +159,7 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
   SchedulerOptions scheduler_options;
   scheduler_options.lease_ttl_seconds = o.lease_ttl_seconds;
   Scheduler scheduler(store->get(), &clock, scheduler_options);
-  auto submitted = (*store)->SubmitSweep(*spec, *jobs);
+  auto submitted = scheduler.Submit(spec->yaml_text, o.spec_path, o.allow_unidentifiable);
   if (!submitted.ok()) return fail(submitted.status());
   ServerOptions server_options;
   server_options.listen = "127.0.0.1:0";

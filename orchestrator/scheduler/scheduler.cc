@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/id.h"
 #include "common/status_macros.h"
+#include "orchestrator/sweep/design_check.h"
 #include "orchestrator/sweep/expand.h"
 #include "orchestrator/sweep/spec.h"
 
@@ -14,9 +15,12 @@ namespace xmod {
 Scheduler::Scheduler(SqliteStore* store, Clock* clock, SchedulerOptions options)
     : store_(store), clock_(clock), options_(options) {}
 
-absl::StatusOr<SubmitResult> Scheduler::Submit(const std::string& yaml, const std::string& source) {
-  ASSIGN_OR_RETURN(SweepSpec spec, ParseSweepSpec(yaml, source.empty() ? "<submitted>" : source));
+absl::StatusOr<SubmitResult> Scheduler::Submit(const std::string& yaml, const std::string& source,
+                                               bool allow_unidentifiable) {
+  const std::string where = source.empty() ? "<submitted>" : source;
+  ASSIGN_OR_RETURN(SweepSpec spec, ParseSweepSpec(yaml, where));
   ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, ExpandSweep(spec));
+  RETURN_IF_ERROR(DesignStatus(CheckDesign(spec, jobs), where, allow_unidentifiable));
   return store_->SubmitSweep(spec, jobs);
 }
 

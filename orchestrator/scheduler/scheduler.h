@@ -49,7 +49,11 @@ class Scheduler {
 
   // Parses, validates and expands the YAML text, then records it. INVALID_ARGUMENT
   // with "source:line: field: ..." lines for a malformed file (nothing written).
-  absl::StatusOr<SubmitResult> Submit(const std::string& yaml, const std::string& source);
+  // The one submit path (the SubmitSweep RPC, `xmod submit --db`, `xmod run`):
+  // parse, expand, the design check (refused unless `allow_unidentifiable`), then
+  // the store. Nothing is written on any error.
+  absl::StatusOr<SubmitResult> Submit(const std::string& yaml, const std::string& source,
+                                      bool allow_unidentifiable = false);
 
   // INVALID_ARGUMENT for ranks < 1 or an empty host. Returns the new worker id.
   absl::StatusOr<std::string> RegisterWorker(const std::string& host, int64_t ranks,

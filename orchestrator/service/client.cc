@@ -28,10 +28,12 @@ absl::StatusOr<std::unique_ptr<RemoteCoordinator>> RemoteCoordinator::Connect(
 }
 
 absl::StatusOr<SubmitResult> RemoteCoordinator::Submit(const std::string& yaml,
-                                                       const std::string& source) {
+                                                       const std::string& source,
+                                                       bool allow_unidentifiable) {
   pb::SubmitSweepRequest req;
   req.set_spec_yaml(yaml);
   req.set_source(source);
+  req.set_allow_unidentifiable(allow_unidentifiable);
   pb::SubmitSweepResponse resp;
   RETURN_IF_ERROR(FromGrpc(
       impl_->stub->SubmitSweep(MakeContext(impl_->token, 60).get(), req, &resp), "SubmitSweep"));

@@ -29,7 +29,8 @@ class RemoteCoordinator {
 
   // Each error names the RPC; codes are the server's (INVALID_ARGUMENT for a
   // malformed sweep, with its file:line: field lines).
-  absl::StatusOr<SubmitResult> Submit(const std::string& yaml, const std::string& source);
+  absl::StatusOr<SubmitResult> Submit(const std::string& yaml, const std::string& source,
+                                      bool allow_unidentifiable = false);
   absl::StatusOr<std::vector<SweepProgress>> Status(const std::string& sweep);
   absl::StatusOr<std::vector<JobProgressRow>> ListJobs(const std::string& sweep);
   absl::StatusOr<int64_t> Resume(const std::string& sweep);

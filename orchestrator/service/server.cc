@@ -58,7 +58,7 @@ class Service final : public pb::Coordinator::Service {
   grpc::Status SubmitSweep(grpc::ServerContext* c, const pb::SubmitSweepRequest* req,
                            pb::SubmitSweepResponse* resp) override {
     if (auto s = Authorize(c); !s.ok()) return s;
-    auto r = scheduler_->Submit(req->spec_yaml(), req->source());
+    auto r = scheduler_->Submit(req->spec_yaml(), req->source(), req->allow_unidentifiable());
     if (!r.ok()) return ToGrpc(r.status());
     resp->set_jobs_in_spec(r->jobs_in_spec);
     resp->set_new_jobs(r->new_jobs);

@@ -125,6 +125,35 @@ TEST_F(ServiceTest, AMalformedSweepIsInvalidArgumentNamingTheLine) {
   EXPECT_THAT(s.error_message(), HasSubstr("x.yaml:2: budget.tokens: must be positive"));
 }
 
+// The RPC is a submit path like `xmod submit --db`: a sweep that cannot identify
+// the laws it names is refused with the design check's file:line message unless
+// the request says otherwise.
+TEST_F(ServiceTest, AnUnidentifiableSweepIsRefusedUnlessTheRequestAllowsIt) {
+  Start("");
+  std::ifstream in(std::string(XMOD_SOURCE_DIR) + "/sweeps/xmod-cluster.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string yaml = text.str();
+  const std::string budgets = "tokens_per_param: [10, 20, 40]";
+  ASSERT_NE(yaml.find(budgets), std::string::npos);
+  yaml.replace(yaml.find(budgets), budgets.size(), "tokens_per_param: 20");
+  pb::SubmitSweepRequest submit;
+  submit.set_spec_yaml(yaml);
+  submit.set_source("one-budget.yaml");
+  pb::SubmitSweepResponse r;
+  grpc::Status s = stub_->SubmitSweep(Context().get(), submit, &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("one-budget.yaml:"));
+  EXPECT_THAT(s.error_message(), HasSubstr("D proportional to N"));
+  pb::GetStatusResponse status;
+  ASSERT_TRUE(stub_->GetStatus(Context().get(), pb::GetStatusRequest(), &status).ok());
+  EXPECT_EQ(status.sweeps_size(), 0);  // nothing written
+  submit.set_allow_unidentifiable(true);
+  s = stub_->SubmitSweep(Context().get(), submit, &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GT(r.new_jobs(), 0);
+}
+
 TEST_F(ServiceTest, CallsWithoutTheRightTokenAreUnauthenticated) {
   Start("s3cret");
   pb::GetStatusResponse status;
