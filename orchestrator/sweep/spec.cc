@@ -97,7 +97,16 @@ class SpecParser {
   absl::StatusOr<SweepSpec> Parse(const std::string& text) {
     YAML::Node root;
     try {
-      root = YAML::Load(text);
+      // Every document, so that a second one is refused instead of dropped.
+      const std::vector<YAML::Node> documents = YAML::LoadAll(text);
+      if (documents.size() > 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source_, ":", documents[1].Mark().line + 1,
+            ": (document): a sweep file holds one YAML document; this one has a second from "
+            "here on (",
+            documents.size(), " in all)"));
+      }
+      if (!documents.empty()) root = documents[0];
     } catch (const YAML::ParserException& e) {
       return absl::InvalidArgumentError(
           absl::StrCat(source_, ":", e.mark.line + 1, ": (document): ", e.msg));
@@ -169,6 +178,13 @@ class SpecParser {
       }
     }
     return Scalar(node, field, "an integer", out);
+  }
+
+  // Seeds are unsigned: a negative one would wrap to a huge different seed.
+  bool NonNegative(const YAML::Node& node, const std::string& field, int64_t value) {
+    if (value >= 0) return true;
+    Error(Line(node), field, absl::StrCat("must be >= 0, got ", value));
+    return false;
   }
 
   bool Double(const YAML::Node& node, const std::string& field, double* out) {
@@ -293,7 +309,9 @@ class SpecParser {
       Scalar(node["synthetic"], "data.synthetic", "true or false", &d.synthetic);
     if (node["seed"]) {
       int64_t seed = 0;
-      if (Int(node["seed"], "data.seed", &seed)) d.synthetic_seed = static_cast<uint64_t>(seed);
+      if (Int(node["seed"], "data.seed", &seed) && NonNegative(node["seed"], "data.seed", seed)) {
+        d.synthetic_seed = static_cast<uint64_t>(seed);
+      }
     }
     if (node["vocab_size"] && Int(node["vocab_size"], "data.vocab_size", &d.vocab_size) &&
         d.vocab_size < 2) {
@@ -695,7 +713,9 @@ class SpecParser {
     if (node["log_interval"]) Positive(node["log_interval"], "train.log_interval", &t.log_interval);
     if (node["seed"]) {
       int64_t seed = 0;
-      if (Int(node["seed"], "train.seed", &seed)) t.seed = static_cast<uint64_t>(seed);
+      if (Int(node["seed"], "train.seed", &seed) && NonNegative(node["seed"], "train.seed", seed)) {
+        t.seed = static_cast<uint64_t>(seed);
+      }
     }
     if (node["schedule"]) {
       std::string s;
