@@ -102,6 +102,14 @@ TEST_F(Cli, ExpandPrintsTableAndCsv) {
   ASSERT_EQ(csv.code, 0);
   EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 9);  // header + 8 jobs
   EXPECT_EQ(Xmod({"expand", Sweep("smoke"), "--format", "xml"}).code, 2);
+  // The job bound: the smoke sweep's 8 jobs are over a limit of 7, and nothing is
+  // written by a submit that is refused for it.
+  CommandResult over = Xmod({"expand", Sweep("smoke"), "--max-jobs", "7"});
+  EXPECT_EQ(over.code, 2);
+  EXPECT_THAT(over.err, HasSubstr(": grid: the grid makes 8 jobs, more than the limit of 7"));
+  EXPECT_EQ(Xmod({"submit", Sweep("smoke"), "--db", Path("capped.db"), "--max-jobs", "7"}).code, 2);
+  EXPECT_FALSE(std::filesystem::exists(Path("capped.db")));
+  EXPECT_EQ(Xmod({"expand", Sweep("smoke"), "--max-jobs", "8"}).code, 0);
 }
 
 TEST_F(Cli, SubmitTwiceChangesNothingAndAWiderGridSaysWhatItAdded) {

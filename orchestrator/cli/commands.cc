@@ -61,9 +61,10 @@ struct Flags {
   std::string target;
   std::string sql;
   PrepareOptions prepare;
-  bool allow_unidentifiable = false;  // expand, check, submit: design errors become warnings
-  bool by_config = false;             // results: one row per configuration (seeds together)
-  std::ostream* err = nullptr;        // where design warnings go
+  bool allow_unidentifiable = false;   // expand, check, submit: design errors become warnings
+  int64_t max_jobs = kDefaultMaxJobs;  // expand, check, submit, serve: the sweep size bound
+  bool by_config = false;              // results: one row per configuration (seeds together)
+  std::ostream* err = nullptr;         // where design warnings go
   // Remote coordinator.
   std::string coordinator;
   std::string token_file;
@@ -121,7 +122,7 @@ QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
 // --allow-unidentifiable), warnings go to f.err.
 absl::StatusOr<std::vector<ResolvedJob>> LoadAndExpand(const Flags& f, SweepSpec* spec_out) {
   ASSIGN_OR_RETURN(SweepSpec spec, LoadSweepSpec(f.spec));
-  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, ExpandSweep(spec));
+  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, ExpandSweep(spec, f.max_jobs));
   const DesignReport design = CheckDesign(spec, jobs);
   RETURN_IF_ERROR(DesignStatus(design, f.spec, f.allow_unidentifiable));
   if (f.err != nullptr) {
@@ -137,7 +138,7 @@ absl::StatusOr<std::vector<ResolvedJob>> LoadAndExpand(const Flags& f, SweepSpec
 // xmod check: the design report, whole; exit 2 when it has errors.
 absl::Status Check(const Flags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(SweepSpec spec, LoadSweepSpec(f.spec));
-  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, ExpandSweep(spec));
+  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, ExpandSweep(spec, f.max_jobs));
   const DesignReport design = CheckDesign(spec, jobs);
   double flops = 0;
   for (const ResolvedJob& j : jobs) flops += j.train_flops;
@@ -190,7 +191,9 @@ absl::Status Submit(const Flags& f, std::ostream& out) {
   } else {
     ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
     SystemClock clock;
-    Scheduler scheduler(store.get(), &clock, SchedulerOptions{});
+    SchedulerOptions options;
+    options.max_jobs = f.max_jobs;
+    Scheduler scheduler(store.get(), &clock, options);
     ASSIGN_OR_RETURN(r, scheduler.Submit(spec.yaml_text, f.spec, f.allow_unidentifiable));
   }
   const int64_t present = r.jobs_in_spec - r.new_jobs;
@@ -299,6 +302,7 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
   SystemClock clock;
   SchedulerOptions scheduler_options;
   scheduler_options.lease_ttl_seconds = f.lease_ttl;
+  scheduler_options.max_jobs = f.max_jobs;
   Scheduler scheduler(store.get(), &clock, scheduler_options);
   ASSIGN_OR_RETURN(auto server, CoordinatorServer::Start(&scheduler, options));
   out << "xmod serve: " << f.db << " on " << server->address() << " (lease TTL " << f.lease_ttl
@@ -422,9 +426,15 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   auto* expand = app.add_subcommand("expand", "Resolve a sweep's grid into jobs without running");
   expand->add_option("spec", f.spec, "Sweep file (YAML)")->required();
   add_format(expand);
+  auto add_max_jobs = [&](CLI::App* cmd, int64_t* target) {
+    cmd->add_option("--max-jobs", *target, "Refuse a sweep that expands to more jobs than this")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+  };
   auto add_allow = [&](CLI::App* cmd) {
     cmd->add_flag("--allow-unidentifiable", f.allow_unidentifiable,
                   "Accept a sweep whose design check fails (the errors are printed as warnings)");
+    add_max_jobs(cmd, &f.max_jobs);
   };
   add_allow(expand);
 
@@ -480,6 +490,7 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   serve->add_flag("--insecure", f.insecure, "Allow a non-loopback address without a token");
   serve->add_option("--lease-ttl", f.lease_ttl, "Seconds a lease lasts without a heartbeat")
       ->capture_default_str();
+  add_max_jobs(serve, &f.max_jobs);
 
   auto* fit = app.add_subcommand(
       "fit", "Fit a scaling law to a sweep's final losses (or to a CSV file) and store it");
@@ -532,6 +543,7 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
       ->capture_default_str();
   run->add_flag("--allow-unidentifiable", f.run.allow_unidentifiable,
                 "Run a sweep whose design check fails");
+  add_max_jobs(run, &f.run.max_jobs);
 
   auto* data = app.add_subcommand("data", "Token datasets");
   data->require_subcommand(1);

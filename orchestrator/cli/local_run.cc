@@ -130,7 +130,7 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
   };
   auto spec = LoadSweepSpec(o.spec_path);
   if (!spec.ok()) return fail(spec.status());
-  auto jobs = ExpandSweep(*spec);
+  auto jobs = ExpandSweep(*spec, o.max_jobs);
   if (!jobs.ok()) return fail(jobs.status());
   const DesignReport design = CheckDesign(*spec, *jobs);
   if (absl::Status s = DesignStatus(design, o.spec_path, o.allow_unidentifiable); !s.ok()) {
@@ -158,6 +158,7 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
   SystemClock clock;
   SchedulerOptions scheduler_options;
   scheduler_options.lease_ttl_seconds = o.lease_ttl_seconds;
+  scheduler_options.max_jobs = o.max_jobs;
   Scheduler scheduler(store->get(), &clock, scheduler_options);
   auto submitted = scheduler.Submit(spec->yaml_text, o.spec_path, o.allow_unidentifiable);
   if (!submitted.ok()) return fail(submitted.status());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "orchestrator/sweep/expand.h"
 
 namespace xmod {
 
@@ -33,8 +34,9 @@ struct LocalRunOptions {
   std::string run_dir = "runs";
   std::string worker_binary;  // default: xmod-worker beside this executable
   std::string mpirun = "mpirun";
-  bool tty = false;                   // redraw progress in place
-  bool allow_unidentifiable = false;  // run even when the design check fails
+  bool tty = false;                    // redraw progress in place
+  bool allow_unidentifiable = false;   // run even when the design check fails
+  int64_t max_jobs = kDefaultMaxJobs;  // refuse a sweep that expands to more jobs
   double refresh_seconds = 1.0;
   Launcher launch = SpawnProcess;
 };

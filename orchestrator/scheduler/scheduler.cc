@@ -19,7 +19,7 @@ absl::StatusOr<SubmitResult> Scheduler::Submit(const std::string& yaml, const st
                                                bool allow_unidentifiable) {
   const std::string where = source.empty() ? "<submitted>" : source;
   ASSIGN_OR_RETURN(SweepSpec spec, ParseSweepSpec(yaml, where));
-  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, ExpandSweep(spec));
+  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, ExpandSweep(spec, options_.max_jobs));
   RETURN_IF_ERROR(DesignStatus(CheckDesign(spec, jobs), where, allow_unidentifiable));
   return store_->SubmitSweep(spec, jobs);
 }

@@ -17,12 +17,14 @@
 #include "absl/status/statusor.h"
 #include "orchestrator/scheduler/clock.h"
 #include "orchestrator/store/sqlite_store.h"
+#include "orchestrator/sweep/expand.h"
 
 namespace xmod {
 
 struct SchedulerOptions {
   double lease_ttl_seconds = 30.0;
   int64_t max_metrics_per_batch = 10000;
+  int64_t max_jobs = kDefaultMaxJobs;  // the most jobs one submitted sweep may expand to
 };
 
 struct LeaseOutcome {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
@@ -232,7 +233,54 @@ int64_t RuleBatchTokens(double compute, int64_t unit) {
   return units * unit;
 }
 
-absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec) {
+namespace {
+
+int64_t SaturatingProduct(std::initializer_list<int64_t> factors) {
+  int64_t product = 1;
+  for (int64_t f : factors) {
+    if (f <= 0) return 0;
+    if (product > std::numeric_limits<int64_t>::max() / f)
+      return std::numeric_limits<int64_t>::max();
+    product *= f;
+  }
+  return product;
+}
+
+}  // namespace
+
+int64_t CountGridPoints(const SweepSpec& spec) {
+  int64_t total = 0;
+  for (const GridBlock& block : spec.Blocks()) {
+    const int64_t family_points =
+        block.family == Family::kXmod
+            ? SaturatingProduct({static_cast<int64_t>(block.sparsity.size()),
+                                 static_cast<int64_t>(block.stride.size())})
+            : 1;
+    const int64_t points = family_points > std::numeric_limits<int64_t>::max() -
+                                               static_cast<int64_t>(block.baselines.size())
+                               ? std::numeric_limits<int64_t>::max()
+                               : family_points + static_cast<int64_t>(block.baselines.size());
+    const int64_t n =
+        SaturatingProduct({points, static_cast<int64_t>(block.scales.size()),
+                           static_cast<int64_t>(block.context.size()),
+                           static_cast<int64_t>(block.budget_values.size()),
+                           block.seeds.empty() ? 1 : static_cast<int64_t>(block.seeds.size())});
+    total = n > std::numeric_limits<int64_t>::max() - total ? std::numeric_limits<int64_t>::max()
+                                                            : total + n;
+  }
+  return total;
+}
+
+absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec, int64_t max_jobs) {
+  const int64_t count = CountGridPoints(spec);
+  if (count > max_jobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.source, ":", spec.grid_line, ": grid: the grid makes ",
+                     count == std::numeric_limits<int64_t>::max() ? std::string("more than 9.2e18")
+                                                                  : absl::StrCat(count),
+                     " jobs, more than the limit of ", max_jobs,
+                     " (split the sweep, or raise the limit with --max-jobs)"));
+  }
   std::vector<ResolvedJob> jobs;
   std::unordered_set<std::string> seen;
   for (const GridBlock& block : spec.Blocks()) {

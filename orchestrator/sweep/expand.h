@@ -87,10 +87,20 @@ double RuleLr(double compute);
 // B_opt rounded to the nearest whole multiple of `unit` (context x ranks), at least one.
 int64_t RuleBatchTokens(double compute, int64_t unit);
 
+// The most jobs one sweep may expand to unless the caller raises it (`--max-jobs`
+// on the CLI and on `xmod serve`). The bound is checked before anything is sized.
+inline constexpr int64_t kDefaultMaxJobs = 1000000;
+
+// The number of grid points of `spec` (before duplicate ids are merged), with
+// products that saturate at INT64_MAX instead of wrapping.
+int64_t CountGridPoints(const SweepSpec& spec);
+
 // Resolves every grid point and baseline of `spec`. Jobs come out in grid order
 // (block, scale, context, budget, seed, then sparsity and stride), each id once.
-// INVALID_ARGUMENT when a point cannot be sized (e.g. no layer count matches).
-absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec);
+// INVALID_ARGUMENT when a point cannot be sized (e.g. no layer count matches), or
+// when the grid has more than `max_jobs` points (`file:line: grid:`, with the count).
+absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec,
+                                                     int64_t max_jobs = kDefaultMaxJobs);
 
 }  // namespace xmod
 

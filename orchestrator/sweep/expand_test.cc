@@ -31,6 +31,45 @@ TEST(Expand, SmokeSweepHasEightDistinctJobs) {
   EXPECT_EQ(ids.size(), jobs->size());
 }
 
+// The job count is bounded before anything is sized: a grid of 10^12 points is a
+// clear file:line: grid: refusal with its count, not an allocation failure.
+TEST(Expand, AGridOverTheJobLimitIsRefusedWithItsCountBeforeAnythingIsSized) {
+  const SweepSpec smoke = Load("smoke");
+  EXPECT_EQ(CountGridPoints(smoke), 8);
+  EXPECT_TRUE(ExpandSweep(smoke, 8).ok());
+  auto refused = ExpandSweep(smoke, 7);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(refused.status().message())
+                .find(smoke.source + ":" + std::to_string(smoke.grid_line) +
+                      ": grid: the grid makes 8 jobs, more than the limit of 7"),
+            std::string::npos)
+      << refused.status();
+
+  std::string axis;
+  for (int i = 1; i <= 10000; ++i) axis += (i > 1 ? ", " : "") + std::to_string(i);
+  const std::string text =
+      "name: huge\ndata: {synthetic: true, vocab_size: 64}\nfamily: xmod\n"
+      "scales: {s: {d_model: 32, n_heads: 2, n_layers: 4}}\n"
+      "grid: {scale: [s], sparsity: [0.5, 0.75], stride: [" +
+      axis + "], context: [" + axis + "], seed: [" + axis +
+      "]}\n"
+      "budget: {tokens: 8192}\ntrain: {batch_tokens: auto}\n"
+      "design: {laws: []}\n";
+  auto huge = ParseSweepSpec(text, "huge.yaml");
+  ASSERT_TRUE(huge.ok()) << huge.status();
+  EXPECT_EQ(CountGridPoints(*huge), int64_t{2} * 10000 * 10000 * 10000);
+  const auto start = std::chrono::steady_clock::now();
+  auto big = ExpandSweep(*huge);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(std::string(big.status().message())
+                .find("huge.yaml:5: grid: the grid makes 2000000000000 jobs, more than the "
+                      "limit of 1000000"),
+            std::string::npos)
+      << big.status();
+}
+
 TEST(Expand, IdsAreStableAcrossExpansions) {
   const SweepSpec spec = Load("smoke");
   auto a = ExpandSweep(spec);
