@@ -45,7 +45,7 @@ AttemptEnd ToAttemptEnd(pb::FailJobRequest::Reason reason, bool retryable) {
       return AttemptEnd::kDiverged;
     case pb::FailJobRequest::PREEMPTED:
       return AttemptEnd::kPreempted;
-    default:
+    default:  // ERROR (FailJob refuses every other value)
       return retryable ? AttemptEnd::kRetryableError : AttemptEnd::kFatalError;
   }
 }
@@ -139,6 +139,15 @@ class Service final : public pb::Coordinator::Service {
   grpc::Status FailJob(grpc::ServerContext* c, const pb::FailJobRequest* req,
                        pb::FailJobResponse*) override {
     if (auto s = Authorize(c); !s.ok()) return s;
+    // Only the protocol's reasons: an unset or unknown value (a client built from
+    // another version of the proto) would otherwise be guessed at.
+    if (req->reason() != pb::FailJobRequest::ERROR &&
+        req->reason() != pb::FailJobRequest::DIVERGED &&
+        req->reason() != pb::FailJobRequest::PREEMPTED) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("FailJob: reason ", static_cast<int>(req->reason()),
+                                       " is not ERROR, DIVERGED or PREEMPTED"));
+    }
     return ToGrpc(scheduler_
                       ->Fail(req->job_id(), req->fencing_token(),
                              ToAttemptEnd(req->reason(), req->retryable()),

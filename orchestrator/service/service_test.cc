@@ -154,6 +154,44 @@ TEST_F(ServiceTest, AnUnidentifiableSweepIsRefusedUnlessTheRequestAllowsIt) {
   EXPECT_GT(r.new_jobs(), 0);
 }
 
+// FailJob takes only the protocol's reasons; an unset or unknown one is refused
+// and the lease stays as it was.
+TEST_F(ServiceTest, FailJobWithAReasonOutsideTheProtocolIsRefused) {
+  Start("");
+  pb::SubmitSweepRequest submit;
+  submit.set_spec_yaml(SmokeYaml());
+  submit.set_source("smoke.yaml");
+  pb::SubmitSweepResponse submitted;
+  ASSERT_TRUE(stub_->SubmitSweep(Context().get(), submit, &submitted).ok());
+  pb::RegisterWorkerRequest reg;
+  reg.set_host("h");
+  reg.set_ranks(2);
+  pb::RegisterWorkerResponse worker;
+  ASSERT_TRUE(stub_->RegisterWorker(Context().get(), reg, &worker).ok());
+  pb::LeaseJobRequest lease_req;
+  lease_req.set_worker_id(worker.worker_id());
+  pb::LeaseJobResponse lease;
+  ASSERT_TRUE(stub_->LeaseJob(Context().get(), lease_req, &lease).ok());
+  ASSERT_TRUE(lease.has_job());
+  pb::FailJobRequest fail;
+  fail.set_job_id(lease.job_id());
+  fail.set_fencing_token(lease.fencing_token());
+  fail.set_retryable(true);
+  pb::FailJobResponse none;
+  for (int reason : {0, 7}) {
+    fail.set_reason(static_cast<pb::FailJobRequest::Reason>(reason));
+    grpc::Status s = stub_->FailJob(Context().get(), fail, &none);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << reason;
+    EXPECT_THAT(s.error_message(), HasSubstr("is not ERROR, DIVERGED or PREEMPTED"));
+  }
+  pb::GetStatusResponse status;
+  ASSERT_TRUE(stub_->GetStatus(Context().get(), pb::GetStatusRequest(), &status).ok());
+  EXPECT_EQ(status.sweeps(0).leased(), 1);  // still held
+  EXPECT_EQ(status.sweeps(0).failed(), 0);
+  fail.set_reason(pb::FailJobRequest::ERROR);
+  EXPECT_TRUE(stub_->FailJob(Context().get(), fail, &none).ok());
+}
+
 TEST_F(ServiceTest, CallsWithoutTheRightTokenAreUnauthenticated) {
   Start("s3cret");
   pb::GetStatusResponse status;
