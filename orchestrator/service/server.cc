@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "orchestrator/scheduler/progress.h"
+#include "orchestrator/service/request_bounds.h"
 #include "proto/channel.h"
 #include "xmod/v1/coordinator.grpc.pb.h"
 
@@ -57,7 +58,7 @@ class Service final : public pb::Coordinator::Service {
 
   grpc::Status SubmitSweep(grpc::ServerContext* c, const pb::SubmitSweepRequest* req,
                            pb::SubmitSweepResponse* resp) override {
-    if (auto s = Authorize(c); !s.ok()) return s;
+    if (auto s = Admit(c, *req, "SubmitSweep"); !s.ok()) return s;
     auto r = scheduler_->Submit(req->spec_yaml(), req->source(), req->allow_unidentifiable());
     if (!r.ok()) return ToGrpc(r.status());
     resp->set_jobs_in_spec(r->jobs_in_spec);
@@ -69,7 +70,7 @@ class Service final : public pb::Coordinator::Service {
 
   grpc::Status RegisterWorker(grpc::ServerContext* c, const pb::RegisterWorkerRequest* req,
                               pb::RegisterWorkerResponse* resp) override {
-    if (auto s = Authorize(c); !s.ok()) return s;
+    if (auto s = Admit(c, *req, "RegisterWorker"); !s.ok()) return s;
     auto id = scheduler_->RegisterWorker(req->host(), req->ranks(), req->name());
     if (!id.ok()) return ToGrpc(id.status());
     resp->set_worker_id(*id);
@@ -79,7 +80,7 @@ class Service final : public pb::Coordinator::Service {
 
   grpc::Status LeaseJob(grpc::ServerContext* c, const pb::LeaseJobRequest* req,
                         pb::LeaseJobResponse* resp) override {
-    if (auto s = Authorize(c); !s.ok()) return s;
+    if (auto s = Admit(c, *req, "LeaseJob"); !s.ok()) return s;
     auto outcome = scheduler_->Lease(req->worker_id());
     if (!outcome.ok()) return ToGrpc(outcome.status());
     resp->set_lease_ttl_seconds(scheduler_->lease_ttl());
@@ -101,7 +102,7 @@ class Service final : public pb::Coordinator::Service {
 
   grpc::Status Heartbeat(grpc::ServerContext* c, const pb::HeartbeatRequest* req,
                          pb::HeartbeatResponse* resp) override {
-    if (auto s = Authorize(c); !s.ok()) return s;
+    if (auto s = Admit(c, *req, "Heartbeat"); !s.ok()) return s;
     auto action =
         scheduler_->Heartbeat(req->worker_id(), req->job_id(), req->fencing_token(), req->step());
     if (!action.ok()) return ToGrpc(action.status());
@@ -114,7 +115,7 @@ class Service final : public pb::Coordinator::Service {
 
   grpc::Status ReportMetrics(grpc::ServerContext* c, const pb::ReportMetricsRequest* req,
                              pb::ReportMetricsResponse*) override {
-    if (auto s = Authorize(c); !s.ok()) return s;
+    if (auto s = Admit(c, *req, "ReportMetrics"); !s.ok()) return s;
     std::vector<ReportedMetric> metrics;
     metrics.reserve(req->metrics_size());
     for (const pb::Metric& m : req->metrics()) {
@@ -125,20 +126,20 @@ class Service final : public pb::Coordinator::Service {
 
   grpc::Status ReportCheckpoint(grpc::ServerContext* c, const pb::ReportCheckpointRequest* req,
                                 pb::ReportCheckpointResponse*) override {
-    if (auto s = Authorize(c); !s.ok()) return s;
+    if (auto s = Admit(c, *req, "ReportCheckpoint"); !s.ok()) return s;
     return ToGrpc(scheduler_->ReportCheckpoint(req->job_id(), req->fencing_token(), req->step(),
                                                req->path(), req->checksum()));
   }
 
   grpc::Status CompleteJob(grpc::ServerContext* c, const pb::CompleteJobRequest* req,
                            pb::CompleteJobResponse*) override {
-    if (auto s = Authorize(c); !s.ok()) return s;
+    if (auto s = Admit(c, *req, "CompleteJob"); !s.ok()) return s;
     return ToGrpc(scheduler_->Complete(req->job_id(), req->fencing_token()));
   }
 
   grpc::Status FailJob(grpc::ServerContext* c, const pb::FailJobRequest* req,
                        pb::FailJobResponse*) override {
-    if (auto s = Authorize(c); !s.ok()) return s;
+    if (auto s = Admit(c, *req, "FailJob"); !s.ok()) return s;
     // Only the protocol's reasons: an unset or unknown value (a client built from
     // another version of the proto) would otherwise be guessed at.
     if (req->reason() != pb::FailJobRequest::ERROR &&
@@ -158,7 +159,7 @@ class Service final : public pb::Coordinator::Service {
 
   grpc::Status GetStatus(grpc::ServerContext* c, const pb::GetStatusRequest* req,
                          pb::GetStatusResponse* resp) override {
-    if (auto s = Authorize(c); !s.ok()) return s;
+    if (auto s = Admit(c, *req, "GetStatus"); !s.ok()) return s;
     auto counts = scheduler_->store().CountStates(req->sweep());
     if (!counts.ok()) return ToGrpc(counts.status());
     for (const StateCounts& sc : *counts) {
@@ -185,7 +186,7 @@ class Service final : public pb::Coordinator::Service {
 
   grpc::Status ListJobs(grpc::ServerContext* c, const pb::ListJobsRequest* req,
                         pb::ListJobsResponse* resp) override {
-    if (auto s = Authorize(c); !s.ok()) return s;
+    if (auto s = Admit(c, *req, "ListJobs"); !s.ok()) return s;
     auto progress = scheduler_->store().JobProgress(req->sweep());
     if (!progress.ok()) return ToGrpc(progress.status());
     for (const JobProgressRow& p : *progress) {
@@ -208,7 +209,7 @@ class Service final : public pb::Coordinator::Service {
 
   grpc::Status ResumeSweep(grpc::ServerContext* c, const pb::ResumeSweepRequest* req,
                            pb::ResumeSweepResponse* resp) override {
-    if (auto s = Authorize(c); !s.ok()) return s;
+    if (auto s = Admit(c, *req, "ResumeSweep"); !s.ok()) return s;
     auto n = scheduler_->store().ResumeSweep(req->sweep());
     if (!n.ok()) return ToGrpc(n.status());
     resp->set_resumed(*n);
@@ -217,7 +218,7 @@ class Service final : public pb::Coordinator::Service {
 
   grpc::Status Cancel(grpc::ServerContext* c, const pb::CancelRequest* req,
                       pb::CancelResponse* resp) override {
-    if (auto s = Authorize(c); !s.ok()) return s;
+    if (auto s = Admit(c, *req, "Cancel"); !s.ok()) return s;
     auto n = scheduler_->store().Cancel(req->target());
     if (!n.ok()) return ToGrpc(n.status());
     resp->set_cancelled(*n);
@@ -225,6 +226,14 @@ class Service final : public pb::Coordinator::Service {
   }
 
  private:
+  // Every request goes through here: the token, then the size of every string
+  // (request_bounds.h).
+  grpc::Status Admit(grpc::ServerContext* context, const google::protobuf::Message& request,
+                     const char* rpc) const {
+    if (grpc::Status s = Authorize(context); !s.ok()) return s;
+    return ToGrpc(CheckRequestBounds(request, rpc));
+  }
+
   grpc::Status Authorize(grpc::ServerContext* context) const {
     if (token_.empty()) return grpc::Status::OK;
     const auto& metadata = context->client_metadata();
@@ -294,7 +303,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, credentials, &impl->port);
   builder.RegisterService(impl->service.get());
-  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
     return absl::UnavailableError(absl::StrCat("--listen ", options.listen, ": cannot listen"));

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "orchestrator/service/request_bounds.h"
 #include "orchestrator/service/server.h"
 #include "proto/channel.h"
 #include "xmod/v1/coordinator.grpc.pb.h"
@@ -190,6 +191,45 @@ TEST_F(ServiceTest, FailJobWithAReasonOutsideTheProtocolIsRefused) {
   EXPECT_EQ(status.sweeps(0).failed(), 0);
   fail.set_reason(pb::FailJobRequest::ERROR);
   EXPECT_TRUE(stub_->FailJob(Context().get(), fail, &none).ok());
+}
+
+// Every string of every request is bounded: an id, host or metric name of
+// megabytes is refused before anything is stored, nested fields included, and a
+// request over the receive limit never reaches a handler.
+TEST_F(ServiceTest, OversizedStringsAreRefusedNamingTheRpcAndField) {
+  Start("");
+  pb::RegisterWorkerRequest reg;
+  reg.set_host(std::string(1 << 20, 'h'));
+  reg.set_ranks(1);
+  pb::RegisterWorkerResponse worker;
+  grpc::Status s = stub_->RegisterWorker(Context().get(), reg, &worker);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("RegisterWorker: host: 1048576 bytes, more than 256"));
+  EXPECT_EQ(store_->Query("SELECT COUNT(*) FROM workers").value().rows[0][0], Value(int64_t{0}));
+
+  pb::ReportMetricsRequest metrics;
+  metrics.set_job_id("j");
+  metrics.set_fencing_token(1);
+  metrics.add_metrics()->set_name("train_loss");
+  metrics.add_metrics()->set_name(std::string(257, 'n'));
+  pb::ReportMetricsResponse none;
+  s = stub_->ReportMetrics(Context().get(), metrics, &none);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("ReportMetrics: metrics[1].name: 257 bytes, more than 256"));
+
+  pb::SubmitSweepRequest submit;
+  submit.set_spec_yaml(std::string((4 << 20) + 1, '#'));
+  pb::SubmitSweepResponse r;
+  s = stub_->SubmitSweep(Context().get(), submit, &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("SubmitSweep: spec_yaml: 4194305 bytes"));
+  submit.set_spec_yaml(std::string(kMaxRequestBytes + 1, '#'));
+  EXPECT_EQ(stub_->SubmitSweep(Context().get(), submit, &r).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);  // over the receive limit
+  // At the limits, requests pass the bounds (and fail, if at all, for other reasons).
+  reg.set_host(std::string(256, 'h'));
+  EXPECT_TRUE(stub_->RegisterWorker(Context().get(), reg, &worker).ok());
 }
 
 TEST_F(ServiceTest, CallsWithoutTheRightTokenAreUnauthenticated) {

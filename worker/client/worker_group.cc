@@ -25,6 +25,13 @@ namespace pb = ::xmod::v1;
 
 namespace {
 
+// FailJob's message is bounded by the coordinator (64 KiB, request_bounds.h); a
+// longer error text is cut, keeping its start, rather than losing the report.
+std::string Bounded(const std::string& message) {
+  constexpr size_t kMax = 16 << 10;
+  return message.size() <= kMax ? message : message.substr(0, kMax) + " [cut]";
+}
+
 std::atomic<bool> g_stop_requested{false};
 
 bool Retryable(const grpc::Status& s) {
@@ -190,7 +197,7 @@ class JobSession {
       fail.set_fencing_token(lease_.fencing_token());
       fail.set_reason(result->outcome == TrainOutcome::kDiverged ? pb::FailJobRequest::DIVERGED
                                                                  : pb::FailJobRequest::PREEMPTED);
-      fail.set_message(result->message);
+      fail.set_message(Bounded(result->message));
       fail.set_step(result->step);
     }
     pb::FailJobResponse none;
@@ -220,7 +227,7 @@ class JobSession {
     fail.set_fencing_token(lease_.fencing_token());
     fail.set_reason(pb::FailJobRequest::ERROR);
     fail.set_retryable(true);
-    fail.set_message(message);
+    fail.set_message(Bounded(message));
     fail.set_step(step_);
     return fail;
   }
