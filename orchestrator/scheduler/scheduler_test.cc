@@ -157,6 +157,31 @@ TEST_F(SchedulerTest, ADivergedJobFailsWithoutRetry) {
             JobState::kFailed);
 }
 
+// A lost reply makes the worker send a batch again: identical rows are
+// acknowledged and stored once. A re-send that changes a stored value (the last
+// step included) is refused, and the stored value stays.
+TEST_F(SchedulerTest, AReSentMetricMustCarryTheValueAlreadyStored) {
+  const LeaseGrant g = Lease();
+  ASSERT_TRUE(scheduler_->ReportMetrics(g.job_id, g.fencing_token, Losses(1, 3)).ok());
+  ASSERT_TRUE(scheduler_->ReportMetrics(g.job_id, g.fencing_token, Losses(1, 3)).ok());
+  EXPECT_EQ(MetricRows(g.job_id), 3);
+  for (int64_t step : {2, 3}) {
+    std::vector<ReportedMetric> changed = Losses(step, step);
+    changed[0].value += 0.25;
+    const absl::Status s = scheduler_->ReportMetrics(g.job_id, g.fencing_token, changed);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << step << ": " << s;
+    EXPECT_NE(s.message().find("a re-send must carry the same value"), std::string::npos) << s;
+  }
+  const auto rows = store_->Query("SELECT step, value FROM metrics WHERE job_id = '" + g.job_id +
+                                  "' AND name = 'train_loss' ORDER BY step");
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->rows.size(), 3u);
+  EXPECT_EQ(std::get<double>(rows->rows[1][1]), 5.0 - 0.1 * 2);
+  EXPECT_EQ(std::get<double>(rows->rows[2][1]), 5.0 - 0.1 * 3);
+  EXPECT_TRUE(scheduler_->ReportMetrics(g.job_id, g.fencing_token, Losses(3, 4)).ok());
+  EXPECT_EQ(MetricRows(g.job_id), 4);
+}
+
 TEST_F(SchedulerTest, EveryWriteWithAStaleTokenIsRefusedAndChangesNothing) {
   const LeaseGrant old = Lease();
   ASSERT_TRUE(scheduler_->ReportMetrics(old.job_id, old.fencing_token, Losses(1, 2)).ok());

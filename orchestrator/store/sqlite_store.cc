@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -781,8 +782,18 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
                      PrepareLocked("SELECT MAX(step) FROM metrics WHERE job_id = ?1 AND "
                                    "name = ?2 AND attempt = ?3"));
     ASSIGN_OR_RETURN(Statement * stored,
-                     PrepareLocked("SELECT 1 FROM metrics WHERE job_id = ?1 AND name = ?2 AND "
+                     PrepareLocked("SELECT value FROM metrics WHERE job_id = ?1 AND name = ?2 AND "
                                    "step = ?3 AND attempt = ?4"));
+    // A row this attempt already stored may be sent again (a reply was lost), but
+    // only with the same value: the client was told that value is in the database.
+    const auto same_as_stored = [&](const MetricPoint& p, const QueryResult& found) {
+      const Value& v = found.rows.at(0)[0];
+      const double was = std::holds_alternative<double>(v) ? std::get<double>(v) : NAN;
+      if (was == p.value) return absl::OkStatus();
+      return absl::InvalidArgumentError(
+          absl::StrCat("job ", job_id, ": metric '", p.name, "' step ", p.step, " is stored as ",
+                       was, "; a re-send must carry the same value, not ", p.value));
+    };
     std::map<std::string, int64_t> floor;
     std::vector<bool> resent(points.size(), false);
     for (size_t i = 0; i < points.size(); ++i) {
@@ -795,18 +806,22 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
         it = floor.emplace(p.name, std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) : -1)
                  .first;
       }
-      if (p.step < it->second) {
-        // A batch sent again after a lost reply is already stored: skip it. Any
-        // other step below what this attempt stored is out of order.
+      if (p.step <= it->second) {
+        // A batch sent again after a lost reply is already stored: skip it (with
+        // the same values). Any other step below what this attempt stored is out of
+        // order; the same step twice within one batch is kept as before.
         stored->Bind(1, job_id).Bind(2, p.name).Bind(3, p.step).Bind(4, attempt);
         ASSIGN_OR_RETURN(QueryResult found, CollectLocked(stored));
-        if (found.rows.empty()) {
+        if (!found.rows.empty()) {
+          RETURN_IF_ERROR(same_as_stored(p, found));
+          resent[i] = true;
+          continue;
+        }
+        if (p.step < it->second) {
           return absl::InvalidArgumentError(absl::StrCat("job ", job_id, ": metric '", p.name,
                                                          "' step ", p.step, " goes back from ",
                                                          it->second));
         }
-        resent[i] = true;
-        continue;
       }
       it->second = p.step;
     }
