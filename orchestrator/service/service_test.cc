@@ -46,6 +46,24 @@ class ServiceTest : public ::testing::Test {
     return MakeContext(token, 10);
   }
 
+  // Submits the smoke sweep, registers a worker of 2 ranks and leases one job.
+  void SubmitSmokeAndLease(pb::LeaseJobResponse* lease) {
+    pb::SubmitSweepRequest submit;
+    submit.set_spec_yaml(SmokeYaml());
+    submit.set_source("smoke.yaml");
+    pb::SubmitSweepResponse submitted;
+    ASSERT_TRUE(stub_->SubmitSweep(Context().get(), submit, &submitted).ok());
+    pb::RegisterWorkerRequest reg;
+    reg.set_host("h");
+    reg.set_ranks(2);
+    pb::RegisterWorkerResponse worker;
+    ASSERT_TRUE(stub_->RegisterWorker(Context().get(), reg, &worker).ok());
+    pb::LeaseJobRequest lease_req;
+    lease_req.set_worker_id(worker.worker_id());
+    ASSERT_TRUE(stub_->LeaseJob(Context().get(), lease_req, lease).ok());
+    ASSERT_TRUE(lease->has_job());
+  }
+
   SystemClock clock_;
   std::unique_ptr<SqliteStore> store_;
   std::unique_ptr<Scheduler> scheduler_;
@@ -159,21 +177,8 @@ TEST_F(ServiceTest, AnUnidentifiableSweepIsRefusedUnlessTheRequestAllowsIt) {
 // and the lease stays as it was.
 TEST_F(ServiceTest, FailJobWithAReasonOutsideTheProtocolIsRefused) {
   Start("");
-  pb::SubmitSweepRequest submit;
-  submit.set_spec_yaml(SmokeYaml());
-  submit.set_source("smoke.yaml");
-  pb::SubmitSweepResponse submitted;
-  ASSERT_TRUE(stub_->SubmitSweep(Context().get(), submit, &submitted).ok());
-  pb::RegisterWorkerRequest reg;
-  reg.set_host("h");
-  reg.set_ranks(2);
-  pb::RegisterWorkerResponse worker;
-  ASSERT_TRUE(stub_->RegisterWorker(Context().get(), reg, &worker).ok());
-  pb::LeaseJobRequest lease_req;
-  lease_req.set_worker_id(worker.worker_id());
   pb::LeaseJobResponse lease;
-  ASSERT_TRUE(stub_->LeaseJob(Context().get(), lease_req, &lease).ok());
-  ASSERT_TRUE(lease.has_job());
+  ASSERT_NO_FATAL_FAILURE(SubmitSmokeAndLease(&lease));
   pb::FailJobRequest fail;
   fail.set_job_id(lease.job_id());
   fail.set_fencing_token(lease.fencing_token());

@@ -711,9 +711,11 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
 }
 
 absl::StatusOr<JobState> SqliteStore::CheckFenceLocked(const std::string& job_id, int64_t token,
-                                                       bool allow_cancelled) {
+                                                       bool allow_cancelled,
+                                                       const std::string* holder) {
   ASSIGN_OR_RETURN(Statement * s,
-                   PrepareLocked("SELECT status, fencing_token FROM jobs WHERE job_id = ?1"));
+                   PrepareLocked("SELECT status, fencing_token, "
+                                 "IFNULL(worker_id, '') FROM jobs WHERE job_id = ?1"));
   s->Bind(1, job_id);
   ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
   if (rows.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
@@ -729,6 +731,13 @@ absl::StatusOr<JobState> SqliteStore::CheckFenceLocked(const std::string& job_id
                                                       std::string(JobStateName(state)),
                                                       ", no longer held by this lease"));
   }
+  // The token names the attempt; the worker id must be the one it was granted to
+  // (a token copied to another worker, or a client bug, is refused).
+  const std::string& granted = std::get<std::string>(rows.rows[0][2]);
+  if (holder != nullptr && held && granted != *holder) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " is leased to worker '", granted, "', not '", *holder, "'"));
+  }
   return state;
 }
 
@@ -737,18 +746,7 @@ absl::StatusOr<JobState> SqliteStore::RenewLease(const std::string& job_id,
                                                  int64_t step, double now, double ttl) {
   JobState state = JobState::kPending;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
-    ASSIGN_OR_RETURN(state, CheckFenceLocked(job_id, token, /*allow_cancelled=*/true));
-    // The token names the attempt; the worker id must be the one it was granted to
-    // (a token copied to another worker, or a client bug, is refused).
-    ASSIGN_OR_RETURN(Statement * holder,
-                     PrepareLocked("SELECT IFNULL(worker_id, '') FROM jobs WHERE job_id = ?1"));
-    holder->Bind(1, job_id);
-    ASSIGN_OR_RETURN(QueryResult h, CollectLocked(holder));
-    const std::string granted = std::get<std::string>(h.rows.at(0)[0]);
-    if (state != JobState::kCancelled && granted != worker_id) {
-      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is leased to worker '",
-                                                        granted, "', not '", worker_id, "'"));
-    }
+    ASSIGN_OR_RETURN(state, CheckFenceLocked(job_id, token, /*allow_cancelled=*/true, &worker_id));
     if (state == JobState::kCancelled) return absl::OkStatus();
     ASSIGN_OR_RETURN(Statement * s,
                      PrepareLocked("UPDATE jobs SET status = 'running', lease_expires_at = ?2, "

@@ -263,9 +263,11 @@ class SqliteStore {
                                          const std::string& reason);
   absl::Status SqlError(const std::string& context);
   // The job's status and token, checked against `token`: FAILED_PRECONDITION when
-  // stale or not held (unless allow_cancelled and the job was cancelled under it).
+  // stale or not held (unless allow_cancelled and the job was cancelled under it),
+  // or, given a `holder`, when a held job was leased to another worker.
   absl::StatusOr<JobState> CheckFenceLocked(const std::string& job_id, int64_t token,
-                                            bool allow_cancelled);
+                                            bool allow_cancelled,
+                                            const std::string* holder = nullptr);
   absl::Status EndAttemptLocked(const std::string& job_id, JobState from, AttemptEnd end,
                                 const std::string& reason, double now, JobState* to);
   double Now() const;
