@@ -55,12 +55,11 @@ struct Coordinator {
     store = std::move(SqliteStore::Open(o).value());
     SchedulerOptions so;
     so.lease_ttl_seconds = 600;
-    scheduler = std::make_unique<Scheduler>(store.get(), &clock, so);
+    scheduler = std::make_unique<Scheduler>(store.get(), so);
     ServerOptions options;
     options.listen = "127.0.0.1:0";
     server = std::move(CoordinatorServer::Start(scheduler.get(), options).value());
   }
-  SystemClock clock;
   std::unique_ptr<SqliteStore> store;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<CoordinatorServer> server;
@@ -168,7 +167,8 @@ void IngestRates(const std::string& dir, int rounds, std::vector<double>* raw,
   auto stub = pb::Coordinator::NewStub(
       grpc::CreateChannel(c.server->address(), grpc::InsecureChannelCredentials()));
   for (int round = 0; round < rounds; ++round) {
-    // Raw: one job's rows straight into the store, a transaction per batch.
+    // Raw: one job's rows straight into the store's fenced path (the one metric
+    // upsert, which ReportMetrics also ends in), a transaction per batch.
     const LeaseGrant a = c.scheduler->Lease(worker).value().grant.value();
     std::vector<std::vector<MetricPoint>> batches(kBatches);
     for (int b = 0; b < kBatches; ++b) {
@@ -180,7 +180,7 @@ void IngestRates(const std::string& dir, int rounds, std::vector<double>* raw,
     }
     auto t = std::chrono::steady_clock::now();
     for (const auto& batch : batches) {
-      if (!c.store->AppendMetrics(batch).ok()) std::exit(1);
+      if (!c.store->AppendFencedMetrics(a.job_id, a.fencing_token, batch, 0.0).ok()) std::exit(1);
     }
     raw->push_back(kBatch * kBatches / Since(t));
     // gRPC: another job's rows, the same sizes, through ReportMetrics.

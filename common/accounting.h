@@ -30,6 +30,18 @@ std::string_view FamilyName(Family family);
 // saying so for the literature baselines that are not specified yet (moe, deco, mol).
 absl::StatusOr<Family> ParseFamily(std::string_view name);
 
+// A job is a dense run when its family is dense or its anchor stride is 1 (every
+// layer an anchor: nothing is routed). The one test of it for jobs; expansion
+// rewrites such a point as the dense model, plots and laws read its top-k loss.
+// (A law point also counts capacity 1 as dense: LawPoint::dense in fit/law.h.)
+inline bool IsDenseRun(Family family, int64_t stride) {
+  return family == Family::kDense || stride <= 1;
+}
+// The same for a family stored by name.
+inline bool IsDenseRun(std::string_view family, int64_t stride) {
+  return family == "dense" || stride <= 1;
+}
+
 // The shape of one decoder, as the worker builds it.
 struct ModelShape {
   Family family = Family::kDense;

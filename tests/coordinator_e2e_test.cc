@@ -3,6 +3,7 @@
 // kill -9, SIGSTOP and SIGCONT. Every wait is bounded.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <fstream>
 #include <map>
@@ -10,7 +11,7 @@
 #include <set>
 #include <thread>
 
-#include "orchestrator/cli/local_run.h"
+#include "orchestrator/launch/local_run.h"
 #include "orchestrator/store/sqlite_store.h"
 #include "tests/process.h"
 
@@ -295,6 +296,47 @@ TEST_F(CoordinatorE2e, ACancelledJobStopsAtTheNextHeartbeat) {
   EXPECT_EQ(testing::WaitExit(a, 60), 0) << testing::Slurp(Path("a.log"));
   EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'cancelled'"), 1);
   EXPECT_LT(Count("SELECT COALESCE(MAX(step), 0) FROM metrics"), 120);
+}
+
+// A lease whose job file is malformed (cut, mistyped, not JSON) ends that attempt
+// as a failure no retry can fix, with the reader's message; rank 0 lives on, the
+// other rank keeps waiting for a command, and the group trains the next job.
+TEST_F(CoordinatorE2e, AMalformedJobFileFailsItsAttemptAndTheGroupGoesOn) {
+  CommandResult submitted = Command(
+      XMOD_BIN,
+      {"submit", std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml", "--db", Path("x.db")});
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(Path("x.db").c_str(), &db), SQLITE_OK);
+    // Every job but the cheapest gets a broken file, four kinds in turn.
+    const char* sql =
+        "UPDATE jobs SET config_json = CASE (rowid % 4) "
+        "WHEN 0 THEN substr(config_json, 1, 40) "
+        "WHEN 1 THEN replace(config_json, '\"steps\":', '\"steps\":\"many\",\"x\":') "
+        "WHEN 2 THEN '[1, 2]' ELSE 'not json at all' END "
+        "WHERE job_id <> (SELECT job_id FROM jobs ORDER BY train_flops, job_id LIMIT 1)";
+    char* error = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, &error), SQLITE_OK) << error;
+    EXPECT_EQ(sqlite3_changes(db), 7);
+    sqlite3_close(db);
+  }
+  const int port = testing::FreePort();
+  Serve(port, 10);
+  const pid_t a = Group(port, 2, "a");
+  EXPECT_EQ(testing::WaitExit(a, 180), 0) << testing::Slurp(Path("a.log"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 1);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'failed' AND attempt = 1 AND "
+                  "status_reason LIKE '%job file of %'"),
+            7)
+      << testing::Slurp(Path("a.log"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM attempts WHERE status = 'failed'"), 7);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM metrics m JOIN jobs j ON j.job_id = m.job_id WHERE "
+                  "j.status = 'succeeded' AND m.name = 'train_loss'"),
+            Count("SELECT steps FROM jobs WHERE status = 'succeeded'"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM metrics m JOIN jobs j ON j.job_id = m.job_id WHERE "
+                  "j.status = 'failed'"),
+            0);
 }
 
 TEST_F(CoordinatorE2e, XmodRunTrainsTheSmokeSweepAndContinuesWhereItStopped) {

@@ -162,7 +162,7 @@ TEST_F(WorkerE2e, BadJobFilesAndDataAreClearErrors) {
   std::ofstream(Path("bad.json")) << R"({"id": "x", "family": "xmod"})";
   CommandResult r = Command(XMOD_TRAIN_BIN, {"--job", Path("bad.json")});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, ::testing::HasSubstr("missing field 'd_model'"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("field 'd_model' is missing"));
   auto jobs = Expand(std::string(XMOD_SOURCE_DIR) + "/sweeps/demo.yaml");
   jobs[0]["data"]["path"] = Path("no-such-dataset");
   r = Command(XMOD_TRAIN_BIN, {"--job", WriteJob(jobs[0], "job.json")});

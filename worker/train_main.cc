@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
 
-  auto job = xmod::LoadTrainJob(job_path);
+  auto job = xmod::LoadJobFile(job_path);
   if (!job.ok()) {
     std::cerr << job.status().message() << "\n";
     return 2;

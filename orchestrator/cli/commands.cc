@@ -18,9 +18,9 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/token_data.h"
-#include "orchestrator/cli/analysis_commands.h"
-#include "orchestrator/cli/local_run.h"
-#include "orchestrator/cli/output.h"
+#include "orchestrator/launch/local_run.h"
+#include "orchestrator/report/output.h"
+#include "orchestrator/report/report.h"
 #include "orchestrator/scheduler/progress.h"
 #include "orchestrator/scheduler/scheduler.h"
 #include "orchestrator/service/client.h"
@@ -190,10 +190,9 @@ absl::Status Submit(const Flags& f, std::ostream& out) {
     ASSIGN_OR_RETURN(r, remote->Submit(spec.yaml_text, f.spec, f.allow_unidentifiable));
   } else {
     ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
-    SystemClock clock;
     SchedulerOptions options;
     options.max_jobs = f.max_jobs;
-    Scheduler scheduler(store.get(), &clock, options);
+    Scheduler scheduler(store.get(), options);
     ASSIGN_OR_RETURN(r, scheduler.Submit(spec.yaml_text, f.spec, f.allow_unidentifiable));
   }
   const int64_t present = r.jobs_in_spec - r.new_jobs;
@@ -210,7 +209,7 @@ absl::Status Submit(const Flags& f, std::ostream& out) {
 }
 
 absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
-  std::vector<SweepProgress> sweeps;
+  std::vector<SweepSummary> sweeps;
   std::vector<JobProgressRow> jobs;  // of the named sweep
   if (!f.coordinator.empty()) {
     ASSIGN_OR_RETURN(auto remote, Connect(f));
@@ -219,18 +218,12 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
       ASSIGN_OR_RETURN(jobs, remote->ListJobs(f.sweep));
     }
   } else {
+    // The same numbers as the server's: a local scheduler over the file.
     ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
-    ASSIGN_OR_RETURN(std::vector<StateCounts> counts, store->CountStates(f.sweep));
-    for (StateCounts& c : counts) {
-      SweepProgress p;
-      ASSIGN_OR_RETURN(std::vector<JobProgressRow> rows, store->JobProgress(c.sweep));
-      const FlopProgress flops = SumProgress(rows);
-      p.train_flops_total = flops.total;
-      p.train_flops_done = flops.done;
-      ASSIGN_OR_RETURN(p.started_at, store->SweepStartedAt(c.sweep));
-      if (!f.sweep.empty()) jobs = std::move(rows);
-      p.counts = std::move(c);
-      sweeps.push_back(std::move(p));
+    Scheduler scheduler(store.get(), SchedulerOptions{});
+    ASSIGN_OR_RETURN(sweeps, scheduler.Status(f.sweep));
+    if (!f.sweep.empty()) {
+      ASSIGN_OR_RETURN(jobs, scheduler.Jobs(f.sweep));
     }
   }
   const double now =
@@ -239,11 +232,11 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
   t.columns.push_back("sweep");
   for (JobState s : kAllJobStates) t.columns.emplace_back(JobStateName(s));
   for (const char* c : {"total", "progress", "elapsed_s", "eta_s"}) t.columns.push_back(c);
-  for (const SweepProgress& p : sweeps) {
-    std::vector<Value> row{p.counts.sweep};
-    for (JobState s : kAllJobStates) row.emplace_back(p.counts.counts.at(s));
-    row.emplace_back(p.counts.total);
-    const FlopProgress flops{p.train_flops_done, p.train_flops_total};
+  for (const SweepSummary& p : sweeps) {
+    std::vector<Value> row{p.states.sweep};
+    for (JobState s : kAllJobStates) row.emplace_back(p.states.counts.at(s));
+    row.emplace_back(p.states.total);
+    const FlopProgress& flops = p.flops;
     row.emplace_back(flops.Fraction());
     // ETA from the FLOP rate since the sweep's first attempt (progress.h).
     const double elapsed = p.started_at > 0 ? now - p.started_at : 0.0;
@@ -299,11 +292,10 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
   }
   if (!(f.lease_ttl > 0)) return absl::InvalidArgumentError("--lease-ttl must be positive");
   ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
-  SystemClock clock;
   SchedulerOptions scheduler_options;
   scheduler_options.lease_ttl_seconds = f.lease_ttl;
   scheduler_options.max_jobs = f.max_jobs;
-  Scheduler scheduler(store.get(), &clock, scheduler_options);
+  Scheduler scheduler(store.get(), scheduler_options);
   ASSIGN_OR_RETURN(auto server, CoordinatorServer::Start(&scheduler, options));
   out << "xmod serve: " << f.db << " on " << server->address() << " (lease TTL " << f.lease_ttl
       << " s" << (options.token.empty() ? ", no token" : ", token required")
@@ -360,7 +352,8 @@ absl::Status Resume(const Flags& f, std::ostream& out) {
     ASSIGN_OR_RETURN(moved, remote->Resume(f.sweep));
   } else {
     ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
-    ASSIGN_OR_RETURN(moved, store->ResumeSweep(f.sweep));
+    Scheduler scheduler(store.get(), SchedulerOptions{});
+    ASSIGN_OR_RETURN(moved, scheduler.Resume(f.sweep));
   }
   out << fmt::format("sweep '{}': {} failed or cancelled jobs back to pending\n", f.sweep, moved);
   return absl::OkStatus();
@@ -374,7 +367,8 @@ absl::Status Cancel(const Flags& f, std::ostream& out) {
     ASSIGN_OR_RETURN(moved, remote->Cancel(f.target));
   } else {
     ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
-    ASSIGN_OR_RETURN(moved, store->Cancel(f.target));
+    Scheduler scheduler(store.get(), SchedulerOptions{});
+    ASSIGN_OR_RETURN(moved, scheduler.Cancel(f.target));
   }
   out << fmt::format("'{}': {} jobs cancelled\n", f.target, moved);
   return absl::OkStatus();
@@ -402,167 +396,224 @@ absl::Status DataStats(const Flags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
+// ---- Flags shared by several commands ------------------------------------------
+void AddFormat(CLI::App* cmd, Flags& f) {
+  cmd->add_option("--format", f.format, "Output format: table, csv or json")->capture_default_str();
+}
+void AddDb(CLI::App* cmd, Flags& f) {
+  cmd->add_option("--db", f.db, "SQLite database file")->required();
+}
+// Commands that work on a file or through a running coordinator.
+void AddDbOrRemote(CLI::App* cmd, Flags& f) {
+  cmd->add_option("--db", f.db, "SQLite database file");
+  cmd->add_option("--coordinator", f.coordinator, "Coordinator address host:port");
+  cmd->add_option("--token-file", f.token_file, "File holding the coordinator's bearer token");
+  cmd->add_option("--tls-ca", f.tls_ca, "CA certificate (PEM) of a TLS coordinator");
+}
+void AddMaxJobs(CLI::App* cmd, int64_t* target) {
+  cmd->add_option("--max-jobs", *target, "Refuse a sweep that expands to more jobs than this")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+void AddSpec(CLI::App* cmd, std::string* target) {
+  cmd->add_option("spec", *target, "Sweep file (YAML)")->required();
+}
+void AddAllow(CLI::App* cmd, Flags& f) {
+  cmd->add_flag("--allow-unidentifiable", f.allow_unidentifiable,
+                "Accept a sweep whose design check fails (the errors are printed as warnings)");
+  AddMaxJobs(cmd, &f.max_jobs);
+}
+
+// ---- Each command's own flags ------------------------------------------------------
+void ExpandFlags(CLI::App* cmd, Flags& f) {
+  AddSpec(cmd, &f.spec);
+  AddFormat(cmd, f);
+  AddAllow(cmd, f);
+}
+void CheckFlags(CLI::App* cmd, Flags& f) {
+  AddSpec(cmd, &f.spec);
+  AddAllow(cmd, f);
+}
+void SubmitFlags(CLI::App* cmd, Flags& f) {
+  AddSpec(cmd, &f.spec);
+  AddAllow(cmd, f);
+  AddDbOrRemote(cmd, f);
+}
+void StatusFlags(CLI::App* cmd, Flags& f) {
+  cmd->add_option("sweep", f.sweep, "Sweep name (all sweeps when omitted)");
+  cmd->add_flag("--watch", f.watch, "Refresh every two seconds until interrupted");
+  AddDbOrRemote(cmd, f);
+  AddFormat(cmd, f);
+}
+void ResultsFlags(CLI::App* cmd, Flags& f) {
+  cmd->add_option("sweep", f.sweep, "Sweep name")->required();
+  AddDb(cmd, f);
+  AddFormat(cmd, f);
+  cmd->add_flag("--by-config", f.by_config,
+                "One row per configuration: seeds, mean loss, seed spread, evaluation SE");
+}
+void CurvesFlags(CLI::App* cmd, Flags& f) {
+  cmd->add_option("job", f.job, "Job id")->required();
+  AddDb(cmd, f);
+  AddFormat(cmd, f);
+}
+void SqlFlags(CLI::App* cmd, Flags& f) {
+  cmd->add_option("query", f.sql, "SQL statement (SELECT ...)")->required();
+  AddDb(cmd, f);
+  AddFormat(cmd, f);
+}
+void ResumeFlags(CLI::App* cmd, Flags& f) {
+  cmd->add_option("sweep", f.sweep, "Sweep name")->required();
+  AddDbOrRemote(cmd, f);
+}
+void CancelFlags(CLI::App* cmd, Flags& f) {
+  cmd->add_option("target", f.target, "Sweep name or job id")->required();
+  AddDbOrRemote(cmd, f);
+}
+void ServeFlags(CLI::App* cmd, Flags& f) {
+  AddDb(cmd, f);
+  cmd->add_option("--listen", f.listen, "Address to listen on (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--token-file", f.token_file, "Require this bearer token in every call");
+  cmd->add_option("--tls-cert", f.tls_cert, "Server certificate (PEM)");
+  cmd->add_option("--tls-key", f.tls_key, "Server private key (PEM)");
+  cmd->add_flag("--insecure", f.insecure, "Allow a non-loopback address without a token");
+  cmd->add_option("--lease-ttl", f.lease_ttl, "Seconds a lease lasts without a heartbeat")
+      ->capture_default_str();
+  AddMaxJobs(cmd, &f.max_jobs);
+}
+void FitFlags(CLI::App* cmd, Flags& f) {
+  FitCommandOptions& o = f.fit;
+  cmd->add_option("sweep", o.sweep, "Sweep name (with --db)");
+  cmd->add_option("--db", o.db, "SQLite database file");
+  cmd->add_option("--csv", o.csv,
+                  "CSV file instead of a sweep: columns N,D,loss (dense) or "
+                  "N_active,N_total,D,T,capacity,stride,loss (xmod), header row");
+  cmd->add_option("--law", o.law, "Law to fit: dense or xmod")->capture_default_str();
+  cmd->add_flag("--joint", o.joint, "xmod: refine all parameters together after the two stages");
+  cmd->add_flag("--holdout-largest", o.holdout_largest,
+                "Fit without the largest scale and predict it");
+  cmd->add_option("--bootstrap", o.bootstrap, "Resamples for percentile intervals (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the bootstrap resampling")->capture_default_str();
+  cmd->add_option("--exclude-top-loss", o.exclude_top_loss, "Drop the K highest-loss points")
+      ->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Threads (0: every core)")->capture_default_str();
+  cmd->add_option("--format", o.format, "Output format: table, csv or json")->capture_default_str();
+  cmd->add_option("--fix", o.fix,
+                  "Freeze a parameter: NAME=VALUE (E, A, B, alpha, beta, eta, c_T, beta_T, c_s, "
+                  "psi), repeatable");
+  cmd->add_option("--metric", o.metric,
+                  "Loss fitted: auto (val_loss_causal for routed runs), val_loss, val_loss_causal")
+      ->capture_default_str();
+  cmd->add_option("--params", o.params,
+                  "Parameter count N: non-embedding or total (with embedding and head)")
+      ->capture_default_str();
+  cmd->add_option("--context", o.context, "Fit only the runs at this context length T");
+}
+void PlotFlags(CLI::App* cmd, Flags& f) {
+  PlotCommandOptions& o = f.plot;
+  cmd->add_option("sweep", o.sweep, "Sweep name")->required();
+  cmd->add_option("--db", o.db, "SQLite database file")->required();
+  cmd->add_option("--out", o.out_dir, "Folder to write the plots to")->required();
+  cmd->add_option("--image", o.image, "Image format: svg or png")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Threads for the fits (0: every core)");
+}
+void RunFlags(CLI::App* cmd, Flags& f) {
+  LocalRunOptions& o = f.run;
+  AddSpec(cmd, &o.spec_path);
+  cmd->add_option("--db", o.db, "SQLite database file (default: <sweep name>.db)");
+  cmd->add_option("--groups", o.groups, "Worker groups")->capture_default_str();
+  cmd->add_option("--ranks", o.ranks, "Ranks per group")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "LibTorch threads per rank (0: cores / ranks)");
+  cmd->add_option("--run-dir", o.run_dir, "Checkpoints, metric logs and group logs")
+      ->capture_default_str();
+  cmd->add_option("--lease-ttl", o.lease_ttl_seconds, "Seconds a lease lasts")
+      ->capture_default_str();
+  cmd->add_flag("--allow-unidentifiable", o.allow_unidentifiable,
+                "Run a sweep whose design check fails");
+  AddMaxJobs(cmd, &o.max_jobs);
+}
+void PrepareFlags(CLI::App* cmd, Flags& f) {
+  cmd->add_option("--input", f.prepare.inputs, "Text files, concatenated in order")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--output", f.prepare.output_dir, "Dataset folder to write")->required();
+  cmd->add_flag("--strip-tags", f.prepare.strip_tags,
+                "Turn Brown-corpus word/tag tokens into plain text");
+  cmd->add_option("--val-fraction", f.prepare.val_fraction,
+                  "Fraction held out for validation: every round(1/F)-th document, interleaved")
+      ->capture_default_str();
+}
+void StatsFlags(CLI::App* cmd, Flags& f) {
+  cmd->add_option("dir", f.prepare.output_dir, "Dataset folder")->required();
+  AddFormat(cmd, f);
+}
+
+absl::Status Fit(const Flags& f, std::ostream& out) { return RunFitCommand(f.fit, out); }
+absl::Status Plot(const Flags& f, std::ostream& out) { return RunPlotCommand(f.plot, out); }
+
+// The table of commands: name (a space for a subcommand of a group), help, flags,
+// and what it runs. `xmod run` prints its own failures and returns its exit code.
+struct Command {
+  const char* name;
+  const char* help;
+  void (*flags)(CLI::App*, Flags&);
+  absl::Status (*run)(const Flags&, std::ostream&);
+};
+
+const Command kCommands[] = {
+    {"expand", "Resolve a sweep's grid into jobs without running", ExpandFlags, Expand},
+    {"check", "Can this sweep identify its laws? FLOP matching, layouts, budgets, replicates",
+     CheckFlags, Check},
+    {"submit", "Validate, expand and record a sweep", SubmitFlags, Submit},
+    {"status", "Jobs per state, for one sweep or all", StatusFlags, Status},
+    {"results", "One row per job: axes, sizes, status, losses", ResultsFlags, Results},
+    {"curves", "One job's curve: step, tokens, FLOPs, metrics", CurvesFlags, Curves},
+    {"sql", "Run one read-only SQL query on the database", SqlFlags, Sql},
+    {"resume", "Move a sweep's failed and cancelled jobs to pending", ResumeFlags, Resume},
+    {"cancel", "Cancel a sweep's unfinished jobs, or one job", CancelFlags, Cancel},
+    {"serve", "Run the coordinator (gRPC) over a SQLite file", ServeFlags, Serve},
+    {"fit", "Fit a scaling law to a sweep's final losses (or to a CSV file) and store it", FitFlags,
+     Fit},
+    {"plot", "Draw a sweep's plots (gnuplot): curves, laws, ratios", PlotFlags, Plot},
+    {"run", "Run a sweep here: in-process coordinator, local worker groups, live progress",
+     RunFlags, nullptr},
+    {"data prepare", "Turn text files into byte-level tokens", PrepareFlags, DataPrepare},
+    {"data stats", "Token counts and unigram entropy of a dataset", StatsFlags, DataStats},
+};
+
+// Registers every command of the table; returns each one's parser, in table order.
+std::vector<CLI::App*> Register(CLI::App& app, Flags& f) {
+  std::map<std::string, CLI::App*> groups;
+  std::vector<CLI::App*> parsers;
+  for (const Command& c : kCommands) {
+    const std::string name = c.name;
+    const size_t space = name.find(' ');
+    CLI::App* parent = &app;
+    if (space != std::string::npos) {
+      const std::string group = name.substr(0, space);
+      if (groups.count(group) == 0) {
+        groups[group] = app.add_subcommand(group, "Token datasets");
+        groups[group]->require_subcommand(1);
+      }
+      parent = groups[group];
+    }
+    CLI::App* cmd =
+        parent->add_subcommand(space == std::string::npos ? name : name.substr(space + 1), c.help);
+    c.flags(cmd, f);
+    parsers.push_back(cmd);
+  }
+  return parsers;
+}
+
 }  // namespace
 
 int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"xmod: scaling-law sweeps for sparse-depth (X-MoD) language models"};
   app.require_subcommand(1);
   Flags f;
-  auto add_format = [&](CLI::App* cmd) {
-    cmd->add_option("--format", f.format, "Output format: table, csv or json")
-        ->capture_default_str();
-  };
-  auto add_db = [&](CLI::App* cmd) {
-    cmd->add_option("--db", f.db, "SQLite database file")->required();
-  };
-  // Commands that work on a file or through a running coordinator.
-  auto add_db_or_remote = [&](CLI::App* cmd) {
-    cmd->add_option("--db", f.db, "SQLite database file");
-    cmd->add_option("--coordinator", f.coordinator, "Coordinator address host:port");
-    cmd->add_option("--token-file", f.token_file, "File holding the coordinator's bearer token");
-    cmd->add_option("--tls-ca", f.tls_ca, "CA certificate (PEM) of a TLS coordinator");
-  };
-
-  auto* expand = app.add_subcommand("expand", "Resolve a sweep's grid into jobs without running");
-  expand->add_option("spec", f.spec, "Sweep file (YAML)")->required();
-  add_format(expand);
-  auto add_max_jobs = [&](CLI::App* cmd, int64_t* target) {
-    cmd->add_option("--max-jobs", *target, "Refuse a sweep that expands to more jobs than this")
-        ->check(CLI::PositiveNumber)
-        ->capture_default_str();
-  };
-  auto add_allow = [&](CLI::App* cmd) {
-    cmd->add_flag("--allow-unidentifiable", f.allow_unidentifiable,
-                  "Accept a sweep whose design check fails (the errors are printed as warnings)");
-    add_max_jobs(cmd, &f.max_jobs);
-  };
-  add_allow(expand);
-
-  auto* check = app.add_subcommand(
-      "check", "Can this sweep identify its laws? FLOP matching, layouts, budgets, replicates");
-  check->add_option("spec", f.spec, "Sweep file (YAML)")->required();
-  add_allow(check);
-
-  auto* submit = app.add_subcommand("submit", "Validate, expand and record a sweep");
-  submit->add_option("spec", f.spec, "Sweep file (YAML)")->required();
-  add_allow(submit);
-  add_db_or_remote(submit);
-
-  auto* status = app.add_subcommand("status", "Jobs per state, for one sweep or all");
-  status->add_option("sweep", f.sweep, "Sweep name (all sweeps when omitted)");
-  status->add_flag("--watch", f.watch, "Refresh every two seconds until interrupted");
-  add_db_or_remote(status);
-  add_format(status);
-
-  auto* results = app.add_subcommand("results", "One row per job: axes, sizes, status, losses");
-  results->add_option("sweep", f.sweep, "Sweep name")->required();
-  add_db(results);
-  add_format(results);
-  results->add_flag("--by-config", f.by_config,
-                    "One row per configuration: seeds, mean loss, seed spread, evaluation SE");
-
-  auto* curves = app.add_subcommand("curves", "One job's curve: step, tokens, FLOPs, metrics");
-  curves->add_option("job", f.job, "Job id")->required();
-  add_db(curves);
-  add_format(curves);
-
-  auto* sql = app.add_subcommand("sql", "Run one read-only SQL query on the database");
-  sql->add_option("query", f.sql, "SQL statement (SELECT ...)")->required();
-  add_db(sql);
-  add_format(sql);
-
-  auto* resume =
-      app.add_subcommand("resume", "Move a sweep's failed and cancelled jobs to pending");
-  resume->add_option("sweep", f.sweep, "Sweep name")->required();
-  add_db_or_remote(resume);
-
-  auto* cancel = app.add_subcommand("cancel", "Cancel a sweep's unfinished jobs, or one job");
-  cancel->add_option("target", f.target, "Sweep name or job id")->required();
-  add_db_or_remote(cancel);
-
-  auto* serve = app.add_subcommand("serve", "Run the coordinator (gRPC) over a SQLite file");
-  add_db(serve);
-  serve->add_option("--listen", f.listen, "Address to listen on (port 0: any free port)")
-      ->capture_default_str();
-  serve->add_option("--token-file", f.token_file, "Require this bearer token in every call");
-  serve->add_option("--tls-cert", f.tls_cert, "Server certificate (PEM)");
-  serve->add_option("--tls-key", f.tls_key, "Server private key (PEM)");
-  serve->add_flag("--insecure", f.insecure, "Allow a non-loopback address without a token");
-  serve->add_option("--lease-ttl", f.lease_ttl, "Seconds a lease lasts without a heartbeat")
-      ->capture_default_str();
-  add_max_jobs(serve, &f.max_jobs);
-
-  auto* fit = app.add_subcommand(
-      "fit", "Fit a scaling law to a sweep's final losses (or to a CSV file) and store it");
-  fit->add_option("sweep", f.fit.sweep, "Sweep name (with --db)");
-  fit->add_option("--db", f.fit.db, "SQLite database file");
-  fit->add_option("--csv", f.fit.csv,
-                  "CSV file instead of a sweep: columns N,D,loss (dense) or "
-                  "N_active,N_total,D,T,capacity,stride,loss (xmod), header row");
-  fit->add_option("--law", f.fit.law, "Law to fit: dense or xmod")->capture_default_str();
-  fit->add_flag("--joint", f.fit.joint,
-                "xmod: refine all parameters together after the two stages");
-  fit->add_flag("--holdout-largest", f.fit.holdout_largest,
-                "Fit without the largest scale and predict it");
-  fit->add_option("--bootstrap", f.fit.bootstrap, "Resamples for percentile intervals (0: none)")
-      ->capture_default_str();
-  fit->add_option("--seed", f.fit.seed, "Seed of the bootstrap resampling")->capture_default_str();
-  fit->add_option("--exclude-top-loss", f.fit.exclude_top_loss, "Drop the K highest-loss points")
-      ->capture_default_str();
-  fit->add_option("--threads", f.fit.threads, "Threads (0: every core)")->capture_default_str();
-  fit->add_option("--format", f.fit.format, "Output format: table, csv or json")
-      ->capture_default_str();
-  fit->add_option("--fix", f.fit.fix,
-                  "Freeze a parameter: NAME=VALUE (E, A, B, alpha, beta, eta, c_T, beta_T, c_s, "
-                  "psi), repeatable");
-  fit->add_option("--metric", f.fit.metric,
-                  "Loss fitted: auto (val_loss_causal for routed runs), val_loss, val_loss_causal")
-      ->capture_default_str();
-  fit->add_option("--params", f.fit.params,
-                  "Parameter count N: non-embedding or total (with embedding and head)")
-      ->capture_default_str();
-  fit->add_option("--context", f.fit.context, "Fit only the runs at this context length T");
-
-  auto* plot = app.add_subcommand("plot", "Draw a sweep's plots (gnuplot): curves, laws, ratios");
-  plot->add_option("sweep", f.plot.sweep, "Sweep name")->required();
-  plot->add_option("--db", f.plot.db, "SQLite database file")->required();
-  plot->add_option("--out", f.plot.out_dir, "Folder to write the plots to")->required();
-  plot->add_option("--image", f.plot.image, "Image format: svg or png")->capture_default_str();
-  plot->add_option("--threads", f.plot.threads, "Threads for the fits (0: every core)");
-
-  auto* run = app.add_subcommand(
-      "run", "Run a sweep here: in-process coordinator, local worker groups, live progress");
-  run->add_option("spec", f.run.spec_path, "Sweep file (YAML)")->required();
-  run->add_option("--db", f.run.db, "SQLite database file (default: <sweep name>.db)");
-  run->add_option("--groups", f.run.groups, "Worker groups")->capture_default_str();
-  run->add_option("--ranks", f.run.ranks, "Ranks per group")->capture_default_str();
-  run->add_option("--threads", f.run.threads, "LibTorch threads per rank (0: cores / ranks)");
-  run->add_option("--run-dir", f.run.run_dir, "Checkpoints, metric logs and group logs")
-      ->capture_default_str();
-  run->add_option("--lease-ttl", f.run.lease_ttl_seconds, "Seconds a lease lasts")
-      ->capture_default_str();
-  run->add_flag("--allow-unidentifiable", f.run.allow_unidentifiable,
-                "Run a sweep whose design check fails");
-  add_max_jobs(run, &f.run.max_jobs);
-
-  auto* data = app.add_subcommand("data", "Token datasets");
-  data->require_subcommand(1);
-  auto* prepare = data->add_subcommand("prepare", "Turn text files into byte-level tokens");
-  prepare->add_option("--input", f.prepare.inputs, "Text files, concatenated in order")
-      ->required()
-      ->check(CLI::ExistingFile);
-  prepare->add_option("--output", f.prepare.output_dir, "Dataset folder to write")->required();
-  prepare->add_flag("--strip-tags", f.prepare.strip_tags,
-                    "Turn Brown-corpus word/tag tokens into plain text");
-  prepare
-      ->add_option("--val-fraction", f.prepare.val_fraction,
-                   "Fraction held out for validation: every round(1/F)-th document, interleaved")
-      ->capture_default_str();
-
-  auto* stats = data->add_subcommand("stats", "Token counts and unigram entropy of a dataset");
-  stats->add_option("dir", f.prepare.output_dir, "Dataset folder")->required();
-  add_format(stats);
-
+  const std::vector<CLI::App*> parsers = Register(app, f);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -573,65 +624,27 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
     app.exit(e, out, err);
     return kExitUsage;
   }
-
-  absl::Status result;
-  std::string name;
   f.err = &err;
-  if (expand->parsed()) {
-    name = "expand";
-    result = Expand(f, out);
-  } else if (check->parsed()) {
-    name = "check";
-    result = Check(f, out);
-  } else if (submit->parsed()) {
-    name = "submit";
-    result = Submit(f, out);
-  } else if (status->parsed()) {
-    name = "status";
-    result = Status(f, out);
-  } else if (results->parsed()) {
-    name = "results";
-    result = Results(f, out);
-  } else if (curves->parsed()) {
-    name = "curves";
-    result = Curves(f, out);
-  } else if (sql->parsed()) {
-    name = "sql";
-    result = Sql(f, out);
-  } else if (resume->parsed()) {
-    name = "resume";
-    result = Resume(f, out);
-  } else if (cancel->parsed()) {
-    name = "cancel";
-    result = Cancel(f, out);
-  } else if (prepare->parsed()) {
-    name = "data prepare";
-    result = DataPrepare(f, out);
-  } else if (stats->parsed()) {
-    name = "data stats";
-    result = DataStats(f, out);
-  } else if (fit->parsed()) {
-    name = "fit";
-    result = RunFitCommand(f.fit, out);
-  } else if (plot->parsed()) {
-    name = "plot";
-    result = RunPlotCommand(f.plot, out);
-  } else if (serve->parsed()) {
-    name = "serve";
-    result = Serve(f, out);
-  } else if (run->parsed()) {
-    f.run.tty = ::isatty(STDOUT_FILENO);
-    std::signal(SIGINT, OnServeSignal);
-    std::signal(SIGTERM, OnServeSignal);
-    return RunLocalSweep(f.run, out, err);
+  for (size_t i = 0; i < parsers.size(); ++i) {
+    if (!parsers[i]->parsed()) continue;
+    const Command& c = kCommands[i];
+    if (c.run == nullptr) {  // xmod run
+      f.run.tty = ::isatty(STDOUT_FILENO);
+      std::signal(SIGINT, OnServeSignal);
+      std::signal(SIGTERM, OnServeSignal);
+      return RunLocalSweep(f.run, out, err);
+    }
+    const absl::Status result = c.run(f, out);
+    if (!result.ok()) {
+      const std::string name = c.name;
+      err << result.message() << "\n";
+      err << "xmod " << name << ": "
+          << (ExitCodeFor(result) == kExitUsage ? "invalid input" : "failed")
+          << (name == "plot" ? "\n" : "; nothing was written\n");
+    }
+    return ExitCodeFor(result);
   }
-  if (!result.ok()) {
-    err << result.message() << "\n";
-    err << "xmod " << name << ": "
-        << (ExitCodeFor(result) == kExitUsage ? "invalid input" : "failed")
-        << (name == "plot" ? "\n" : "; nothing was written\n");
-  }
-  return ExitCodeFor(result);
+  return kExitUsage;
 }
 
 }  // namespace xmod

@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "orchestrator/store/sqlite_store.h"
+#include "orchestrator/store/rows.h"
 
 namespace xmod {
 
@@ -17,6 +17,14 @@ struct FlopProgress {
   double total = 0.0;  // FLOPs of every job of the sweep
   // done / total; 1 for an empty sweep.
   double Fraction() const { return total > 0 ? done / total : 1.0; }
+};
+
+// One sweep as GetStatus and `xmod status` show it (the server computes it in
+// Scheduler::Status; the remote client gets it back field for field).
+struct SweepSummary {
+  StateCounts states;
+  FlopProgress flops;
+  double started_at = 0.0;  // first attempt of any of its jobs; 0 when none began
 };
 
 FlopProgress SumProgress(const std::vector<JobProgressRow>& jobs);

@@ -12,8 +12,8 @@
 
 namespace xmod {
 
-Scheduler::Scheduler(SqliteStore* store, Clock* clock, SchedulerOptions options)
-    : store_(store), clock_(clock), options_(options) {}
+Scheduler::Scheduler(SqliteStore* store, SchedulerOptions options)
+    : store_(store), clock_(&store->clock()), options_(options) {}
 
 absl::StatusOr<SubmitResult> Scheduler::Submit(const std::string& yaml, const std::string& source,
                                                bool allow_unidentifiable) {
@@ -134,5 +134,31 @@ absl::StatusOr<int64_t> Scheduler::GraceLeases() {
 }
 
 absl::StatusOr<int64_t> Scheduler::ExpireLeases() { return store_->ExpireLeases(clock_->Now()); }
+
+absl::StatusOr<std::vector<SweepSummary>> Scheduler::Status(const std::string& sweep) {
+  ASSIGN_OR_RETURN(std::vector<StateCounts> counts, store_->CountStates(sweep));
+  std::vector<SweepSummary> out;
+  for (StateCounts& sc : counts) {
+    SweepSummary summary;
+    ASSIGN_OR_RETURN(std::vector<JobProgressRow> jobs, store_->JobProgress(sc.sweep));
+    summary.flops = SumProgress(jobs);
+    ASSIGN_OR_RETURN(summary.started_at, store_->SweepStartedAt(sc.sweep));
+    summary.states = std::move(sc);
+    out.push_back(std::move(summary));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<JobProgressRow>> Scheduler::Jobs(const std::string& sweep) {
+  return store_->JobProgress(sweep);
+}
+
+absl::StatusOr<int64_t> Scheduler::Resume(const std::string& sweep) {
+  return store_->ResumeSweep(sweep);
+}
+
+absl::StatusOr<int64_t> Scheduler::Cancel(const std::string& sweep_or_job) {
+  return store_->Cancel(sweep_or_job);
+}
 
 }  // namespace xmod

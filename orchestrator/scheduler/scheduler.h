@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "orchestrator/scheduler/clock.h"
+#include "common/clock.h"
+#include "orchestrator/scheduler/progress.h"
 #include "orchestrator/store/sqlite_store.h"
 #include "orchestrator/sweep/expand.h"
 
@@ -44,8 +45,9 @@ struct ReportedMetric {
 
 class Scheduler {
  public:
-  // `store` and `clock` are not owned and must outlive the scheduler.
-  Scheduler(SqliteStore* store, Clock* clock, SchedulerOptions options);
+  // `store` is not owned and must outlive the scheduler; time is the store's
+  // clock (SqliteStore::Options::clock), so rows and leases share one clock.
+  Scheduler(SqliteStore* store, SchedulerOptions options);
 
   double lease_ttl() const { return options_.lease_ttl_seconds; }
 
@@ -86,14 +88,21 @@ class Scheduler {
   // Ends every overdue lease; returns how many.
   absl::StatusOr<int64_t> ExpireLeases();
 
+  // ---- Reads and operator actions (the service reaches the store only here) ----
+  // Every sweep when `sweep` is empty; NOT_FOUND for an unknown named sweep.
+  absl::StatusOr<std::vector<SweepSummary>> Status(const std::string& sweep);
+  absl::StatusOr<std::vector<JobProgressRow>> Jobs(const std::string& sweep);
+  // Failed and cancelled jobs back to pending with a fresh attempt budget.
+  absl::StatusOr<int64_t> Resume(const std::string& sweep);
+  // A sweep's active jobs, or one job, to cancelled.
+  absl::StatusOr<int64_t> Cancel(const std::string& sweep_or_job);
+
   // While draining, heartbeats answer DRAIN and no new lease is granted.
   void SetDraining(bool draining) { draining_ = draining; }
 
-  SqliteStore& store() { return *store_; }
-
  private:
   SqliteStore* store_;
-  Clock* clock_;
+  Clock* clock_;  // the store's
   SchedulerOptions options_;
   std::atomic<bool> draining_{false};
   std::mutex ranks_mu_;

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -25,11 +26,12 @@ class SchedulerTest : public ::testing::Test {
   void SetUp() override {
     SqliteStore::Options o;
     o.path = ":memory:";
+    o.clock = &clock_;
     store_ = std::move(SqliteStore::Open(o).value());
     SchedulerOptions options;
     options.lease_ttl_seconds = 30;
     options.max_metrics_per_batch = 100;
-    scheduler_ = std::make_unique<Scheduler>(store_.get(), &clock_, options);
+    scheduler_ = std::make_unique<Scheduler>(store_.get(), options);
     ASSERT_TRUE(scheduler_->Submit(SmokeYaml(), "smoke.yaml").ok());
     worker_ = scheduler_->RegisterWorker("host", 1, "").value();
   }
@@ -84,6 +86,27 @@ TEST_F(SchedulerTest, HigherPriorityIsLeasedBeforeCheaperJobs) {
   const LeaseGrant g = Lease();
   auto urgent = store_->JobProgress("urgent").value();
   EXPECT_EQ(g.job_id, urgent[0].job_id);
+}
+
+// The store's SQL order is the rule's order (lease_rules.h LeasesBefore), over a
+// grid larger than one page of candidates.
+TEST_F(SchedulerTest, JobsAreLeasedInTheRulesOrder) {
+  std::ifstream in(std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/lawgrid.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  ASSERT_TRUE(scheduler_->Submit(text.str(), "lawgrid.yaml", true).ok());
+  auto rows = store_->Query("SELECT priority, train_flops, job_id FROM jobs");
+  ASSERT_TRUE(rows.ok());
+  std::vector<LeaseKey> keys;
+  for (const auto& r : rows->rows) {
+    keys.push_back({std::get<int64_t>(r[0]), std::get<double>(r[1]), std::get<std::string>(r[2])});
+  }
+  ASSERT_GT(keys.size(), 100u);
+  std::sort(keys.begin(), keys.end(), LeasesBefore);
+  for (const LeaseKey& expected : keys) {
+    ASSERT_EQ(Lease().job_id, expected.job_id);
+  }
+  EXPECT_FALSE(scheduler_->Lease(worker_)->grant.has_value());
 }
 
 TEST_F(SchedulerTest, HeartbeatMovesALeasedJobToRunningAndRenewsTheLease) {

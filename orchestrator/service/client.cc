@@ -45,22 +45,22 @@ absl::StatusOr<SubmitResult> RemoteCoordinator::Submit(const std::string& yaml,
   return r;
 }
 
-absl::StatusOr<std::vector<SweepProgress>> RemoteCoordinator::Status(const std::string& sweep) {
+absl::StatusOr<std::vector<SweepSummary>> RemoteCoordinator::Status(const std::string& sweep) {
   pb::GetStatusRequest req;
   req.set_sweep(sweep);
   pb::GetStatusResponse resp;
   RETURN_IF_ERROR(FromGrpc(impl_->stub->GetStatus(MakeContext(impl_->token, 30).get(), req, &resp),
                            "GetStatus"));
-  std::vector<SweepProgress> out;
+  std::vector<SweepSummary> out;
   for (const pb::SweepStatus& s : resp.sweeps()) {
-    SweepProgress p;
-    p.counts.sweep = s.sweep();
-    p.counts.counts = {{JobState::kPending, s.pending()}, {JobState::kLeased, s.leased()},
+    SweepSummary p;
+    p.states.sweep = s.sweep();
+    p.states.counts = {{JobState::kPending, s.pending()}, {JobState::kLeased, s.leased()},
                        {JobState::kRunning, s.running()}, {JobState::kSucceeded, s.succeeded()},
                        {JobState::kFailed, s.failed()},   {JobState::kCancelled, s.cancelled()}};
-    p.counts.total = s.total();
-    p.train_flops_done = s.train_flops_done();
-    p.train_flops_total = s.train_flops_total();
+    p.states.total = s.total();
+    p.flops.done = s.train_flops_done();
+    p.flops.total = s.train_flops_total();
     p.started_at = s.started_at();
     out.push_back(std::move(p));
   }

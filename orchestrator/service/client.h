@@ -8,16 +8,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "orchestrator/store/sqlite_store.h"
+#include "orchestrator/scheduler/progress.h"
+#include "orchestrator/store/rows.h"
 
 namespace xmod {
-
-struct SweepProgress {
-  StateCounts counts;
-  double train_flops_done = 0.0;
-  double train_flops_total = 0.0;
-  double started_at = 0.0;  // seconds since the epoch; 0 when nothing has started
-};
 
 class RemoteCoordinator {
  public:
@@ -31,7 +25,7 @@ class RemoteCoordinator {
   // malformed sweep, with its file:line: field lines).
   absl::StatusOr<SubmitResult> Submit(const std::string& yaml, const std::string& source,
                                       bool allow_unidentifiable = false);
-  absl::StatusOr<std::vector<SweepProgress>> Status(const std::string& sweep);
+  absl::StatusOr<std::vector<SweepSummary>> Status(const std::string& sweep);
   absl::StatusOr<std::vector<JobProgressRow>> ListJobs(const std::string& sweep);
   absl::StatusOr<int64_t> Resume(const std::string& sweep);
   absl::StatusOr<int64_t> Cancel(const std::string& target);

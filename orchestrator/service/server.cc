@@ -160,9 +160,10 @@ class Service final : public pb::Coordinator::Service {
   grpc::Status GetStatus(grpc::ServerContext* c, const pb::GetStatusRequest* req,
                          pb::GetStatusResponse* resp) override {
     if (auto s = Admit(c, *req, "GetStatus"); !s.ok()) return s;
-    auto counts = scheduler_->store().CountStates(req->sweep());
-    if (!counts.ok()) return ToGrpc(counts.status());
-    for (const StateCounts& sc : *counts) {
+    auto summaries = scheduler_->Status(req->sweep());
+    if (!summaries.ok()) return ToGrpc(summaries.status());
+    for (const SweepSummary& summary : *summaries) {
+      const StateCounts& sc = summary.states;
       pb::SweepStatus* out = resp->add_sweeps();
       out->set_sweep(sc.sweep);
       out->set_pending(sc.counts.at(JobState::kPending));
@@ -172,14 +173,9 @@ class Service final : public pb::Coordinator::Service {
       out->set_failed(sc.counts.at(JobState::kFailed));
       out->set_cancelled(sc.counts.at(JobState::kCancelled));
       out->set_total(sc.total);
-      auto progress = scheduler_->store().JobProgress(sc.sweep);
-      if (!progress.ok()) return ToGrpc(progress.status());
-      const FlopProgress flops = SumProgress(*progress);
-      out->set_train_flops_done(flops.done);
-      out->set_train_flops_total(flops.total);
-      auto started = scheduler_->store().SweepStartedAt(sc.sweep);
-      if (!started.ok()) return ToGrpc(started.status());
-      out->set_started_at(*started);
+      out->set_train_flops_done(summary.flops.done);
+      out->set_train_flops_total(summary.flops.total);
+      out->set_started_at(summary.started_at);
     }
     return grpc::Status::OK;
   }
@@ -187,7 +183,7 @@ class Service final : public pb::Coordinator::Service {
   grpc::Status ListJobs(grpc::ServerContext* c, const pb::ListJobsRequest* req,
                         pb::ListJobsResponse* resp) override {
     if (auto s = Admit(c, *req, "ListJobs"); !s.ok()) return s;
-    auto progress = scheduler_->store().JobProgress(req->sweep());
+    auto progress = scheduler_->Jobs(req->sweep());
     if (!progress.ok()) return ToGrpc(progress.status());
     for (const JobProgressRow& p : *progress) {
       pb::JobProgress* out = resp->add_jobs();
@@ -210,7 +206,7 @@ class Service final : public pb::Coordinator::Service {
   grpc::Status ResumeSweep(grpc::ServerContext* c, const pb::ResumeSweepRequest* req,
                            pb::ResumeSweepResponse* resp) override {
     if (auto s = Admit(c, *req, "ResumeSweep"); !s.ok()) return s;
-    auto n = scheduler_->store().ResumeSweep(req->sweep());
+    auto n = scheduler_->Resume(req->sweep());
     if (!n.ok()) return ToGrpc(n.status());
     resp->set_resumed(*n);
     return grpc::Status::OK;
@@ -219,7 +215,7 @@ class Service final : public pb::Coordinator::Service {
   grpc::Status Cancel(grpc::ServerContext* c, const pb::CancelRequest* req,
                       pb::CancelResponse* resp) override {
     if (auto s = Admit(c, *req, "Cancel"); !s.ok()) return s;
-    auto n = scheduler_->store().Cancel(req->target());
+    auto n = scheduler_->Cancel(req->target());
     if (!n.ok()) return ToGrpc(n.status());
     resp->set_cancelled(*n);
     return grpc::Status::OK;

@@ -32,7 +32,7 @@ class ServiceTest : public ::testing::Test {
     SqliteStore::Options o;
     o.path = ":memory:";
     store_ = std::move(SqliteStore::Open(o).value());
-    scheduler_ = std::make_unique<Scheduler>(store_.get(), &clock_, SchedulerOptions{});
+    scheduler_ = std::make_unique<Scheduler>(store_.get(), SchedulerOptions{});
     ServerOptions options;
     options.listen = "127.0.0.1:0";
     options.token = token;
@@ -64,7 +64,6 @@ class ServiceTest : public ::testing::Test {
     ASSERT_TRUE(lease->has_job());
   }
 
-  SystemClock clock_;
   std::unique_ptr<SqliteStore> store_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<CoordinatorServer> server_;
@@ -251,8 +250,7 @@ TEST(Server, RefusesANonLoopbackAddressWithoutATokenUnlessInsecure) {
   SqliteStore::Options o;
   o.path = ":memory:";
   auto store = SqliteStore::Open(o).value();
-  SystemClock clock;
-  Scheduler scheduler(store.get(), &clock, SchedulerOptions{});
+  Scheduler scheduler(store.get(), SchedulerOptions{});
   ServerOptions options;
   options.listen = "0.0.0.0:0";
   auto refused = CoordinatorServer::Start(&scheduler, options);
@@ -280,8 +278,7 @@ TEST(Server, ServesTlsWhenGivenACertificateAndKey) {
   SqliteStore::Options o;
   o.path = ":memory:";
   auto store = SqliteStore::Open(o).value();
-  SystemClock clock;
-  Scheduler scheduler(store.get(), &clock, SchedulerOptions{});
+  Scheduler scheduler(store.get(), SchedulerOptions{});
   ServerOptions options;
   options.listen = "localhost:0";
   options.tls_cert = dir + "/cert.pem";

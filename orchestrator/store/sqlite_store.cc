@@ -51,6 +51,19 @@ class SqliteStore::Statement {
   sqlite3_stmt* stmt_;
 };
 
+namespace {
+
+// The states a rule picks, as an SQL list: "('leased', 'running')". The rule
+// lives in orchestrator/rules; the SQL only repeats its answer.
+std::string StatesIn(bool (*rule)(JobState)) {
+  std::vector<std::string> quoted;
+  for (JobState s : StatesWhere(rule))
+    quoted.push_back(absl::StrCat("'", std::string(JobStateName(s)), "'"));
+  return absl::StrCat("(", absl::StrJoin(quoted, ", "), ")");
+}
+
+}  // namespace
+
 SqliteStore::SqliteStore(Options options) : options_(std::move(options)) {}
 
 SqliteStore::~SqliteStore() {
@@ -67,14 +80,47 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(Options options) 
   return store;
 }
 
-double SqliteStore::Now() const {
-  if (options_.now) return options_.now();
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+double SqliteStore::Now() const { return clock().Now(); }
+
+absl::StatusCode SqliteStatusCode(int sqlite_code) {
+  switch (sqlite_code & 0xff) {
+    case SQLITE_OK:
+      return absl::StatusCode::kOk;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_IOERR:
+    case SQLITE_PROTOCOL:
+      return absl::StatusCode::kUnavailable;
+    case SQLITE_FULL:
+    case SQLITE_NOMEM:
+      return absl::StatusCode::kResourceExhausted;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return absl::StatusCode::kDataLoss;
+    case SQLITE_READONLY:
+    case SQLITE_CONSTRAINT:
+    case SQLITE_CANTOPEN:
+      return absl::StatusCode::kFailedPrecondition;
+    default:
+      return absl::StatusCode::kInternal;
+  }
 }
 
 absl::Status SqliteStore::SqlError(const std::string& context) {
-  return absl::InternalError(
-      absl::StrCat(options_.path, ": ", context, ": ", db_ ? sqlite3_errmsg(db_) : "no database"));
+  const int code = db_ != nullptr ? sqlite3_extended_errcode(db_) : SQLITE_CANTOPEN;
+  absl::StatusCode mapped = SqliteStatusCode(code);
+  if (mapped == absl::StatusCode::kOk) mapped = absl::StatusCode::kInternal;
+  return absl::Status(mapped, absl::StrCat(options_.path, ": ", context, ": ",
+                                           db_ ? sqlite3_errmsg(db_) : "no database"));
+}
+
+absl::Status SqliteStore::FaultLocked(std::string_view what) {
+  if (options_.faults == nullptr) return absl::OkStatus();
+  std::optional<InjectedFault> fault = options_.faults->BeforeWrite(what);
+  if (!fault.has_value()) return absl::OkStatus();
+  return absl::Status(
+      SqliteStatusCode(fault->sqlite_code),
+      absl::StrCat(options_.path, ": ", fault->message, ": ", sqlite3_errstr(fault->sqlite_code)));
 }
 
 absl::Status SqliteStore::Init() {
@@ -113,10 +159,13 @@ absl::Status SqliteStore::Init() {
 
 absl::Status SqliteStore::ExecLocked(const std::string& sql) {
   char* message = nullptr;
-  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
-    const std::string text = message ? message : "unknown error";
+  const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &message);
+  if (rc != SQLITE_OK) {
+    const std::string text = message ? message : sqlite3_errstr(rc);
     sqlite3_free(message);
-    return absl::InternalError(absl::StrCat(options_.path, ": ", text));
+    absl::StatusCode code = SqliteStatusCode(sqlite3_extended_errcode(db_));
+    if (code == absl::StatusCode::kOk) code = absl::StatusCode::kInternal;
+    return absl::Status(code, absl::StrCat(options_.path, ": ", text));
   }
   return absl::OkStatus();
 }
@@ -136,7 +185,7 @@ absl::Status SqliteStore::MigrateLocked() {
   for (const Migration& m : migrations) {
     if (m.version <= current) continue;
     RETURN_IF_ERROR(TransactionLocked([&]() -> absl::Status {
-      if (options_.faults != nullptr) RETURN_IF_ERROR(options_.faults->BeforeWrite(m.name));
+      RETURN_IF_ERROR(FaultLocked(m.name));
       absl::Status s = ExecLocked(m.sql);
       if (!s.ok()) {
         return absl::InternalError(absl::StrCat("migration ", m.name, ": ", s.message()));
@@ -228,7 +277,7 @@ absl::Status SqliteStore::Write(const std::function<absl::Status()>& body) {
 }
 
 absl::Status SqliteStore::WriteLocked(Statement* statement, std::string_view what) {
-  if (options_.faults != nullptr) RETURN_IF_ERROR(options_.faults->BeforeWrite(what));
+  RETURN_IF_ERROR(FaultLocked(what));
   const int rc = sqlite3_step(statement->get());
   statement->Reset();
   if (rc != SQLITE_DONE && rc != SQLITE_ROW) return SqlError(std::string(what));
@@ -392,16 +441,16 @@ absl::StatusOr<std::vector<StateCounts>> SqliteStore::CountStates(const std::str
   ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
   std::vector<StateCounts> out;
   for (const auto& row : rows.rows) {
-    const std::string& name = std::get<std::string>(row[0]);
+    const std::string& name = AsText(row[0]);
     if (out.empty() || out.back().sweep != name) {
       out.emplace_back();
       out.back().sweep = name;
       for (JobState st : kAllJobStates) out.back().counts[st] = 0;
     }
     if (std::holds_alternative<std::monostate>(row[1])) continue;  // a sweep without jobs
-    ASSIGN_OR_RETURN(JobState state, ParseJobState(std::get<std::string>(row[1])));
-    out.back().counts[state] += std::get<int64_t>(row[2]);
-    out.back().total += std::get<int64_t>(row[2]);
+    ASSIGN_OR_RETURN(JobState state, ParseJobState(AsText(row[1])));
+    out.back().counts[state] += AsInt(row[2]);
+    out.back().total += AsInt(row[2]);
   }
   return out;
 }
@@ -457,7 +506,7 @@ absl::StatusOr<JobState> SqliteStore::GetJobState(const std::string& job_id) {
   s->Bind(1, job_id);
   ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
   if (rows.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-  return ParseJobState(std::get<std::string>(rows.rows[0][0]));
+  return ParseJobState(AsText(Cell(rows, 0, 0)));
 }
 
 absl::StatusOr<int64_t> SqliteStore::MoveJobsLocked(const std::vector<std::string>& job_ids,
@@ -481,7 +530,7 @@ absl::StatusOr<int64_t> SqliteStore::MoveJobsLocked(const std::vector<std::strin
     read->Bind(1, id);
     ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(read));
     if (rows.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", id, "'"));
-    ASSIGN_OR_RETURN(JobState current, ParseJobState(std::get<std::string>(rows.rows[0][0])));
+    ASSIGN_OR_RETURN(JobState current, ParseJobState(AsText(Cell(rows, 0, 0))));
     if (std::find(from.begin(), from.end(), current) == from.end()) continue;
     if (!IsLegalTransition(current, to)) {
       return absl::FailedPreconditionError(absl::StrCat("job ", id, ": illegal transition ",
@@ -494,12 +543,11 @@ absl::StatusOr<int64_t> SqliteStore::MoveJobsLocked(const std::vector<std::strin
         .Bind(4, Now())
         .Bind(5, JobStateName(current));
     RETURN_IF_ERROR(WriteLocked(update, absl::StrCat("moving job ", id)));
-    if (to == JobState::kPending) {
+    if (ResetsFailures(to)) {
       reset->Bind(1, id);
       RETURN_IF_ERROR(WriteLocked(reset, "resetting failures"));
     }
-    if (to == JobState::kCancelled &&
-        (current == JobState::kLeased || current == JobState::kRunning)) {
+    if (ClosesAttempt(current, to)) {
       close->Bind(1, id).Bind(2, Now()).Bind(3, reason);
       RETURN_IF_ERROR(WriteLocked(close, "closing the attempt"));
       unlease->Bind(1, id);
@@ -527,9 +575,9 @@ absl::StatusOr<int64_t> SqliteStore::ResumeSweep(const std::string& sweep) {
     s->Bind(1, sweep_id);
     ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
     std::vector<std::string> ids;
-    for (const auto& row : rows.rows) ids.push_back(std::get<std::string>(row[0]));
-    ASSIGN_OR_RETURN(moved, MoveJobsLocked(ids, {JobState::kFailed, JobState::kCancelled},
-                                           JobState::kPending, "resumed"));
+    for (const auto& row : rows.rows) ids.push_back(AsText(row[0]));
+    ASSIGN_OR_RETURN(moved,
+                     MoveJobsLocked(ids, StatesWhere(IsResumable), JobState::kPending, "resumed"));
     return absl::OkStatus();
   }));
   return moved;
@@ -545,14 +593,14 @@ absl::StatusOr<int64_t> SqliteStore::Cancel(const std::string& sweep_or_job) {
                        PrepareLocked("SELECT job_id FROM sweep_jobs WHERE sweep_id = ?1"));
       s->Bind(1, *sweep_id);
       ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
-      for (const auto& row : rows.rows) ids.push_back(std::get<std::string>(row[0]));
+      for (const auto& row : rows.rows) ids.push_back(AsText(row[0]));
     } else if (absl::IsNotFound(sweep_id.status())) {
       ids.push_back(sweep_or_job);
     } else {
       return sweep_id.status();
     }
-    auto result = MoveJobsLocked(ids, {JobState::kPending, JobState::kLeased, JobState::kRunning},
-                                 JobState::kCancelled, "cancelled");
+    auto result =
+        MoveJobsLocked(ids, StatesWhere(IsCancellable), JobState::kCancelled, "cancelled");
     if (absl::IsNotFound(result.status())) {
       return absl::NotFoundError(absl::StrCat("no sweep or job named '", sweep_or_job, "'"));
     }
@@ -560,37 +608,6 @@ absl::StatusOr<int64_t> SqliteStore::Cancel(const std::string& sweep_or_job) {
     return absl::OkStatus();
   }));
   return moved;
-}
-
-absl::Status SqliteStore::AppendMetrics(const std::vector<MetricPoint>& points) {
-  return Write([&]() -> absl::Status {
-    ASSIGN_OR_RETURN(
-        Statement * insert,
-        PrepareLocked("INSERT INTO metrics (job_id, name, step, value, tokens, flops, attempt, "
-                      "wall_time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
-                      "ON CONFLICT (job_id, name, step) DO UPDATE SET value = excluded.value, "
-                      "tokens = excluded.tokens, flops = excluded.flops, "
-                      "attempt = excluded.attempt, wall_time = excluded.wall_time "
-                      "WHERE excluded.attempt >= metrics.attempt"));
-    for (const MetricPoint& p : points) {
-      insert->Bind(1, p.job_id)
-          .Bind(2, p.name)
-          .Bind(3, p.step)
-          .Bind(4, p.value)
-          .Bind(5, p.tokens)
-          .Bind(6, p.flops)
-          .Bind(7, p.attempt)
-          .Bind(8, p.wall_time);
-      absl::Status s = WriteLocked(insert, "inserting a metric");
-      if (!s.ok()) {
-        if (sqlite3_extended_errcode(db_) == SQLITE_CONSTRAINT_FOREIGNKEY) {
-          return absl::NotFoundError(absl::StrCat("metric for unknown job '", p.job_id, "'"));
-        }
-        return s;
-      }
-    }
-    return absl::OkStatus();
-  });
 }
 
 absl::StatusOr<QueryResult> SqliteStore::Query(const std::string& sql) {
@@ -635,7 +652,7 @@ absl::StatusOr<int64_t> SqliteStore::WorkerRanks(const std::string& worker_id) {
   if (rows.rows.empty()) {
     return absl::NotFoundError(absl::StrCat("unknown worker '", worker_id, "'; register first"));
   }
-  return std::get<int64_t>(rows.rows[0][0]);
+  return AsInt(Cell(rows, 0, 0));
 }
 
 absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::string& worker_id,
@@ -643,24 +660,38 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
                                                                     double ttl) {
   std::optional<LeaseGrant> grant;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
-    ASSIGN_OR_RETURN(Statement * pick,
-                     PrepareLocked("SELECT job_id, config_json, attempt FROM jobs "
-                                   "WHERE status = 'pending' AND (batch_tokens / context) % ?1 = 0 "
-                                   "ORDER BY priority DESC, train_flops, job_id LIMIT 1"));
-    pick->Bind(1, group_ranks);
-    ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(pick));
-    if (rows.rows.empty()) return absl::OkStatus();
+    // Candidates in lease order, a page at a time, until one fits the group.
+    ASSIGN_OR_RETURN(Statement * page, PrepareLocked(absl::StrCat(
+                                           "SELECT job_id, batch_tokens, context FROM jobs "
+                                           "WHERE status = 'pending' ORDER BY ",
+                                           std::string(kLeaseOrderSql), " LIMIT ?1 OFFSET ?2")));
+    constexpr int64_t kPage = 64;
     LeaseGrant g;
-    g.job_id = std::get<std::string>(rows.rows[0][0]);
-    g.config_json = std::get<std::string>(rows.rows[0][1]);
-    g.attempt = std::get<int64_t>(rows.rows[0][2]) + 1;
+    for (int64_t offset = 0; g.job_id.empty(); offset += kPage) {
+      page->Bind(1, kPage).Bind(2, offset);
+      ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(page));
+      for (const auto& row : rows.rows) {
+        if (BatchSplitsOver(AsInt(row[1]), AsInt(row[2]), group_ranks)) {
+          g.job_id = AsText(row[0]);
+          break;
+        }
+      }
+      if (static_cast<int64_t>(rows.rows.size()) < kPage) break;
+    }
+    if (g.job_id.empty()) return absl::OkStatus();
+    ASSIGN_OR_RETURN(Statement * pick,
+                     PrepareLocked("SELECT config_json, attempt FROM jobs WHERE job_id = ?1"));
+    pick->Bind(1, g.job_id);
+    ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(pick));
+    g.config_json = AsText(Cell(rows, 0, 0));
+    g.attempt = AsInt(Cell(rows, 0, 1)) + 1;
 
     ASSIGN_OR_RETURN(Statement * bump,
                      PrepareLocked("UPDATE counters SET value = value + 1 "
                                    "WHERE name = 'fencing_token' RETURNING value"));
-    if (options_.faults != nullptr) RETURN_IF_ERROR(options_.faults->BeforeWrite("fencing token"));
+    RETURN_IF_ERROR(FaultLocked("fencing token"));
     ASSIGN_OR_RETURN(QueryResult token, CollectLocked(bump));
-    g.fencing_token = std::get<int64_t>(token.rows.at(0)[0]);
+    g.fencing_token = AsInt(Cell(token, 0, 0));
 
     ASSIGN_OR_RETURN(Statement * checkpoint,
                      PrepareLocked("SELECT step, path FROM checkpoints WHERE job_id = ?1 "
@@ -668,8 +699,8 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
     checkpoint->Bind(1, g.job_id);
     ASSIGN_OR_RETURN(QueryResult cp, CollectLocked(checkpoint));
     if (!cp.rows.empty()) {
-      g.resume_step = std::get<int64_t>(cp.rows[0][0]);
-      g.resume_checkpoint = std::get<std::string>(cp.rows[0][1]);
+      g.resume_step = AsInt(Cell(cp, 0, 0));
+      g.resume_checkpoint = AsText(Cell(cp, 0, 1));
     }
     // The latest attempt wins: rows past the resume point are redone by this one.
     ASSIGN_OR_RETURN(Statement * trim,
@@ -719,13 +750,13 @@ absl::StatusOr<JobState> SqliteStore::CheckFenceLocked(const std::string& job_id
   s->Bind(1, job_id);
   ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
   if (rows.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-  ASSIGN_OR_RETURN(JobState state, ParseJobState(std::get<std::string>(rows.rows[0][0])));
-  const int64_t current = std::get<int64_t>(rows.rows[0][1]);
+  ASSIGN_OR_RETURN(JobState state, ParseJobState(AsText(Cell(rows, 0, 0))));
+  const int64_t current = AsInt(Cell(rows, 0, 1));
   if (token != current) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, ": fencing token ", token,
                                                       " is stale (current ", current, ")"));
   }
-  const bool held = state == JobState::kLeased || state == JobState::kRunning;
+  const bool held = IsHeld(state);
   if (!held && !(allow_cancelled && state == JobState::kCancelled)) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ",
                                                       std::string(JobStateName(state)),
@@ -733,7 +764,7 @@ absl::StatusOr<JobState> SqliteStore::CheckFenceLocked(const std::string& job_id
   }
   // The token names the attempt; the worker id must be the one it was granted to
   // (a token copied to another worker, or a client bug, is refused).
-  const std::string& granted = std::get<std::string>(rows.rows[0][2]);
+  const std::string& granted = AsText(Cell(rows, 0, 2));
   if (holder != nullptr && held && granted != *holder) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job_id, " is leased to worker '", granted, "', not '", *holder, "'"));
@@ -775,7 +806,7 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
                      PrepareLocked("SELECT attempt FROM jobs WHERE job_id = ?1"));
     attempt_of->Bind(1, job_id);
     ASSIGN_OR_RETURN(QueryResult a, CollectLocked(attempt_of));
-    const int64_t attempt = std::get<int64_t>(a.rows.at(0)[0]);
+    const int64_t attempt = AsInt(Cell(a, 0, 0));
     ASSIGN_OR_RETURN(Statement * last,
                      PrepareLocked("SELECT MAX(step) FROM metrics WHERE job_id = ?1 AND "
                                    "name = ?2 AND attempt = ?3"));
@@ -785,8 +816,8 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
     // A row this attempt already stored may be sent again (a reply was lost), but
     // only with the same value: the client was told that value is in the database.
     const auto same_as_stored = [&](const MetricPoint& p, const QueryResult& found) {
-      const Value& v = found.rows.at(0)[0];
-      const double was = std::holds_alternative<double>(v) ? std::get<double>(v) : NAN;
+      const Value& v = Cell(found, 0, 0);
+      const double was = std::holds_alternative<double>(v) ? AsReal(v) : NAN;
       if (was == p.value) return absl::OkStatus();
       return absl::InvalidArgumentError(
           absl::StrCat("job ", job_id, ": metric '", p.name, "' step ", p.step, " is stored as ",
@@ -800,9 +831,8 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
       if (it == floor.end()) {
         last->Bind(1, job_id).Bind(2, p.name).Bind(3, attempt);
         ASSIGN_OR_RETURN(QueryResult m, CollectLocked(last));
-        const Value& v = m.rows.at(0)[0];
-        it = floor.emplace(p.name, std::holds_alternative<int64_t>(v) ? std::get<int64_t>(v) : -1)
-                 .first;
+        const Value& v = Cell(m, 0, 0);
+        it = floor.emplace(p.name, std::holds_alternative<int64_t>(v) ? AsInt(v) : -1).first;
       }
       if (p.step <= it->second) {
         // A batch sent again after a lost reply is already stored: skip it (with
@@ -871,49 +901,33 @@ absl::Status SqliteStore::EndAttemptLocked(const std::string& job_id, JobState f
                                  "WHERE job_id = ?1"));
   read->Bind(1, job_id);
   ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(read));
-  int64_t failures = std::get<int64_t>(rows.rows.at(0)[0]);
-  const int64_t max_attempts = std::get<int64_t>(rows.rows.at(0)[1]);
-  const int64_t token = std::get<int64_t>(rows.rows.at(0)[2]);
-  std::string attempt_status;
-  switch (end) {
-    case AttemptEnd::kSucceeded:
-      *to = JobState::kSucceeded;
-      attempt_status = "succeeded";
-      break;
-    case AttemptEnd::kPreempted:
-      *to = JobState::kPending;
-      attempt_status = "preempted";
-      break;
-    case AttemptEnd::kRetryableError:
-      ++failures;
-      *to = failures >= max_attempts ? JobState::kFailed : JobState::kPending;
-      attempt_status = "failed";
-      break;
-    case AttemptEnd::kFatalError:
-    case AttemptEnd::kDiverged:
-      ++failures;
-      *to = JobState::kFailed;
-      attempt_status = end == AttemptEnd::kDiverged ? "diverged" : "failed";
-      break;
+  const int64_t failures = AsInt(Cell(rows, 0, 0));
+  const int64_t max_attempts = AsInt(Cell(rows, 0, 1));
+  const int64_t token = AsInt(Cell(rows, 0, 2));
+  auto verdict = DecideAttemptEnd(from, end, failures, max_attempts);
+  if (!verdict.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, ": ", verdict.status().message()));
   }
-  // A job that finishes without ever heartbeating passes through running.
-  const JobState via =
-      (from == JobState::kLeased && *to == JobState::kSucceeded) ? JobState::kRunning : from;
-  if ((via != from && !IsLegalTransition(from, via)) || !IsLegalTransition(via, *to)) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, ": illegal transition ",
-                                                      std::string(JobStateName(from)), " -> ",
-                                                      std::string(JobStateName(*to))));
-  }
+  *to = verdict->to;
   ASSIGN_OR_RETURN(Statement * update,
                    PrepareLocked("UPDATE jobs SET status = ?2, failures = ?3, worker_id = NULL, "
                                  "lease_expires_at = NULL, status_reason = ?4, updated_at = ?5 "
                                  "WHERE job_id = ?1"));
-  update->Bind(1, job_id).Bind(2, JobStateName(*to)).Bind(3, failures).Bind(4, reason).Bind(5, now);
+  update->Bind(1, job_id)
+      .Bind(2, JobStateName(*to))
+      .Bind(3, verdict->failures)
+      .Bind(4, reason)
+      .Bind(5, now);
   RETURN_IF_ERROR(WriteLocked(update, "ending an attempt"));
   ASSIGN_OR_RETURN(Statement * attempt,
                    PrepareLocked("UPDATE attempts SET status = ?3, ended_at = ?4, reason = ?5 "
                                  "WHERE job_id = ?1 AND fencing_token = ?2"));
-  attempt->Bind(1, job_id).Bind(2, token).Bind(3, attempt_status).Bind(4, now).Bind(5, reason);
+  attempt->Bind(1, job_id)
+      .Bind(2, token)
+      .Bind(3, verdict->attempt_status)
+      .Bind(4, now)
+      .Bind(5, reason);
   return WriteLocked(attempt, "closing the attempt");
 }
 
@@ -932,15 +946,15 @@ absl::StatusOr<int64_t> SqliteStore::ExpireLeases(double now) {
   int64_t expired = 0;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
     ASSIGN_OR_RETURN(Statement * s,
-                     PrepareLocked("SELECT job_id, status FROM jobs WHERE status IN ('leased', "
-                                   "'running') AND lease_expires_at < ?1"));
+                     PrepareLocked(absl::StrCat("SELECT job_id, status FROM jobs WHERE status IN ",
+                                                StatesIn(IsHeld), " AND lease_expires_at < ?1")));
     s->Bind(1, now);
     ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
     for (const auto& row : rows.rows) {
-      ASSIGN_OR_RETURN(JobState from, ParseJobState(std::get<std::string>(row[1])));
+      ASSIGN_OR_RETURN(JobState from, ParseJobState(AsText(row[1])));
       JobState to;
-      RETURN_IF_ERROR(EndAttemptLocked(std::get<std::string>(row[0]), from,
-                                       AttemptEnd::kRetryableError, "lease expired", now, &to));
+      RETURN_IF_ERROR(EndAttemptLocked(AsText(row[0]), from, AttemptEnd::kRetryableError,
+                                       "lease expired", now, &to));
       ++expired;
     }
     return absl::OkStatus();
@@ -951,9 +965,9 @@ absl::StatusOr<int64_t> SqliteStore::ExpireLeases(double now) {
 absl::StatusOr<int64_t> SqliteStore::ExtendLeases(double until) {
   int64_t extended = 0;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
-    ASSIGN_OR_RETURN(Statement * s,
-                     PrepareLocked("UPDATE jobs SET lease_expires_at = ?1 WHERE status IN "
-                                   "('leased', 'running') AND lease_expires_at < ?1"));
+    ASSIGN_OR_RETURN(Statement * s, PrepareLocked(absl::StrCat(
+                                        "UPDATE jobs SET lease_expires_at = ?1 WHERE status IN ",
+                                        StatesIn(IsHeld), " AND lease_expires_at < ?1")));
     s->Bind(1, until);
     RETURN_IF_ERROR(WriteLocked(s, "extending leases"));
     extended = sqlite3_changes(db_);
@@ -964,10 +978,11 @@ absl::StatusOr<int64_t> SqliteStore::ExtendLeases(double until) {
 
 absl::StatusOr<int64_t> SqliteStore::CountActiveJobs() {
   std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Statement * s, PrepareLocked("SELECT COUNT(*) FROM jobs WHERE status IN "
-                                                "('pending', 'leased', 'running')"));
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked(absl::StrCat("SELECT COUNT(*) FROM jobs WHERE status IN ",
+                                              StatesIn(IsActive))));
   ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
-  return std::get<int64_t>(rows.rows.at(0)[0]);
+  return AsInt(Cell(rows, 0, 0));
 }
 
 absl::StatusOr<double> SqliteStore::SweepStartedAt(const std::string& sweep) {
@@ -978,8 +993,8 @@ absl::StatusOr<double> SqliteStore::SweepStartedAt(const std::string& sweep) {
                                  "ON sj.job_id = a.job_id WHERE sj.sweep_id = ?1"));
   s->Bind(1, sweep_id);
   ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
-  const Value& v = rows.rows.at(0)[0];
-  return std::holds_alternative<double>(v) ? std::get<double>(v) : 0.0;
+  const Value& v = Cell(rows, 0, 0);
+  return std::holds_alternative<double>(v) ? AsReal(v) : 0.0;
 }
 
 absl::StatusOr<std::vector<JobProgressRow>> SqliteStore::JobProgress(const std::string& sweep) {
@@ -1000,18 +1015,18 @@ absl::StatusOr<std::vector<JobProgressRow>> SqliteStore::JobProgress(const std::
   std::vector<JobProgressRow> out;
   for (const auto& r : rows.rows) {
     JobProgressRow p;
-    p.job_id = std::get<std::string>(r[0]);
-    p.family = std::get<std::string>(r[1]);
-    p.scale = std::get<std::string>(r[2]);
-    p.status = std::get<std::string>(r[3]);
-    p.sparsity = std::get<double>(r[4]);
-    p.train_flops = std::get<double>(r[5]);
-    p.stride = std::get<int64_t>(r[6]);
-    p.context = std::get<int64_t>(r[7]);
-    p.attempt = std::get<int64_t>(r[8]);
-    p.step = std::get<int64_t>(r[9]);
+    p.job_id = AsText(r[0]);
+    p.family = AsText(r[1]);
+    p.scale = AsText(r[2]);
+    p.status = AsText(r[3]);
+    p.sparsity = AsReal(r[4]);
+    p.train_flops = AsReal(r[5]);
+    p.stride = AsInt(r[6]);
+    p.context = AsInt(r[7]);
+    p.attempt = AsInt(r[8]);
+    p.step = AsInt(r[9]);
     if (const auto* reported = std::get_if<int64_t>(&r[12])) p.step = std::max(p.step, *reported);
-    p.steps = std::get<int64_t>(r[10]);
+    p.steps = AsInt(r[10]);
     if (const auto* v = std::get_if<double>(&r[11])) p.final_val_loss = *v;
     out.push_back(std::move(p));
   }

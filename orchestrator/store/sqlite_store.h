@@ -30,7 +30,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/job_state.h"
+#include "orchestrator/rules/lease_rules.h"
+#include "orchestrator/store/rows.h"
 #include "orchestrator/store/write_faults.h"
 #include "orchestrator/sweep/expand.h"
 #include "orchestrator/sweep/spec.h"
@@ -40,85 +43,13 @@ struct sqlite3_stmt;
 
 namespace xmod {
 
-// A cell of a query result: NULL, integer, real or text.
-using Value = std::variant<std::monostate, int64_t, double, std::string>;
-
-struct QueryResult {
-  std::vector<std::string> columns;
-  std::vector<std::vector<Value>> rows;
-};
-
-struct SubmitResult {
-  int64_t jobs_in_spec = 0;  // distinct jobs the expansion produced
-  int64_t new_jobs = 0;      // jobs that did not exist in the database before
-  int64_t linked_jobs = 0;   // jobs that existed (e.g. in another sweep) and now belong to this one
-  bool sweep_created = false;
-};
-
-// One fitted law, as `xmod fit SWEEP` stores it.
-struct FitRecord {
-  std::string law;
-  std::string points_hash;  // of the points fitted (analysis.h PointsHash)
-  int64_t n_points = 0;
-  std::string params_json;  // {"E": ..., ...}
-  double objective = 0.0;
-  double rmse = 0.0;
-  std::string result_json;    // the whole report, as `xmod fit --format json` prints it
-  std::string method;         // "single", "two-stage" or "joint"
-  std::string holdout_scale;  // empty: every scale was fitted
-};
-
-struct StateCounts {
-  std::string sweep;
-  std::map<JobState, int64_t> counts;  // every state present, zero where none
-  int64_t total = 0;
-};
-
-// One metric value at one step of one job.
-struct MetricPoint {
-  std::string job_id;
-  std::string name;
-  int64_t step = 0;
-  double value = 0.0;
-  int64_t tokens = 0;  // tokens seen by the job up to and including this step
-  double flops = 0.0;  // training FLOPs spent up to and including this step
-  int64_t attempt = 0;
-  double wall_time = 0.0;  // seconds since the epoch
-};
-
-// What a lease hands a worker group.
-struct LeaseGrant {
-  std::string job_id;
-  std::string config_json;  // the resolved job
-  int64_t attempt = 0;
-  int64_t fencing_token = 0;
-  int64_t resume_step = 0;        // 0: start fresh
-  std::string resume_checkpoint;  // path of that checkpoint
-};
-
-// How an attempt ended, as the worker group (or the lease clock) says.
-enum class AttemptEnd {
-  kSucceeded,
-  kPreempted,       // back to pending; does not count toward max_attempts
-  kRetryableError,  // counts; pending again while attempts remain, else failed
-  kFatalError,      // failed
-  kDiverged,        // failed
-};
-
-struct JobProgressRow {
-  std::string job_id, family, scale, status;
-  double sparsity = 0.0, train_flops = 0.0;
-  int64_t stride = 1, context = 0, attempt = 0, step = 0, steps = 0;
-  std::optional<double> final_val_loss;
-
-  bool in_flight() const { return status == "leased" || status == "running"; }
-  // Training FLOPs done: all of a succeeded job, the reported share of one in flight.
-  double flops_done() const {
-    if (status == "succeeded") return train_flops;
-    if (!in_flight() || steps <= 0) return 0.0;
-    return train_flops * std::min(1.0, static_cast<double>(step) / static_cast<double>(steps));
-  }
-};
+// The status a caller should act on for an SQLite result code (primary or
+// extended): busy or locked, and I/O errors, are UNAVAILABLE (nothing was
+// written; try again, as workers do); a full disk or memory is
+// RESOURCE_EXHAUSTED; a damaged file or one that is not a database is
+// DATA_LOSS; a read-only file or a broken constraint is FAILED_PRECONDITION;
+// anything else INTERNAL. Errors keep SQLite's message and the file's path.
+absl::StatusCode SqliteStatusCode(int sqlite_code);
 
 class SqliteStore {
  public:
@@ -127,8 +58,8 @@ class SqliteStore {
     bool read_only = false;         // open existing file only; refuse every write statement
     WriteFaults* faults = nullptr;  // not owned; must outlive the store
     int busy_timeout_ms = 10000;
-    bool durable = true;          // synchronous=FULL; false: NORMAL (not power-loss safe)
-    std::function<double()> now;  // seconds since the epoch; wall clock when empty
+    bool durable = true;     // synchronous=FULL; false: NORMAL (not power-loss safe)
+    Clock* clock = nullptr;  // not owned; the system clock when null
   };
 
   // Opens (creating unless read_only) and migrates. NOT_FOUND: read_only and no
@@ -138,6 +69,9 @@ class SqliteStore {
   ~SqliteStore();
   SqliteStore(const SqliteStore&) = delete;
   SqliteStore& operator=(const SqliteStore&) = delete;
+
+  // The clock the store stamps rows with; the scheduler reads the same one.
+  Clock& clock() const { return options_.clock != nullptr ? *options_.clock : system_clock_; }
 
   // PRAGMA user_version.
   absl::StatusOr<int> SchemaVersion();
@@ -176,11 +110,6 @@ class SqliteStore {
   // `sweep_or_job`) to cancelled; returns how many.
   absl::StatusOr<int64_t> Cancel(const std::string& sweep_or_job);
 
-  // Inserts a batch in one transaction. A point already stored for (job, name,
-  // step) is replaced when the new one comes from the same or a later attempt.
-  // NOT_FOUND when a job does not exist (nothing is written).
-  absl::Status AppendMetrics(const std::vector<MetricPoint>& points);
-
   // Runs one read-only statement. INVALID_ARGUMENT when the statement would
   // write, or does not parse.
   absl::StatusOr<QueryResult> Query(const std::string& sql);
@@ -193,10 +122,10 @@ class SqliteStore {
   // The ranks of a registered worker group; NOT_FOUND when unknown.
   absl::StatusOr<int64_t> WorkerRanks(const std::string& worker_id);
 
-  // In one transaction: claims the first pending job (priority, then cheapest)
-  // whose batch splits over `group_ranks`, raises its attempt, issues a new fencing
-  // token, finds its newest checkpoint and deletes its metric rows past that step.
-  // nullopt when no job is pending.
+  // In one transaction: claims the first pending job in lease order
+  // (LeasesBefore) whose batch splits over `group_ranks` (BatchSplitsOver), raises its attempt,
+  // issues a new fencing token, finds its newest checkpoint and deletes its metric rows past that
+  // step. nullopt when no job is pending.
   absl::StatusOr<std::optional<LeaseGrant>> LeaseNextJob(const std::string& worker_id,
                                                          int64_t group_ranks, double now,
                                                          double ttl);
@@ -208,9 +137,12 @@ class SqliteStore {
   absl::StatusOr<JobState> RenewLease(const std::string& job_id, const std::string& worker_id,
                                       int64_t token, int64_t step, double now, double ttl);
 
-  // AppendMetrics for the current holder only: the token must be current, and for
-  // each name the steps must not go below what this attempt already stored
-  // (INVALID_ARGUMENT). Nothing is written on any error.
+  // The one way metrics are written: a batch, in one transaction, from the
+  // current holder only. The token must be current (FAILED_PRECONDITION; NOT_FOUND
+  // for an unknown job), and for each name the steps must not go below what this
+  // attempt already stored (INVALID_ARGUMENT); a row this attempt already stored
+  // may be sent again with the same value. Rows carry the job's current attempt.
+  // Nothing is written on any error.
   absl::Status AppendFencedMetrics(const std::string& job_id, int64_t token,
                                    const std::vector<MetricPoint>& points, double wall_time);
 
@@ -261,7 +193,10 @@ class SqliteStore {
   absl::StatusOr<int64_t> MoveJobsLocked(const std::vector<std::string>& job_ids,
                                          const std::vector<JobState>& from, JobState to,
                                          const std::string& reason);
+  // The connection's last error, as SqliteStatusCode maps it.
   absl::Status SqlError(const std::string& context);
+  // An injected fault, mapped the same way.
+  absl::Status FaultLocked(std::string_view what);
   // The job's status and token, checked against `token`: FAILED_PRECONDITION when
   // stale or not held (unless allow_cancelled and the job was cancelled under it),
   // or, given a `holder`, when a held job was leased to another worker.
@@ -281,6 +216,7 @@ class SqliteStore {
   static constexpr size_t kMaxGroup = 128;
 
   Options options_;
+  mutable SystemClock system_clock_;
   std::mutex queue_mu_;          // guards writers_; never held while mu_ is taken
   std::deque<Writer*> writers_;  // guarded by queue_mu_
   std::mutex mu_;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 namespace xmod {
@@ -30,7 +31,8 @@ std::unique_ptr<SqliteStore> OpenMemory(WriteFaults* faults = nullptr) {
   SqliteStore::Options options;
   options.path = ":memory:";
   options.faults = faults;
-  options.now = [] { return 1000.0; };
+  static FakeClock fixed(1000.0);
+  options.clock = &fixed;
   auto store = SqliteStore::Open(options);
   EXPECT_TRUE(store.ok()) << store.status();
   return std::move(*store);
@@ -277,6 +279,61 @@ TEST(SqliteStore, AFailedWriteAnywhereInASubmitLeavesTheDatabaseAsItWas) {
   EXPECT_EQ(ok->new_jobs, 4);
 }
 
+// A failure reaches the caller as what it should do about it: retry (busy, I/O),
+// free space (full), restore the file (corrupt). Injected faults carry SQLite's
+// codes and are mapped by the same function as real ones.
+TEST(SqliteStore, SqliteFailuresBecomeTheStatusTheCallerShouldActOn) {
+  const std::pair<int, absl::StatusCode> table[] = {
+      {kSqliteBusy, absl::StatusCode::kUnavailable},
+      {kSqliteIoErr, absl::StatusCode::kUnavailable},
+      {kSqliteFull, absl::StatusCode::kResourceExhausted},
+      {kSqliteCorrupt, absl::StatusCode::kDataLoss},
+  };
+  for (const auto& [sqlite_code, expected] : table) {
+    EXPECT_EQ(SqliteStatusCode(sqlite_code), expected) << sqlite_code;
+    WriteFaults faults;
+    auto store = OpenMemory(&faults);
+    faults.FailNthWrite(1, sqlite_code);
+    auto result = store->SubmitSweep(Smoke(), Expand(Smoke()));
+    EXPECT_EQ(result.status().code(), expected) << result.status();
+    EXPECT_THAT(std::string(result.status().message()), HasSubstr("injected fault at write 1"));
+  }
+  EXPECT_EQ(SqliteStatusCode(0), absl::StatusCode::kOk);
+  EXPECT_EQ(SqliteStatusCode(5 | (1 << 8)), absl::StatusCode::kUnavailable);  // BUSY_RECOVERY
+  EXPECT_EQ(SqliteStatusCode(8), absl::StatusCode::kFailedPrecondition);      // READONLY
+  EXPECT_EQ(SqliteStatusCode(19), absl::StatusCode::kFailedPrecondition);     // CONSTRAINT
+  EXPECT_EQ(SqliteStatusCode(26), absl::StatusCode::kDataLoss);               // NOTADB
+  EXPECT_EQ(SqliteStatusCode(1), absl::StatusCode::kInternal);                // ERROR
+}
+
+// The same mapping for real failures: a file that is not a database, and a
+// database another connection keeps locked past the busy timeout.
+TEST(SqliteStore, AFileThatIsNotADatabaseIsDataLossAndALockedOneIsUnavailable) {
+  const std::string dir = ::testing::TempDir() + "/xmod_store_codes_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream junk(dir + "/junk.db");
+    junk << std::string(8192, 'x');
+  }
+  SqliteStore::Options o;
+  o.path = dir + "/junk.db";
+  EXPECT_EQ(SqliteStore::Open(o).status().code(), absl::StatusCode::kDataLoss);
+
+  o.path = dir + "/locked.db";
+  o.busy_timeout_ms = 50;
+  auto store = SqliteStore::Open(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(o.path.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  auto result = (*store)->SubmitSweep(Smoke(), Expand(Smoke()));
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  EXPECT_TRUE((*store)->SubmitSweep(Smoke(), Expand(Smoke())).ok());  // and it goes through after
+  std::filesystem::remove_all(dir);
+}
+
 TEST(SqliteStore, MetricsFeedTheResultsAndCurveViews) {
   auto store = OpenMemory();
   const SweepSpec spec = Smoke();
@@ -293,17 +350,36 @@ TEST(SqliteStore, MetricsFeedTheResultsAndCurveViews) {
   for (const auto& row : results->rows) {
     EXPECT_TRUE(std::holds_alternative<std::monostate>(row[col("final_val_loss")]));
   }
-  const std::string id = jobs[0].id;
+  // Metrics enter only through the fenced path, as a worker's do.
+  ASSERT_TRUE(store->UpsertWorker("w", "host", 1, 0.0).ok());
+  const LeaseGrant first = store->LeaseNextJob("w", 1, 0.0, 60.0).value().value();
+  const std::string id = first.job_id;
   std::vector<MetricPoint> batch;
   for (int step = 1; step <= 4; ++step) {
     batch.push_back({id, "train_loss", step, 5.0 - step, step * 1024, step * 1e6, 1, 0.0});
     if (step % 2 == 0)
       batch.push_back({id, "val_loss", step, 4.5 - step, step * 1024, step * 1e6, 1, 0.0});
   }
-  ASSERT_TRUE(store->AppendMetrics(batch).ok());
-  // A later attempt replaces a step; an older attempt's late write does not.
-  ASSERT_TRUE(store->AppendMetrics({{id, "val_loss", 4, 0.25, 4096, 4e6, 2, 0.0}}).ok());
-  ASSERT_TRUE(store->AppendMetrics({{id, "val_loss", 4, 9.0, 4096, 4e6, 1, 0.0}}).ok());
+  ASSERT_TRUE(store->AppendFencedMetrics(id, first.fencing_token, batch, 0.0).ok());
+  // A later attempt (resumed from step 2) replaces the steps after it; the older
+  // attempt's late write is refused.
+  ASSERT_TRUE(store->RecordCheckpoint(id, first.fencing_token, 2, "/ckpt/2", "c", 1.0).ok());
+  ASSERT_TRUE(store->EndAttempt(id, first.fencing_token, AttemptEnd::kPreempted, "test", 1.0).ok());
+  const LeaseGrant second = store->LeaseNextJob("w", 1, 2.0, 60.0).value().value();
+  ASSERT_EQ(second.job_id, id);
+  ASSERT_EQ(second.resume_step, 2);
+  ASSERT_TRUE(store
+                  ->AppendFencedMetrics(id, second.fencing_token,
+                                        {{id, "train_loss", 3, 2.0, 3072, 3e6, 2, 0.0},
+                                         {id, "train_loss", 4, 1.0, 4096, 4e6, 2, 0.0},
+                                         {id, "val_loss", 4, 0.25, 4096, 4e6, 2, 0.0}},
+                                        3.0)
+                  .ok());
+  EXPECT_EQ(store
+                ->AppendFencedMetrics(id, first.fencing_token,
+                                      {{id, "val_loss", 4, 9.0, 4096, 4e6, 1, 0.0}}, 4.0)
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
   results = store->JobResults("smoke");
   ASSERT_TRUE(results.ok());
   bool found = false;
@@ -329,9 +405,8 @@ TEST(SqliteStore, MetricsForAnUnknownJobAreRefusedWhole) {
   const auto jobs = Expand(spec);
   ASSERT_TRUE(store->SubmitSweep(spec, jobs).ok());
   const std::string before = Dump(*store);
-  absl::Status s =
-      store->AppendMetrics({{jobs[0].id, "train_loss", 1, 1.0, 1, 1.0, 1, 0.0},
-                            {"ffffffffffffffff", "train_loss", 1, 1.0, 1, 1.0, 1, 0.0}});
+  absl::Status s = store->AppendFencedMetrics(
+      "ffffffffffffffff", 1, {{"ffffffffffffffff", "train_loss", 1, 1.0, 1, 1.0, 1, 0.0}}, 0.0);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   EXPECT_EQ(Dump(*store), before);
 }

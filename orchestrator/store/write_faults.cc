@@ -4,13 +4,15 @@
 
 namespace xmod {
 
-void WriteFaults::FailNthWrite(int64_t n) {
+void WriteFaults::FailNthWrite(int64_t n, int sqlite_code) {
+  code_ = sqlite_code;
   writes_ = 0;
   fail_after_ = -1;
   fail_nth_ = n;
 }
 
-void WriteFaults::FailWritesAfter(int64_t n) {
+void WriteFaults::FailWritesAfter(int64_t n, int sqlite_code) {
+  code_ = sqlite_code;
   writes_ = 0;
   fail_nth_ = 0;
   fail_after_ = n;
@@ -22,14 +24,14 @@ void WriteFaults::Clear() {
   fail_after_ = -1;
 }
 
-absl::Status WriteFaults::BeforeWrite(std::string_view what) {
+std::optional<InjectedFault> WriteFaults::BeforeWrite(std::string_view what) {
   const int64_t n = ++writes_;
   const int64_t after = fail_after_.load();
   if (n == fail_nth_.load() || (after >= 0 && n > after)) {
-    return absl::UnavailableError(
-        absl::StrCat("injected fault at write ", n, " (", std::string(what), ")"));
+    return InjectedFault{code_.load(),
+                         absl::StrCat("injected fault at write ", n, " (", std::string(what), ")")};
   }
-  return absl::OkStatus();
+  return std::nullopt;
 }
 
 }  // namespace xmod

@@ -11,57 +11,48 @@
 
 namespace xmod {
 
-nlohmann::json ResolvedJob::CanonicalConfig() const {
-  nlohmann::json data_json =
-      data.synthetic ? nlohmann::json{{"synthetic", true},
-                                      {"seed", data.synthetic_seed},
-                                      {"vocab_size", data.vocab_size}}
-                     : nlohmann::json{{"path", data.path}, {"vocab_size", data.vocab_size}};
-  nlohmann::json j{
-      {"family", FamilyName(shape.family)},
-      {"d_model", shape.d_model},
-      {"n_heads", shape.n_heads},
-      {"n_layers", shape.n_layers},
-      {"d_ff", shape.d_ff},
-      {"vocab_size", shape.vocab_size},
-      {"context", shape.context},
-      {"stride", shape.stride},
-      {"capacity", shape.capacity},
-      {"routed_tokens", routed_tokens},
-      {"gate", gate},
-      {"balance_coef", balance_coef},
-      {"router_coef", router_coef},
-      {"tokens", tokens},
-      {"steps", steps},
-      {"batch_tokens", batch_tokens},
-      {"batch_size", batch_size},
-      {"micro_batch_size", micro_batch_size},
-      {"lr", lr},
-      {"min_lr", min_lr},
-      {"warmup_steps", warmup_steps},
-      {"schedule", ScheduleName(schedule)},
-      {"decay_steps", decay_steps},
-      {"weight_decay", weight_decay},
-      {"grad_clip", grad_clip},
-      {"beta1", beta1},
-      {"beta2", beta2},
-      {"eval_interval", eval_interval},
-      {"eval_tokens", eval_tokens},
-      {"checkpoint_interval", checkpoint_interval},
-      {"log_interval", log_interval},
-      {"seed", seed},
-      {"precision", precision},
-      {"data", data_json},
-  };
+JobFile ResolvedJob::ToJobFile() const {
+  JobFile f;
+  f.id = id;
+  f.shape = shape;
+  f.routed_tokens = routed_tokens;
+  f.gate = gate;
+  f.balance_coef = balance_coef;
+  f.router_coef = router_coef;
+  f.tokens = tokens;
+  f.steps = steps;
+  f.batch_tokens = batch_tokens;
+  f.batch_size = batch_size;
+  f.micro_batch_size = micro_batch_size;
+  f.lr = lr;
+  f.min_lr = min_lr;
+  f.warmup_steps = warmup_steps;
+  f.schedule = schedule;
+  f.decay_steps = decay_steps;
+  f.weight_decay = weight_decay;
+  f.grad_clip = grad_clip;
+  f.beta1 = beta1;
+  f.beta2 = beta2;
+  f.eval_interval = eval_interval;
+  f.eval_tokens = eval_tokens;
   // Only present when the sweep asks for a separate final evaluation, so the ids of
   // jobs that do not are what they were before the field existed.
-  if (final_eval_tokens >= 0) j["final_eval_tokens"] = final_eval_tokens;
-  return j;
+  if (final_eval_tokens >= 0) f.final_eval_tokens = final_eval_tokens;
+  f.checkpoint_interval = checkpoint_interval;
+  f.log_interval = log_interval;
+  f.seed = seed;
+  f.precision = precision;
+  f.flops_per_token = flops_per_token;
+  if (!data.synthetic) f.data_path = data.path;
+  f.synthetic_seed = data.synthetic ? data.synthetic_seed : 0;
+  f.data_vocab_size = data.vocab_size;
+  return f;
 }
 
+nlohmann::json ResolvedJob::CanonicalConfig() const { return CanonicalJson(ToJobFile()); }
+
 nlohmann::json ResolvedJob::ToJson() const {
-  nlohmann::json j = CanonicalConfig();
-  j["id"] = id;
+  nlohmann::json j = xmod::ToJson(ToJobFile());
   j["scale"] = scale;
   j["sparsity"] = sparsity;
   j["dense_layers"] = dense_layers;
@@ -69,7 +60,6 @@ nlohmann::json ResolvedJob::ToJson() const {
   j["n_params_total"] = n_params_total;
   j["n_params_active"] = n_params_active;
   j["n_params_embedding"] = n_params_embedding;
-  j["flops_per_token"] = flops_per_token;
   j["dense_flops_per_token"] = dense_flops_per_token;
   j["flops_ratio"] = flops_ratio();
   j["budget_kind"] = BudgetKindName(budget_kind);
@@ -100,7 +90,7 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
   job.dense_layers = scale.n_layers;
   job.match = spec.match;
   // Stride 1 has no routed layer: whatever the family, it is the dense model.
-  if (point.stride <= 1) point = Point{Family::kDense, 0.0, 1};
+  if (IsDenseRun(point.family, point.stride)) point = Point{Family::kDense, 0.0, 1};
   job.sparsity = point.sparsity;
 
   ModelShape& s = job.shape;

@@ -71,6 +71,8 @@ struct ResolvedJob {
   // What the job really trains on: whole steps of batch_tokens (>= tokens).
   int64_t tokens_trained() const { return steps * batch_tokens; }
 
+  // The job file the worker trains from (common/job_file.h).
+  JobFile ToJobFile() const;
   // Everything that decides the training result, as JSON with sorted keys.
   nlohmann::json CanonicalConfig() const;
   // CanonicalConfig plus id, scale name and scheduling fields: the job file the

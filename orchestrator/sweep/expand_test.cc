@@ -6,6 +6,8 @@
 #include <cmath>
 #include <set>
 
+#include "common/id.h"
+
 namespace xmod {
 namespace {
 
@@ -80,6 +82,23 @@ TEST(Expand, IdsAreStableAcrossExpansions) {
   // Pinned: an id changes only when the canonical config (or its hash) does.
   EXPECT_EQ((*a)[2].shape.family, Family::kDense);
   EXPECT_EQ((*a)[2].id, "565dc07eba5346ea");
+}
+
+// The job file is the one contract: what the orchestrator writes, the worker's
+// reader gives back field for field, and its canonical part is what the id hashes.
+TEST(Expand, EveryJobFileReadsBackAsWrittenAndHashesToItsId) {
+  for (const char* name : {"smoke", "demo", "xmod-cluster"}) {
+    auto jobs = ExpandSweep(Load(name));
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    for (const ResolvedJob& j : *jobs) {
+      const nlohmann::json written = j.ToJson();
+      auto back = JobFileFromJson(written);
+      ASSERT_TRUE(back.ok()) << name << " " << j.id << ": " << back.status();
+      EXPECT_EQ(CanonicalJson(*back), j.CanonicalConfig()) << j.id;
+      EXPECT_EQ(HexId(CanonicalJson(*back).dump()), j.id);
+      EXPECT_EQ(ToJson(*back)["flops_per_token"], written["flops_per_token"]);
+    }
+  }
 }
 
 TEST(Expand, StrideOnePointIsTheDenseBaselineJob) {

@@ -19,18 +19,6 @@ std::string_view MatchModeName(MatchMode mode) {
   return mode == MatchMode::kFlops ? "flops" : "layers";
 }
 
-std::string_view ScheduleName(Schedule schedule) {
-  switch (schedule) {
-    case Schedule::kCosine:
-      return "cosine";
-    case Schedule::kConstant:
-      return "constant";
-    case Schedule::kWsd:
-      return "wsd";
-  }
-  return "unknown";
-}
-
 const ScaleSpec* SweepSpec::FindScale(const std::string& scale_name) const {
   for (const ScaleSpec& s : scales) {
     if (s.name == scale_name) return &s;

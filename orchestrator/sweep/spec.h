@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/accounting.h"
+#include "common/job_file.h"
 
 namespace xmod {
 
@@ -38,9 +39,7 @@ struct DataSpec {
 };
 
 enum class MatchMode { kFlops, kLayers };
-enum class Schedule { kCosine, kConstant, kWsd };
 std::string_view MatchModeName(MatchMode mode);
-std::string_view ScheduleName(Schedule schedule);
 
 struct TrainSpec {
   int64_t batch_tokens = 0;        // tokens per optimizer step, across all ranks

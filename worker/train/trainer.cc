@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicatorFor(const std::str
   return MakeSingleProcessCommunicator();
 }
 
-absl::StatusOr<std::unique_ptr<TokenSource>> OpenJobData(const TrainJob& job) {
+absl::StatusOr<std::unique_ptr<TokenSource>> OpenJobData(const JobFile& job) {
   if (job.data_path.empty()) {
     return MakeSyntheticSource(job.synthetic_seed, job.shape.vocab_size);
   }
@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenJobData(const TrainJob& job) {
 
 namespace {
 
-DecoderOptions ModelOptionsFor(const TrainJob& job) {
+DecoderOptions ModelOptionsFor(const JobFile& job) {
   const ModelShape& s = job.shape;
   return DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context)
       .family(s.family)
@@ -60,7 +60,7 @@ DecoderOptions ModelOptionsFor(const TrainJob& job) {
 }
 
 // AdamW with weight decay on matrices only (embeddings, projections, head, routers).
-std::unique_ptr<torch::optim::AdamW> MakeOptimizer(const TrainJob& job, Decoder& model) {
+std::unique_ptr<torch::optim::AdamW> MakeOptimizer(const JobFile& job, Decoder& model) {
   std::vector<torch::Tensor> decay, no_decay;
   for (const auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   // The schedule sets every group's rate before each step; this one is a placeholder.
@@ -106,7 +106,7 @@ void TruncateMetrics(const std::string& path, int64_t step) {
 
 class Run {
  public:
-  Run(const TrainJob& job, const TokenSource& data, Communicator& comm, const TrainerOptions& o)
+  Run(const JobFile& job, const TokenSource& data, Communicator& comm, const TrainerOptions& o)
       : job_(job), data_(data), comm_(comm), o_(o), device_(o.device) {}
 
   absl::StatusOr<TrainResult> Go() {
@@ -497,7 +497,7 @@ class Run {
     }
   }
 
-  const TrainJob& job_;
+  const JobFile& job_;
   const TokenSource& data_;
   Communicator& comm_;
   const TrainerOptions& o_;
@@ -520,8 +520,19 @@ int64_t EvalRows(int64_t micro_rows, int64_t context, int64_t vocab_size) {
   return std::max<int64_t>({1, micro_rows, tokens / std::max<int64_t>(1, context)});
 }
 
-absl::StatusOr<TrainResult> Train(const TrainJob& job, const TokenSource& data, Communicator& comm,
+absl::Status CheckWorkerCanRun(const JobFile& job) {
+  if (job.precision != "fp32") {
+    return absl::UnimplementedError(absl::StrCat(
+        "job ", job.id, ": precision '", job.precision,
+        "' is not implemented by this worker, which trains in fp32 only; refusing the job "
+        "rather than training it in another precision than it asks for"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainResult> Train(const JobFile& job, const TokenSource& data, Communicator& comm,
                                   const TrainerOptions& options) {
+  RETURN_IF_ERROR(CheckWorkerCanRun(job));
   TuneHostAllocatorForTraining();
   return Run(job, data, comm, options).Go();
 }

@@ -12,17 +12,10 @@
 #include "absl/status/statusor.h"
 #include "worker/data/batches.h"
 #include "worker/dist/communicator.h"
-#include "worker/train/job.h"
+#include "worker/train/schedule.h"
+#include "worker/train/train_result.h"
 
 namespace xmod {
-
-struct Metric {
-  std::string name;
-  int64_t step = 0;
-  double value = 0.0;
-  int64_t tokens = 0;  // tokens trained on up to this step
-  double flops = 0.0;  // training FLOPs spent up to this step
-};
 
 struct TrainerOptions {
   std::string run_dir;  // checkpoints/ and metrics.jsonl go here (shared by the ranks)
@@ -56,8 +49,6 @@ struct TrainerOptions {
   std::function<void(int64_t step, torch::nn::Module& model)> fault_before_step;
 };
 
-enum class TrainOutcome { kSucceeded, kDiverged, kStopped };
-
 // Windows per evaluation forward: the training micro-batch, raised to about
 // 16,384 tokens where the logits of that many tokens stay under 256 MiB (small
 // vocabularies). An evaluation forward keeps nothing for a backward, and small
@@ -65,17 +56,11 @@ enum class TrainOutcome { kSucceeded, kDiverged, kStopped };
 // 350 forwards of 7 windows each before).
 int64_t EvalRows(int64_t micro_rows, int64_t context, int64_t vocab_size);
 
-struct TrainResult {
-  TrainOutcome outcome = TrainOutcome::kSucceeded;
-  int64_t step = 0;          // last completed step (the diverging one for kDiverged)
-  int64_t resumed_from = 0;  // checkpoint step the run started from (0: fresh)
-  // The final evaluation (the last step's, on final_eval_tokens), also when the run
-  // resumed from the last step's checkpoint; else the latest interim one.
-  double val_loss = 0.0;
-  double val_loss_causal = 0.0;
-  std::vector<double> train_losses;  // per completed step of this run, from resumed_from + 1
-  std::string message;
-};
+// UNIMPLEMENTED for a job this worker cannot train as asked: today any precision
+// but fp32 (bf16 is accepted by sweep files for the GPU worker to come). Train
+// checks it first; the worker group checks it before broadcasting, so the attempt
+// ends as a failure that is not retried.
+absl::Status CheckWorkerCanRun(const JobFile& job);
 
 // Trains `job` to its last step (or until stopped). Every eval_interval steps and at
 // the last step it reports val_loss and val_loss_se (the standard error of the mean
@@ -89,7 +74,7 @@ struct TrainResult {
 // Errors: INVALID_ARGUMENT for a job that cannot be split over the ranks; INTERNAL
 // for a LibTorch failure, naming the job, host and rank; collective failures as the
 // communicator reports them.
-absl::StatusOr<TrainResult> Train(const TrainJob& job, const TokenSource& data, Communicator& comm,
+absl::StatusOr<TrainResult> Train(const JobFile& job, const TokenSource& data, Communicator& comm,
                                   const TrainerOptions& options);
 
 // This process's rank on its host (Open MPI, Slurm or torchrun variables; 0 alone).
@@ -102,7 +87,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicatorFor(const std::str
                                                                   bool under_mpi);
 
 // Builds the data source a job names: its dataset folder or the synthetic source.
-absl::StatusOr<std::unique_ptr<TokenSource>> OpenJobData(const TrainJob& job);
+absl::StatusOr<std::unique_ptr<TokenSource>> OpenJobData(const JobFile& job);
 
 }  // namespace xmod
 

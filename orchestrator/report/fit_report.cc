@@ -1,5 +1,3 @@
-#include "orchestrator/cli/analysis_commands.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -15,8 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/accounting.h"
 #include "common/status_macros.h"
-#include "orchestrator/cli/output.h"
 #include "orchestrator/fit/law_csv.h"
+#include "orchestrator/report/output.h"
+#include "orchestrator/report/report.h"
 
 namespace xmod {
 
@@ -296,8 +295,10 @@ QueryResult ReplicateTable(const std::vector<SweepJob>& jobs) {
   return t;
 }
 
-absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
-  ASSIGN_OR_RETURN(Format format, ParseFormat(o.format));
+namespace {
+
+// The flags of `xmod fit` checked together; returns the --fix values by name.
+absl::StatusOr<std::map<std::string, double>> CheckFitOptions(const FitCommandOptions& o) {
   if (o.csv.empty() == o.sweep.empty()) {
     return absl::InvalidArgumentError("xmod fit: give a SWEEP (with --db FILE) or --csv FILE");
   }
@@ -329,11 +330,17 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
       return absl::InvalidArgumentError(absl::StrCat("--fix ", f.substr(0, eq), ": given twice"));
     }
   }
+  return fixed;
+}
+
+// The points the law is fitted to: a CSV file's, or a sweep's succeeded runs
+// (opening the sweep's store into `store`), then only those at --context.
+absl::StatusOr<std::vector<LawPoint>> LoadFitPoints(const FitCommandOptions& o,
+                                                    std::unique_ptr<SqliteStore>* store_out) {
   PointOptions point_options;
   point_options.metric = o.metric;
   point_options.total_params = o.params == "total";
   std::vector<LawPoint> points;
-  std::unique_ptr<SqliteStore> store;
   if (!o.csv.empty()) {
     if (o.metric != "auto" || o.params != "non-embedding") {
       return absl::InvalidArgumentError(
@@ -347,8 +354,8 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
     }
     SqliteStore::Options store_options;
     store_options.path = o.db;
-    ASSIGN_OR_RETURN(store, SqliteStore::Open(store_options));
-    ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store.get(), o.sweep));
+    ASSIGN_OR_RETURN(*store_out, SqliteStore::Open(store_options));
+    ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store_out->get(), o.sweep));
     points = FitPoints(jobs, point_options);
     if (points.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -368,6 +375,33 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
     }
     points = std::move(at);
   }
+  return points;
+}
+
+// Appends the fit to the sweep's `fits` table; returns its fit_id.
+absl::StatusOr<int64_t> StoreFit(SqliteStore& store, const std::string& sweep,
+                                 const LawReport& report, const nlohmann::json& json) {
+  FitRecord record;
+  record.method = report.method;
+  record.holdout_scale = report.holdout_scale;
+  record.law = report.law;
+  record.points_hash = json.at("points_hash").get<std::string>();
+  record.n_points = report.fit.n_points;
+  record.params_json = nlohmann::json(report.fit.params).dump();
+  record.objective = report.fit.objective;
+  record.rmse = report.fit.rmse;
+  record.result_json = json.dump();
+  return store.RecordFit(sweep, record);
+}
+
+}  // namespace
+
+absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
+  ASSIGN_OR_RETURN(Format format, ParseFormat(o.format));
+  using FixedValues = std::map<std::string, double>;
+  ASSIGN_OR_RETURN(const FixedValues fixed, CheckFitOptions(o));
+  std::unique_ptr<SqliteStore> store;
+  ASSIGN_OR_RETURN(const std::vector<LawPoint> points, LoadFitPoints(o, &store));
   AnalysisOptions options;
   options.law = o.law;
   options.joint = o.joint;
@@ -389,17 +423,7 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
   json["params_counted"] = o.params;
   json["points_hash"] = PointsHash(report.points);
   if (store != nullptr) {
-    FitRecord record;
-    record.method = report.method;
-    record.holdout_scale = report.holdout_scale;
-    record.law = report.law;
-    record.points_hash = json["points_hash"];
-    record.n_points = report.fit.n_points;
-    record.params_json = nlohmann::json(report.fit.params).dump();
-    record.objective = report.fit.objective;
-    record.rmse = report.fit.rmse;
-    record.result_json = json.dump();
-    ASSIGN_OR_RETURN(int64_t fit_id, store->RecordFit(o.sweep, record));
+    ASSIGN_OR_RETURN(const int64_t fit_id, StoreFit(*store, o.sweep, report, json));
     json["fit_id"] = fit_id;
   }
   if (format == Format::kJson) {

@@ -2,8 +2,8 @@
 // themselves live in orchestrator/fit/; this file reads the points (a CSV file or
 // a sweep's results in the database), prints reports, stores fits, and draws the
 // plots with gnuplot.
-#ifndef XMOD_ORCHESTRATOR_CLI_ANALYSIS_COMMANDS_H_
-#define XMOD_ORCHESTRATOR_CLI_ANALYSIS_COMMANDS_H_
+#ifndef XMOD_ORCHESTRATOR_REPORT_REPORT_H_
+#define XMOD_ORCHESTRATOR_REPORT_REPORT_H_
 
 #include <cstdint>
 #include <optional>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/accounting.h"
 #include "orchestrator/fit/analysis.h"
 #include "orchestrator/store/sqlite_store.h"
 
@@ -63,7 +64,7 @@ struct SweepJob {
   double n_total = 0.0, n_active = 0.0, n_embedding = 0.0, flops_per_token = 0.0, train_flops = 0.0;
   std::optional<double> final_val_loss, final_val_loss_causal, final_val_loss_se,
       final_val_loss_causal_se, final_capacity, final_capacity_causal, final_flops_ratio_causal;
-  bool routed() const { return family != "dense" && stride > 1; }
+  bool routed() const { return !IsDenseRun(family, stride); }
   // The loss `metric` selects (see PointOptions), if the job has it.
   std::optional<double> Loss(const std::string& metric) const;
   // The law's view of this job (capacity as k/T, stride 1 for dense runs, D the
@@ -86,4 +87,4 @@ std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs,
 
 }  // namespace xmod
 
-#endif  // XMOD_ORCHESTRATOR_CLI_ANALYSIS_COMMANDS_H_
+#endif  // XMOD_ORCHESTRATOR_REPORT_REPORT_H_

@@ -1,4 +1,4 @@
-#include "orchestrator/cli/output.h"
+#include "orchestrator/report/output.h"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 // free loopback port over a SQLite file, submits the sweep, launches G worker
 // groups of R ranks with mpirun, shows live progress, and ends with the results.
 // Run again on the same database, it continues where it stopped.
-#ifndef XMOD_ORCHESTRATOR_CLI_LOCAL_RUN_H_
-#define XMOD_ORCHESTRATOR_CLI_LOCAL_RUN_H_
+#ifndef XMOD_ORCHESTRATOR_LAUNCH_LOCAL_RUN_H_
+#define XMOD_ORCHESTRATOR_LAUNCH_LOCAL_RUN_H_
 
 #include <sys/types.h>
 
@@ -63,4 +63,4 @@ void InterruptLocalRun();
 
 }  // namespace xmod
 
-#endif  // XMOD_ORCHESTRATOR_CLI_LOCAL_RUN_H_
+#endif  // XMOD_ORCHESTRATOR_LAUNCH_LOCAL_RUN_H_

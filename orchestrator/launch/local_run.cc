@@ -1,4 +1,4 @@
-#include "orchestrator/cli/local_run.h"
+#include "orchestrator/launch/local_run.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -18,8 +18,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "orchestrator/cli/analysis_commands.h"
-#include "orchestrator/cli/output.h"
+#include "orchestrator/report/output.h"
+#include "orchestrator/report/report.h"
 #include "orchestrator/scheduler/progress.h"
 #include "orchestrator/scheduler/scheduler.h"
 #include "orchestrator/service/server.h"
@@ -121,66 +121,100 @@ std::vector<std::string> GroupMpirunPrefix(const LocalRunOptions& o, int cores) 
   return argv;
 }
 
-int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err) {
-  auto fail = [&](const absl::Status& s) {
+namespace {
+
+// One `xmod run`: the phases of RunLocalSweep, in order, over shared state.
+class LocalRun {
+ public:
+  LocalRun(const LocalRunOptions& options, std::ostream& out, std::ostream& err)
+      : o(options), out(out), err(err) {}
+
+  // Parse, expand, design-check and check the ranks; nothing is written.
+  absl::Status Prepare();
+  // Open the store, submit through the scheduler, start the in-process coordinator.
+  absl::Status StartCoordinator();
+  absl::Status StartGroups();
+  // Redraws progress until nothing is active or every group has exited.
+  void WatchProgress();
+  // Lets the groups leave (SIGKILL after 30 s), then stops the coordinator.
+  void StopGroups();
+  // The results table, the laws (when runs support them) and the closing line.
+  int Report();
+
+  int Fail(const absl::Status& s) {
     err << s.message() << "\n";
     const bool usage = absl::IsInvalidArgument(s) || absl::IsNotFound(s);
     err << "xmod run: " << (usage ? "invalid input" : "failed") << "\n";
     return usage ? 2 : 1;
-  };
-  auto spec = LoadSweepSpec(o.spec_path);
-  if (!spec.ok()) return fail(spec.status());
-  auto jobs = ExpandSweep(*spec, o.max_jobs);
-  if (!jobs.ok()) return fail(jobs.status());
-  const DesignReport design = CheckDesign(*spec, *jobs);
-  if (absl::Status s = DesignStatus(design, o.spec_path, o.allow_unidentifiable); !s.ok()) {
-    return fail(s);
   }
+
+ private:
+  // One progress frame: the sweep line and a line per job in flight.
+  std::string Frame(const SweepSummary& summary, const std::vector<JobProgressRow>& jobs,
+                    double elapsed, double eta) const;
+  void InterruptGroups();
+
+  const LocalRunOptions& o;
+  std::ostream& out;
+  std::ostream& err;
+  SweepSpec spec;
+  std::string db_path;
+  std::unique_ptr<SqliteStore> store;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<CoordinatorServer> server;
+  std::vector<pid_t> groups;  // negated once reaped
+};
+
+absl::Status LocalRun::Prepare() {
+  ASSIGN_OR_RETURN(spec, LoadSweepSpec(o.spec_path));
+  ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, ExpandSweep(spec, o.max_jobs));
+  const DesignReport design = CheckDesign(spec, jobs);
+  RETURN_IF_ERROR(DesignStatus(design, o.spec_path, o.allow_unidentifiable));
   for (const DesignFinding& d : design.findings) {
     err << o.spec_path << ":" << d.line << ": " << d.field << ": "
         << (d.error ? "error (allowed): " : "warning: ") << d.message << "\n";
   }
   if (o.groups < 1 || o.ranks < 1) {
-    return fail(absl::InvalidArgumentError("--groups and --ranks must be at least 1"));
+    return absl::InvalidArgumentError("--groups and --ranks must be at least 1");
   }
-  for (const ResolvedJob& job : *jobs) {
+  for (const ResolvedJob& job : jobs) {
     if (job.batch_size % o.ranks != 0) {
-      return fail(absl::InvalidArgumentError(
+      return absl::InvalidArgumentError(
           absl::StrCat("--ranks ", o.ranks, ": job ", job.id, " has ", job.batch_size,
-                       " sequences per step, which do not split over ", o.ranks, " ranks")));
+                       " sequences per step, which do not split over ", o.ranks, " ranks"));
     }
   }
+  return absl::OkStatus();
+}
 
+absl::Status LocalRun::StartCoordinator() {
   SqliteStore::Options store_options;
-  store_options.path = o.db.empty() ? spec->name + ".db" : o.db;
-  auto store = SqliteStore::Open(store_options);
-  if (!store.ok()) return fail(store.status());
-  SystemClock clock;
+  store_options.path = db_path = o.db.empty() ? spec.name + ".db" : o.db;
+  ASSIGN_OR_RETURN(store, SqliteStore::Open(store_options));
   SchedulerOptions scheduler_options;
   scheduler_options.lease_ttl_seconds = o.lease_ttl_seconds;
   scheduler_options.max_jobs = o.max_jobs;
-  Scheduler scheduler(store->get(), &clock, scheduler_options);
-  auto submitted = scheduler.Submit(spec->yaml_text, o.spec_path, o.allow_unidentifiable);
-  if (!submitted.ok()) return fail(submitted.status());
+  scheduler = std::make_unique<Scheduler>(store.get(), scheduler_options);
+  ASSIGN_OR_RETURN(SubmitResult submitted,
+                   scheduler->Submit(spec.yaml_text, o.spec_path, o.allow_unidentifiable));
   ServerOptions server_options;
   server_options.listen = "127.0.0.1:0";
-  auto server = CoordinatorServer::Start(&scheduler, server_options);
-  if (!server.ok()) return fail(server.status());
-  out << fmt::format("xmod run: sweep '{}' in {}: {} jobs ({} new); coordinator on {}\n",
-                     spec->name, store_options.path, submitted->jobs_in_spec, submitted->new_jobs,
-                     (*server)->address());
+  ASSIGN_OR_RETURN(server, CoordinatorServer::Start(scheduler.get(), server_options));
+  out << fmt::format("xmod run: sweep '{}' in {}: {} jobs ({} new); coordinator on {}\n", spec.name,
+                     db_path, submitted.jobs_in_spec, submitted.new_jobs, server->address());
+  return absl::OkStatus();
+}
 
-  // Worker groups.
+absl::Status LocalRun::StartGroups() {
   std::filesystem::create_directories(o.run_dir + "/logs");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = o.threads > 0 ? o.threads : std::max(1, cores / (o.groups * o.ranks));
   const std::string worker =
       o.worker_binary.empty() ? SelfDirectory() + "/xmod-worker" : o.worker_binary;
-  std::vector<pid_t> groups;
   for (int g = 0; g < o.groups; ++g) {
     std::vector<std::string> argv = GroupMpirunPrefix(o, cores);
     for (const std::string& a :
-         {worker, std::string("--coordinator"), (*server)->address(), std::string("--run-dir"),
+         {worker, std::string("--coordinator"), server->address(), std::string("--run-dir"),
           o.run_dir, std::string("--threads"), std::to_string(threads), std::string("--name"),
           absl::StrCat("local", g), std::string("--poll-seconds"), std::string("0.5")}) {
       argv.push_back(a);
@@ -188,20 +222,54 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
     auto pid = o.launch(argv, absl::StrCat(o.run_dir, "/logs/group-", g, ".log"));
     if (!pid.ok()) {
       for (pid_t p : groups) SignalTree(p, SIGKILL);
-      return fail(pid.status());
+      return pid.status();
     }
     groups.push_back(*pid);
   }
   out << fmt::format(
       "xmod run: {} worker group(s) of {} rank(s), {} thread(s) per rank; logs in {}/logs\n",
       o.groups, o.ranks, threads, o.run_dir);
+  return absl::OkStatus();
+}
 
-  // Progress until the sweep has nothing pending or running, or every group is gone.
+std::string LocalRun::Frame(const SweepSummary& summary, const std::vector<JobProgressRow>& jobs,
+                            double elapsed, double eta) const {
+  const StateCounts& c = summary.states;
+  const double done = summary.flops.done, total = summary.flops.total;
+  std::string text = fmt::format(
+      "{} {} {:5.1f}% of {:.3g} FLOPs | {} done, {} running, {} pending, {} failed | "
+      "{} elapsed, ETA {}\n",
+      spec.name, Bar(total > 0 ? done / total : 1.0, 30), total > 0 ? 100 * done / total : 100.0,
+      total, c.counts.at(JobState::kSucceeded),
+      c.counts.at(JobState::kRunning) + c.counts.at(JobState::kLeased),
+      c.counts.at(JobState::kPending), c.counts.at(JobState::kFailed), Duration(elapsed),
+      Duration(eta));
+  for (const JobProgressRow& p : jobs) {
+    if (!p.in_flight()) continue;
+    text +=
+        fmt::format("  {} {:<5} {:<4} sparsity {:<5} stride {} T {:<5} {} {}/{} (attempt {})\n",
+                    p.job_id, p.family, p.scale, p.sparsity, p.stride, p.context,
+                    Bar(p.steps ? double(p.step) / p.steps : 0.0, 20), p.step, p.steps, p.attempt);
+  }
+  return text;
+}
+
+// To the ranks, not mpirun: mpirun would tear the job down before rank 0 has
+// checkpointed; the ranks stop cleanly and mpirun exits after them.
+void LocalRun::InterruptGroups() {
+  out << "xmod run: interrupted; worker groups checkpoint and stop\n";
+  for (pid_t p : groups) {
+    if (p <= 0) continue;
+    const std::vector<pid_t> tree = ProcessTree(p);
+    for (size_t i = 1; i < tree.size(); ++i) ::kill(tree[i], SIGTERM);
+  }
+}
+
+void LocalRun::WatchProgress() {
   const auto start = std::chrono::steady_clock::now();
   double flops_at_start = -1;
   int drawn = 0;
   auto last_print = start - std::chrono::hours(1);
-  bool finished = false;
   bool interrupted_sent = false;
   while (true) {
     int alive = 0;
@@ -214,42 +282,21 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
         ++alive;
       }
     }
-    auto counts = (*store)->CountStates(spec->name);
-    auto progress = (*store)->JobProgress(spec->name);
-    if (!counts.ok() || !progress.ok()) break;
-    const StateCounts& c = counts->front();
-    const FlopProgress flops = SumProgress(*progress);
-    const double done = flops.done, total = flops.total;
-    std::vector<const JobProgressRow*> running;
-    for (const JobProgressRow& p : *progress) {
-      if (p.in_flight()) running.push_back(&p);
-    }
-    if (flops_at_start < 0) flops_at_start = done;
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto summary = scheduler->Status(spec.name);
+    auto jobs = scheduler->Jobs(spec.name);
+    if (!summary.ok() || !jobs.ok()) break;
+    const FlopProgress& flops = summary->front().flops;
+    if (flops_at_start < 0) flops_at_start = flops.done;
+    const auto now = std::chrono::steady_clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start).count();
     // ETA at the FLOP rate since this run started (progress.h).
     const double eta = elapsed > 1 ? EtaSeconds(flops, flops_at_start, elapsed).value_or(NAN) : NAN;
-    const int64_t active = c.counts.at(JobState::kPending) + c.counts.at(JobState::kLeased) +
-                           c.counts.at(JobState::kRunning);
-    finished = active == 0;
-
-    const auto now = std::chrono::steady_clock::now();
+    int64_t active = 0;
+    for (JobState state : StatesWhere(IsActive)) active += summary->front().states.counts.at(state);
+    const bool finished = active == 0;
     if (o.tty || finished || now - last_print >= std::chrono::seconds(10)) {
       last_print = now;
-      std::string text = fmt::format(
-          "{} {} {:5.1f}% of {:.3g} FLOPs | {} done, {} running, {} pending, {} failed | "
-          "{} elapsed, ETA {}\n",
-          spec->name, Bar(total > 0 ? done / total : 1.0, 30),
-          total > 0 ? 100 * done / total : 100.0, total, c.counts.at(JobState::kSucceeded),
-          c.counts.at(JobState::kRunning) + c.counts.at(JobState::kLeased),
-          c.counts.at(JobState::kPending), c.counts.at(JobState::kFailed), Duration(elapsed),
-          Duration(eta));
-      for (const JobProgressRow* p : running) {
-        text += fmt::format(
-            "  {} {:<5} {:<4} sparsity {:<5} stride {} T {:<5} {} {}/{} (attempt {})\n", p->job_id,
-            p->family, p->scale, p->sparsity, p->stride, p->context,
-            Bar(p->steps ? double(p->step) / p->steps : 0.0, 20), p->step, p->steps, p->attempt);
-      }
+      const std::string text = Frame(summary->front(), *jobs, elapsed, eta);
       if (o.tty) {
         for (int i = 0; i < drawn; ++i) out << "\033[F\033[K";
         drawn = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
@@ -258,19 +305,14 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
     }
     if (finished || alive == 0) break;
     if (g_interrupted && !interrupted_sent) {
-      out << "xmod run: interrupted; worker groups checkpoint and stop\n";
-      // To the ranks, not mpirun: mpirun would tear the job down before rank 0
-      // has checkpointed; the ranks stop cleanly and mpirun exits after them.
-      for (pid_t p : groups) {
-        if (p <= 0) continue;
-        const std::vector<pid_t> tree = ProcessTree(p);
-        for (size_t i = 1; i < tree.size(); ++i) ::kill(tree[i], SIGTERM);
-      }
+      InterruptGroups();
       interrupted_sent = true;
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(o.refresh_seconds));
   }
+}
 
+void LocalRun::StopGroups() {
   // The groups leave by themselves once the coordinator says the sweep is done.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (pid_t p : groups) {
@@ -285,42 +327,47 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  (*server)->Shutdown();
+  server->Shutdown();
+}
 
-  auto results = (*store)->JobResults(spec->name);
-  if (results.ok()) {
-    QueryResult table;
-    const std::vector<std::string> keep = {
-        "job_id", "family",   "scale",           "sparsity",
-        "stride", "context",  "n_params_active", "tokens",
-        "status", "attempts", "final_val_loss",  "final_val_loss_causal"};
-    std::vector<size_t> index;
-    for (const std::string& k : keep) {
-      for (size_t i = 0; i < results->columns.size(); ++i) {
-        if (results->columns[i] == k) index.push_back(i);
-      }
+// The results table with the columns a reader of `xmod run` wants first.
+QueryResult RunResultsTable(const QueryResult& results) {
+  const std::vector<std::string> keep = {
+      "job_id",          "family", "scale",  "sparsity", "stride",         "context",
+      "n_params_active", "tokens", "status", "attempts", "final_val_loss", "final_val_loss_causal"};
+  std::vector<size_t> index;
+  for (const std::string& k : keep) {
+    for (size_t i = 0; i < results.columns.size(); ++i) {
+      if (results.columns[i] == k) index.push_back(i);
     }
-    for (size_t i : index) table.columns.push_back(results->columns[i]);
-    for (const auto& row : results->rows) {
-      std::vector<Value> r;
-      for (size_t i : index) r.push_back(row[i]);
-      table.rows.push_back(std::move(r));
-    }
-    out << "\n";
-    PrintResult(table, Format::kTable, out);
   }
-  auto counts = (*store)->CountStates(spec->name);
-  if (!counts.ok()) return fail(counts.status());
-  const StateCounts& c = counts->front();
+  QueryResult table;
+  for (size_t i : index) table.columns.push_back(results.columns[i]);
+  for (const auto& row : results.rows) {
+    std::vector<Value> r;
+    for (size_t i : index) r.push_back(row[i]);
+    table.rows.push_back(std::move(r));
+  }
+  return table;
+}
+
+int LocalRun::Report() {
+  if (auto results = store->JobResults(spec.name); results.ok()) {
+    out << "\n";
+    PrintResult(RunResultsTable(*results), Format::kTable, out);
+  }
+  auto summary = scheduler->Status(spec.name);
+  if (!summary.ok()) return Fail(summary.status());
+  const StateCounts& c = summary->front().states;
   const int64_t failed = c.counts.at(JobState::kFailed) + c.counts.at(JobState::kCancelled);
-  const int64_t left = c.counts.at(JobState::kPending) + c.counts.at(JobState::kLeased) +
-                       c.counts.at(JobState::kRunning);
+  int64_t left = 0;
+  for (JobState state : StatesWhere(IsActive)) left += c.counts.at(state);
   // The laws, when the finished runs support them (stored in `fits` like `xmod fit`).
   if (c.counts.at(JobState::kSucceeded) > 0 && !g_interrupted) {
     for (const char* law : {"dense", "xmod"}) {
       FitCommandOptions fit;
-      fit.sweep = spec->name;
-      fit.db = store_options.path;
+      fit.sweep = spec.name;
+      fit.db = db_path;
       fit.law = law;
       out << "\n";
       const absl::Status fitted = RunFitCommand(fit, out);
@@ -334,6 +381,18 @@ int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err
     err << "xmod run: every worker group exited with jobs left; see " << o.run_dir << "/logs\n";
   }
   return failed > 0 || left > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+int RunLocalSweep(const LocalRunOptions& o, std::ostream& out, std::ostream& err) {
+  LocalRun run(o, out, err);
+  if (absl::Status s = run.Prepare(); !s.ok()) return run.Fail(s);
+  if (absl::Status s = run.StartCoordinator(); !s.ok()) return run.Fail(s);
+  if (absl::Status s = run.StartGroups(); !s.ok()) return run.Fail(s);
+  run.WatchProgress();
+  run.StopGroups();
+  return run.Report();
 }
 
 }  // namespace xmod

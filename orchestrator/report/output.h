@@ -1,7 +1,7 @@
 // Rendering of result tables for the `xmod` printing commands: an aligned text
 // table (the default), CSV (RFC 4180 quoting) or JSON (an array of objects).
-#ifndef XMOD_ORCHESTRATOR_CLI_OUTPUT_H_
-#define XMOD_ORCHESTRATOR_CLI_OUTPUT_H_
+#ifndef XMOD_ORCHESTRATOR_REPORT_OUTPUT_H_
+#define XMOD_ORCHESTRATOR_REPORT_OUTPUT_H_
 
 #include <ostream>
 #include <string>
@@ -22,4 +22,4 @@ void PrintResult(const QueryResult& result, Format format, std::ostream& out);
 
 }  // namespace xmod
 
-#endif  // XMOD_ORCHESTRATOR_CLI_OUTPUT_H_
+#endif  // XMOD_ORCHESTRATOR_REPORT_OUTPUT_H_

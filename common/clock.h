@@ -1,7 +1,9 @@
-// Time as the scheduler sees it, injected so that lease expiry is tested by
-// advancing a fake clock instead of sleeping.
-#ifndef XMOD_ORCHESTRATOR_SCHEDULER_CLOCK_H_
-#define XMOD_ORCHESTRATOR_SCHEDULER_CLOCK_H_
+// Time as the coordinator sees it: one clock, owned by whoever opens the store
+// and shared by the store (timestamps it writes) and the scheduler (lease
+// expiry), injected so that expiry is tested by advancing a fake clock instead
+// of sleeping.
+#ifndef XMOD_COMMON_CLOCK_H_
+#define XMOD_COMMON_CLOCK_H_
 
 #include <atomic>
 #include <chrono>
@@ -35,4 +37,4 @@ class FakeClock : public Clock {
 
 }  // namespace xmod
 
-#endif  // XMOD_ORCHESTRATOR_SCHEDULER_CLOCK_H_
+#endif  // XMOD_COMMON_CLOCK_H_

@@ -1,0 +1,322 @@
+#include "common/job_file.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace xmod {
+
+std::string_view ScheduleName(Schedule schedule) {
+  switch (schedule) {
+    case Schedule::kCosine:
+      return "cosine";
+    case Schedule::kConstant:
+      return "constant";
+    case Schedule::kWsd:
+      return "wsd";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Schedule> ParseSchedule(std::string_view name) {
+  for (Schedule s : {Schedule::kCosine, Schedule::kConstant, Schedule::kWsd}) {
+    if (name == ScheduleName(s)) return s;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown schedule '", std::string(name), "' (known: cosine, constant, wsd)"));
+}
+
+nlohmann::json CanonicalJson(const JobFile& job) {
+  nlohmann::json data = job.data_path.empty() ? nlohmann::json{{"synthetic", true},
+                                                               {"seed", job.synthetic_seed},
+                                                               {"vocab_size", job.data_vocab_size}}
+                                              : nlohmann::json{{"path", job.data_path},
+                                                               {"vocab_size", job.data_vocab_size}};
+  nlohmann::json j{
+      {"family", FamilyName(job.shape.family)},
+      {"d_model", job.shape.d_model},
+      {"n_heads", job.shape.n_heads},
+      {"n_layers", job.shape.n_layers},
+      {"d_ff", job.shape.d_ff},
+      {"vocab_size", job.shape.vocab_size},
+      {"context", job.shape.context},
+      {"stride", job.shape.stride},
+      {"capacity", job.shape.capacity},
+      {"routed_tokens", job.routed_tokens},
+      {"gate", job.gate},
+      {"balance_coef", job.balance_coef},
+      {"router_coef", job.router_coef},
+      {"tokens", job.tokens},
+      {"steps", job.steps},
+      {"batch_tokens", job.batch_tokens},
+      {"batch_size", job.batch_size},
+      {"micro_batch_size", job.micro_batch_size},
+      {"lr", job.lr},
+      {"min_lr", job.min_lr},
+      {"warmup_steps", job.warmup_steps},
+      {"schedule", ScheduleName(job.schedule)},
+      {"decay_steps", job.decay_steps},
+      {"weight_decay", job.weight_decay},
+      {"grad_clip", job.grad_clip},
+      {"beta1", job.beta1},
+      {"beta2", job.beta2},
+      {"eval_interval", job.eval_interval},
+      {"eval_tokens", job.eval_tokens},
+      {"checkpoint_interval", job.checkpoint_interval},
+      {"log_interval", job.log_interval},
+      {"seed", job.seed},
+      {"precision", job.precision},
+      {"data", data},
+  };
+  if (job.final_eval_tokens.has_value()) j["final_eval_tokens"] = *job.final_eval_tokens;
+  return j;
+}
+
+nlohmann::json ToJson(const JobFile& job) {
+  nlohmann::json j = CanonicalJson(job);
+  j["id"] = job.id;
+  j["flops_per_token"] = job.flops_per_token;
+  return j;
+}
+
+namespace {
+
+// Typed reads of one JSON object that never throw: the first error is kept and
+// every later read is skipped.
+class Reader {
+ public:
+  Reader(const nlohmann::json& object, std::string prefix)
+      : object_(object), prefix_(std::move(prefix)) {}
+
+  void Int(const char* key, int64_t* out, bool required = true) {
+    const nlohmann::json* v = Find(key, required);
+    if (v == nullptr) return;
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX}) {
+      Fail(key, "does not fit a signed 64-bit integer");
+    } else if (!v->is_number_integer()) {
+      Fail(key, "must be an integer");
+    } else {
+      *out = v->get<int64_t>();
+    }
+  }
+  void Unsigned(const char* key, uint64_t* out) {
+    const nlohmann::json* v = Find(key, true);
+    if (v == nullptr) return;
+    if (v->is_number_unsigned()) {
+      *out = v->get<uint64_t>();
+    } else if (v->is_number_integer()) {
+      if (v->get<int64_t>() < 0) Fail(key, "must not be negative");
+      if (v->get<int64_t>() >= 0) *out = static_cast<uint64_t>(v->get<int64_t>());
+    } else {
+      Fail(key, "must be a non-negative integer");
+    }
+  }
+  void Real(const char* key, double* out, bool required = true) {
+    const nlohmann::json* v = Find(key, required);
+    if (v == nullptr) return;
+    if (!v->is_number()) {
+      Fail(key, "must be a number");
+    } else {
+      *out = v->get<double>();
+    }
+  }
+  void String(const char* key, std::string* out, bool required = true) {
+    const nlohmann::json* v = Find(key, required);
+    if (v == nullptr) return;
+    if (!v->is_string()) {
+      Fail(key, "must be a string");
+    } else {
+      *out = v->get<std::string>();
+    }
+  }
+  void Bool(const char* key, bool* out) {
+    const nlohmann::json* v = Find(key, false);
+    if (v == nullptr) return;
+    if (!v->is_boolean()) {
+      Fail(key, "must be true or false");
+    } else {
+      *out = v->get<bool>();
+    }
+  }
+  // Present and not null.
+  bool Has(const char* key) const {
+    auto it = object_.find(key);
+    return it != object_.end() && !it->is_null();
+  }
+  void Fail(const char* key, const std::string& why) {
+    if (status_.ok()) {
+      status_ = absl::InvalidArgumentError(absl::StrCat("job: field '", prefix_, key, "' ", why));
+    }
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  const nlohmann::json* Find(const char* key, bool required) {
+    if (!status_.ok()) return nullptr;
+    auto it = object_.find(key);
+    if (it == object_.end() || it->is_null()) {
+      if (required) Fail(key, "is missing");
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  const nlohmann::json& object_;
+  std::string prefix_;
+  absl::Status status_;
+};
+
+absl::Status ReadData(const nlohmann::json& json, JobFile* job) {
+  auto it = json.find("data");
+  if (it == json.end() || !it->is_object()) {
+    return absl::InvalidArgumentError("job: field 'data' must be an object");
+  }
+  Reader data(*it, "data.");
+  bool synthetic = false;
+  data.Bool("synthetic", &synthetic);
+  data.Int("vocab_size", &job->data_vocab_size, /*required=*/false);
+  if (synthetic) {
+    job->synthetic_seed = 0;
+    if (data.Has("seed")) data.Unsigned("seed", &job->synthetic_seed);
+  } else {
+    data.String("path", &job->data_path);
+    if (data.status().ok() && job->data_path.empty()) data.Fail("path", "is empty");
+  }
+  return data.status();
+}
+
+absl::Status CheckRanges(const JobFile& job) {
+  const std::pair<const char*, int64_t> positive[] = {
+      {"d_model", job.shape.d_model},       {"n_heads", job.shape.n_heads},
+      {"n_layers", job.shape.n_layers},     {"d_ff", job.shape.d_ff},
+      {"vocab_size", job.shape.vocab_size}, {"context", job.shape.context},
+      {"stride", job.shape.stride},         {"steps", job.steps},
+      {"batch_size", job.batch_size},       {"micro_batch_size", job.micro_batch_size},
+      {"eval_interval", job.eval_interval}, {"checkpoint_interval", job.checkpoint_interval},
+      {"log_interval", job.log_interval},
+  };
+  for (const auto& [name, value] : positive) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("job: field '", name, "' must be positive"));
+    }
+  }
+  const std::pair<const char*, int64_t> non_negative[] = {
+      {"warmup_steps", job.warmup_steps},
+      {"decay_steps", job.decay_steps},
+      {"eval_tokens", job.eval_tokens},
+      {"routed_tokens", job.routed_tokens},
+  };
+  for (const auto& [name, value] : non_negative) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job: field '", name, "' must not be negative"));
+    }
+  }
+  if (job.final_eval_tokens.has_value() && *job.final_eval_tokens < 0) {
+    return absl::InvalidArgumentError(
+        "job: field 'final_eval_tokens' must be 0 (the whole validation split) or positive");
+  }
+  if (job.shape.d_model % job.shape.n_heads != 0) {
+    return absl::InvalidArgumentError("job: d_model is not divisible by n_heads");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobFile> JobFileFromJson(const nlohmann::json& json) {
+  if (!json.is_object()) return absl::InvalidArgumentError("job: expected a JSON object");
+  JobFile job;
+  Reader r(json, "");
+  std::string family, schedule;
+  r.String("id", &job.id);
+  r.String("family", &family);
+  if (r.status().ok()) {
+    auto parsed = ParseFamily(family);
+    if (!parsed.ok()) r.Fail("family", std::string(parsed.status().message()));
+    if (parsed.ok()) job.shape.family = *parsed;
+  }
+  r.Int("d_model", &job.shape.d_model);
+  r.Int("n_heads", &job.shape.n_heads);
+  r.Int("n_layers", &job.shape.n_layers);
+  r.Int("d_ff", &job.shape.d_ff);
+  r.Int("vocab_size", &job.shape.vocab_size);
+  r.Int("context", &job.shape.context);
+  r.Int("stride", &job.shape.stride);
+  r.Real("capacity", &job.shape.capacity);
+  r.Int("routed_tokens", &job.routed_tokens);
+  r.String("gate", &job.gate, /*required=*/false);
+  r.Real("balance_coef", &job.balance_coef);
+  r.Real("router_coef", &job.router_coef);
+  r.Int("tokens", &job.tokens, /*required=*/false);
+  r.Int("steps", &job.steps);
+  r.Int("batch_tokens", &job.batch_tokens, /*required=*/false);
+  r.Int("batch_size", &job.batch_size);
+  r.Int("micro_batch_size", &job.micro_batch_size);
+  r.Real("lr", &job.lr);
+  r.Real("min_lr", &job.min_lr);
+  r.Int("warmup_steps", &job.warmup_steps);
+  r.String("schedule", &schedule);
+  if (r.status().ok()) {
+    auto parsed = ParseSchedule(schedule);
+    if (!parsed.ok()) r.Fail("schedule", std::string(parsed.status().message()));
+    if (parsed.ok()) job.schedule = *parsed;
+  }
+  r.Int("decay_steps", &job.decay_steps);
+  r.Real("weight_decay", &job.weight_decay);
+  r.Real("grad_clip", &job.grad_clip);
+  r.Real("beta1", &job.beta1);
+  r.Real("beta2", &job.beta2);
+  r.Int("eval_interval", &job.eval_interval);
+  r.Int("eval_tokens", &job.eval_tokens);
+  if (r.Has("final_eval_tokens")) {
+    int64_t final_tokens = 0;
+    r.Int("final_eval_tokens", &final_tokens);
+    job.final_eval_tokens = final_tokens;
+  }
+  r.Int("checkpoint_interval", &job.checkpoint_interval);
+  r.Int("log_interval", &job.log_interval);
+  r.Unsigned("seed", &job.seed);
+  r.String("precision", &job.precision);
+  r.Real("flops_per_token", &job.flops_per_token);
+  if (!r.status().ok()) return r.status();
+  if (job.id.empty()) return absl::InvalidArgumentError("job: field 'id' is empty");
+  if (job.data_vocab_size == 0) job.data_vocab_size = job.shape.vocab_size;
+  if (absl::Status s = ReadData(json, &job); !s.ok()) return s;
+  if (absl::Status s = CheckRanges(job); !s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<JobFile> ParseJobFile(std::string_view text, std::string_view source_view) {
+  const std::string source(source_view);
+  nlohmann::json json = nlohmann::json::parse(text.begin(), text.end(), /*cb=*/nullptr,
+                                              /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON"));
+  }
+  // `xmod expand --format json` prints an array; a one-element array is one job.
+  if (json.is_array()) {
+    if (json.size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": holds ", json.size(), " jobs; give exactly one"));
+    }
+    nlohmann::json first = json[0];
+    json = std::move(first);
+  }
+  auto job = JobFileFromJson(json);
+  if (!job.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", job.status().message()));
+  }
+  return job;
+}
+
+absl::StatusOr<JobFile> LoadJobFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read the job file"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseJobFile(text.str(), path);
+}
+
+}  // namespace xmod

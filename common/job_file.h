@@ -1,0 +1,89 @@
+// The job file: the contract between the orchestrator and the worker. The
+// orchestrator resolves a grid point into one (orchestrator/sweep/expand.h,
+// ResolvedJob::ToJobFile); the coordinator hands its JSON to a worker group with
+// each lease; `xmod-train --job FILE` reads the same JSON from disk. Both sides
+// use this one type, so a field is named, typed and checked in one place. The
+// format is documented in docs/job-file.md.
+//
+// Torch-free and exception-free: parsing returns INVALID_ARGUMENT naming the
+// field, whatever the bytes.
+#ifndef XMOD_COMMON_JOB_FILE_H_
+#define XMOD_COMMON_JOB_FILE_H_
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/accounting.h"
+
+namespace xmod {
+
+// The learning-rate schedule after warm-up.
+enum class Schedule { kCosine, kConstant, kWsd };
+std::string_view ScheduleName(Schedule schedule);
+// Inverse of ScheduleName; INVALID_ARGUMENT naming the known schedules otherwise.
+absl::StatusOr<Schedule> ParseSchedule(std::string_view name);
+
+struct JobFile {
+  std::string id;  // HexId of CanonicalJson(): expanding twice gives the same id
+  ModelShape shape;
+  int64_t routed_tokens = 0;  // k per sequence (context for dense models)
+  std::string gate;           // "variance_scaled" (X-MoD), "sigmoid" (MoD), "none" (dense)
+  double balance_coef = 0.0;
+  double router_coef = 0.0;
+  int64_t tokens = 0;  // D the budget asks for (steps × batch_tokens >= tokens)
+  int64_t steps = 0;
+  int64_t batch_tokens = 0;
+  int64_t batch_size = 0;        // sequences per step, all ranks together
+  int64_t micro_batch_size = 0;  // sequences per forward on one rank
+  double lr = 0.0;
+  double min_lr = 0.0;
+  int64_t warmup_steps = 0;
+  Schedule schedule = Schedule::kCosine;
+  int64_t decay_steps = 0;  // wsd only
+  double weight_decay = 0.0;
+  double grad_clip = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  int64_t eval_interval = 0;
+  int64_t eval_tokens = 0;  // per interim evaluation: evenly spaced windows
+  // Validation tokens of the evaluation at the last step, the one the laws are
+  // fitted on: 0 for every window of the validation split, > 0 for evenly spaced
+  // windows as eval_tokens; absent means eval_tokens (and keeps the job's id as it
+  // was before the field existed).
+  std::optional<int64_t> final_eval_tokens;
+  int64_t checkpoint_interval = 0;
+  int64_t log_interval = 1;
+  uint64_t seed = 0;
+  std::string precision = "fp32";
+  double flops_per_token = 0.0;  // training FLOPs per token, for the FLOPs column
+  // Data: a dataset folder, or the synthetic source when data_path is empty.
+  std::string data_path;
+  uint64_t synthetic_seed = 0;
+  int64_t data_vocab_size = 0;  // the dataset's vocabulary as the sweep declared it
+
+  int64_t tokens_per_step() const { return batch_size * shape.context; }
+};
+
+// Every field that decides the training result, with sorted keys: what the id is
+// a hash of. Leaves out id and flops_per_token (derived from the shape).
+nlohmann::json CanonicalJson(const JobFile& job);
+// CanonicalJson plus id and flops_per_token: the job file a worker reads.
+nlohmann::json ToJson(const JobFile& job);
+
+// INVALID_ARGUMENT ("job: field 'x': ...") for a missing, mistyped or impossible
+// field. Never throws. Keys it does not know (the orchestrator's sizes and axes,
+// `xmod expand --format json`) are ignored.
+absl::StatusOr<JobFile> JobFileFromJson(const nlohmann::json& json);
+// The same from text (`source` names it in errors), which may also be a one-element
+// array as `xmod expand --format json` prints it.
+absl::StatusOr<JobFile> ParseJobFile(std::string_view text, std::string_view source);
+// NOT_FOUND when the file cannot be read; otherwise as ParseJobFile.
+absl::StatusOr<JobFile> LoadJobFile(const std::string& path);
+
+}  // namespace xmod
+
+#endif  // XMOD_COMMON_JOB_FILE_H_
