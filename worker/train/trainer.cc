@@ -109,7 +109,93 @@ class Run {
   Run(const JobFile& job, const TokenSource& data, Communicator& comm, const TrainerOptions& o)
       : job_(job), data_(data), comm_(comm), o_(o), device_(o.device) {}
 
+  // The run, in the order it happens: set up, find the step to start from, then
+  // per step: step, report, divergence, stop decision, checkpoint.
   absl::StatusOr<TrainResult> Go() {
+    RETURN_IF_ERROR(Setup());
+    ASSIGN_OR_RETURN(const int64_t start, StartStep());
+    TrainResult result;
+    result.resumed_from = start;
+    result.step = start;
+    if (start >= job_.steps) {
+      // Resumed from the last step's checkpoint: its final evaluation was reported
+      // before that checkpoint was written, so it is recomputed (same weights, same
+      // windows, same values) for the result only, not reported a second time.
+      std::vector<Metric> already_reported;
+      RETURN_IF_ERROR(EvaluateInto(start, 0, 0.0, &already_reported, &result));
+      result.outcome = TrainOutcome::kSucceeded;
+      return result;
+    }
+    last_report_ = std::chrono::steady_clock::now();
+    last_report_step_ = start;
+    for (int64_t step = start + 1; step <= job_.steps; ++step) {
+      const bool last = step == job_.steps;
+      // -- Step.
+      const double lr = LearningRate(job_, step);
+      SetLearningRate(*optimizer_, lr);
+      if (o_.fault_before_step) o_.fault_before_step(step, *model_);
+      ASSIGN_OR_RETURN(StepStats stats, TrainStep(step));
+      result.step = step;
+      // -- Report: training metrics at log steps, an evaluation at eval steps (at
+      // the last step the final evaluation, on final_starts_, replaces the interim one).
+      const int64_t tokens = step * job_.tokens_per_step();
+      const double flops = static_cast<double>(tokens) * job_.flops_per_token;
+      std::vector<Metric> metrics;
+      if (step % job_.log_interval == 0 || last) {
+        metrics = TrainingMetrics(step, lr, stats, tokens, flops);
+      }
+      const bool finite_step = std::isfinite(stats.loss) && std::isfinite(stats.grad_norm);
+      if (finite_step && (step % job_.eval_interval == 0 || last)) {
+        RETURN_IF_ERROR(EvaluateInto(step, tokens, flops, &metrics, &result));
+      }
+      // -- Divergence, decided once: any non-finite loss, gradient norm or metric
+      // ends the run before anything of this step is reported.
+      if (std::optional<std::string> what = FirstNonFinite(stats, metrics)) {
+        result.outcome = TrainOutcome::kDiverged;
+        result.message =
+            absl::StrCat("job ", job_.id, ": diverged at step ", step, " (", *what, ")");
+        return result;
+      }
+      result.train_losses.push_back(stats.loss);
+      if (comm_.rank() == 0 && !metrics.empty()) Report(metrics_path_, metrics);
+      if (comm_.rank() == 0 && o_.on_step) o_.on_step(step);
+      // -- Stop? Decided by rank 0 and shared, so every rank stops together.
+      ASSIGN_OR_RETURN(const StopDecision stop, DecideStop(step, last));
+      if (stop == StopDecision::kAbandon) {
+        result.outcome = TrainOutcome::kStopped;
+        result.message = absl::StrCat("job ", job_.id, ": abandoned after step ", step);
+        return result;
+      }
+      // -- Checkpoint: at the interval, at the last step, and before a stop.
+      const bool stopping = stop == StopDecision::kCheckpointAndStop && !last;
+      if (step % job_.checkpoint_interval == 0 || last || stopping) {
+        RETURN_IF_ERROR(Checkpoint(step));
+      }
+      if (stopping) {
+        result.outcome = TrainOutcome::kStopped;
+        result.message = absl::StrCat("job ", job_.id, ": stopped after step ", step);
+        return result;
+      }
+    }
+    result.outcome = TrainOutcome::kSucceeded;
+    return result;
+  }
+
+ private:
+  struct StepStats {
+    double loss = 0.0, balance = 0.0, router = 0.0, depth = 0.0, grad_norm = 0.0;
+  };
+
+  // What rank 0 decides at each step boundary, broadcast to every rank.
+  enum class StopDecision : char {
+    kContinue = '0',
+    kCheckpointAndStop = '1',  // preempted, drained, or stop_after_step reached
+    kAbandon = '2',            // the job is no longer ours: stop, write nothing
+  };
+
+  // Checks the job against the ranks and the data, sizes the batches and the
+  // evaluation windows, and builds the model and optimizer on every rank.
+  absl::Status Setup() {
     const int world = comm_.size();
     if (job_.batch_size % world != 0) {
       return absl::InvalidArgumentError(absl::StrCat("job ", job_.id, ": ", job_.batch_size,
@@ -156,9 +242,13 @@ class Run {
     // Ranks build identical weights from the seed; the broadcast makes it certain.
     RETURN_IF_ERROR(comm_.Broadcast(params, 0));
 
-    TrainResult result;
+    return absl::OkStatus();
+  }
+
+  // The step to start from: the newest valid checkpoint at or before resume_step
+  // (0: none), the same on every rank; metrics.jsonl is cut back to it.
+  absl::StatusOr<int64_t> StartStep() {
     int64_t start = 0;
-    const std::string metrics_path = o_.run_dir + "/metrics.jsonl";
     if (comm_.rank() == 0) std::filesystem::create_directories(o_.run_dir);
     if (o_.resume && o_.resume_step != 0) {
       auto loaded = LoadLatestCheckpoint(o_.run_dir, job_.id, model_, *optimizer_, o_.resume_step);
@@ -187,125 +277,84 @@ class Run {
                                                 start, ")"));
       }
     }
-    result.resumed_from = start;
-    result.step = start;
     if (comm_.rank() == 0) {
       if (start > 0) {
-        TruncateMetrics(metrics_path, start);
+        TruncateMetrics(metrics_path_, start);
       } else {
-        std::ofstream(metrics_path, std::ios::trunc);
+        std::ofstream(metrics_path_, std::ios::trunc);
       }
     }
     RETURN_IF_ERROR(comm_.Barrier());
-    if (start >= job_.steps) {
-      // Resumed from the last step's checkpoint: its final evaluation was reported
-      // before that checkpoint was written, so it is recomputed (same weights, same
-      // windows, same values) for the result only, not reported a second time.
-      std::vector<Metric> already_reported;
-      RETURN_IF_ERROR(EvaluateInto(start, 0, 0.0, &already_reported, &result));
-      result.outcome = TrainOutcome::kSucceeded;
-      return result;
-    }
-
-    const auto t0 = std::chrono::steady_clock::now();
-    auto last_report = t0;
-    int64_t last_report_step = start;
-    for (int64_t step = start + 1; step <= job_.steps; ++step) {
-      const double lr = LearningRate(job_, step);
-      SetLearningRate(*optimizer_, lr);
-      if (o_.fault_before_step) o_.fault_before_step(step, *model_);
-      ASSIGN_OR_RETURN(StepStats stats, TrainStep(step));
-      const int64_t tokens = step * job_.tokens_per_step();
-      const double flops = static_cast<double>(tokens) * job_.flops_per_token;
-      if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm)) {
-        result.outcome = TrainOutcome::kDiverged;
-        result.step = step;
-        result.message = absl::StrCat("job ", job_.id, ": diverged at step ", step, " (loss ",
-                                      stats.loss, ", grad norm ", stats.grad_norm, ")");
-        return result;
-      }
-      result.train_losses.push_back(stats.loss);
-      result.step = step;
-
-      std::vector<Metric> metrics;
-      const bool last = step == job_.steps;
-      if (step % job_.log_interval == 0 || last) {
-        const auto now = std::chrono::steady_clock::now();
-        const double seconds = std::chrono::duration<double>(now - last_report).count();
-        const double tps =
-            seconds > 0 ? double((step - last_report_step) * job_.tokens_per_step()) / seconds
-                        : 0.0;
-        last_report = now;
-        last_report_step = step;
-        metrics.push_back({"train_loss", step, stats.loss, tokens, flops});
-        metrics.push_back({"lr", step, lr, tokens, flops});
-        metrics.push_back({"grad_norm", step, stats.grad_norm, tokens, flops});
-        metrics.push_back({"tokens_per_s", step, tps, tokens, flops});
-        if (job_.shape.family != Family::kDense) {
-          metrics.push_back({"balance_loss", step, stats.balance, tokens, flops});
-          metrics.push_back({"router_loss", step, stats.router, tokens, flops});
-          metrics.push_back({"depth_fraction", step, stats.depth, tokens, flops});
-        }
-      }
-      // At the last step the final evaluation (final_starts_) replaces the interim one.
-      if (step % job_.eval_interval == 0 || last) {
-        RETURN_IF_ERROR(EvaluateInto(step, tokens, flops, &metrics, &result));
-      }
-      // Nothing non-finite is ever reported: such a value ends the run as diverged.
-      for (const Metric& m : metrics) {
-        if (!std::isfinite(m.value)) {
-          result.outcome = TrainOutcome::kDiverged;
-          result.message = absl::StrCat("job ", job_.id, ": diverged at step ", step, " (", m.name,
-                                        " is ", m.value, ")");
-          return result;
-        }
-      }
-      if (comm_.rank() == 0 && !metrics.empty()) Report(metrics_path, metrics);
-      if (comm_.rank() == 0 && o_.on_step) o_.on_step(step);
-
-      // Stop requests are decided by rank 0 and shared, so every rank stops together:
-      // "1" checkpoint and stop, "2" stop without writing anything.
-      std::string stop = "0";
-      if (comm_.rank() == 0) {
-        if (o_.abandon && o_.abandon()) {
-          stop = "2";
-        } else if ((o_.stop_after_step > 0 && step >= o_.stop_after_step) ||
-                   (o_.preempt && o_.preempt())) {
-          stop = "1";
-        }
-        const bool checkpoint_next = step % job_.checkpoint_interval == 0 || last || stop == "1";
-        if (stop != "2" && checkpoint_next && o_.confirm_checkpoint && !o_.confirm_checkpoint()) {
-          stop = "2";
-        }
-      }
-      RETURN_IF_ERROR(comm_.Broadcast(&stop, 0));
-      if (stop == "2") {
-        result.outcome = TrainOutcome::kStopped;
-        result.message = absl::StrCat("job ", job_.id, ": abandoned after step ", step);
-        return result;
-      }
-      const bool stopping = stop == "1" && !last;
-      if (step % job_.checkpoint_interval == 0 || last || stopping) {
-        if (comm_.rank() == 0) {
-          RETURN_IF_ERROR(SaveCheckpoint(o_.run_dir, job_.id, step, model_, *optimizer_));
-          if (o_.on_checkpoint) o_.on_checkpoint(step, CheckpointDir(o_.run_dir, step));
-        }
-        RETURN_IF_ERROR(comm_.Barrier());
-      }
-      if (stopping) {
-        result.outcome = TrainOutcome::kStopped;
-        result.message = absl::StrCat("job ", job_.id, ": stopped after step ", step);
-        return result;
-      }
-    }
-    result.outcome = TrainOutcome::kSucceeded;
-    return result;
+    return start;
   }
 
- private:
-  struct StepStats {
-    double loss = 0.0, balance = 0.0, router = 0.0, depth = 0.0, grad_norm = 0.0;
-  };
+  std::vector<Metric> TrainingMetrics(int64_t step, double lr, const StepStats& stats,
+                                      int64_t tokens, double flops) {
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - last_report_).count();
+    const double tps =
+        seconds > 0 ? double((step - last_report_step_) * job_.tokens_per_step()) / seconds : 0.0;
+    last_report_ = now;
+    last_report_step_ = step;
+    std::vector<Metric> metrics = {
+        {"train_loss", step, stats.loss, tokens, flops},
+        {"lr", step, lr, tokens, flops},
+        {"grad_norm", step, stats.grad_norm, tokens, flops},
+        {"tokens_per_s", step, tps, tokens, flops},
+    };
+    if (job_.shape.family != Family::kDense) {
+      metrics.push_back({"balance_loss", step, stats.balance, tokens, flops});
+      metrics.push_back({"router_loss", step, stats.router, tokens, flops});
+      metrics.push_back({"depth_fraction", step, stats.depth, tokens, flops});
+    }
+    return metrics;
+  }
+
+  // The first non-finite value of a step, named ("loss nan, grad norm nan",
+  // "val_loss is inf"); nullopt when every value is finite.
+  static std::optional<std::string> FirstNonFinite(const StepStats& stats,
+                                                   const std::vector<Metric>& metrics) {
+    if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm)) {
+      return absl::StrCat("loss ", stats.loss, ", grad norm ", stats.grad_norm);
+    }
+    for (const Metric& m : metrics) {
+      if (!std::isfinite(m.value)) return absl::StrCat(m.name, " is ", m.value);
+    }
+    return std::nullopt;
+  }
+
+  absl::StatusOr<StopDecision> DecideStop(int64_t step, bool last) {
+    StopDecision stop = StopDecision::kContinue;
+    if (comm_.rank() == 0) {
+      if (o_.abandon && o_.abandon()) {
+        stop = StopDecision::kAbandon;
+      } else if ((o_.stop_after_step > 0 && step >= o_.stop_after_step) ||
+                 (o_.preempt && o_.preempt())) {
+        stop = StopDecision::kCheckpointAndStop;
+      }
+      const bool checkpoint_next =
+          step % job_.checkpoint_interval == 0 || last || stop == StopDecision::kCheckpointAndStop;
+      if (stop != StopDecision::kAbandon && checkpoint_next && o_.confirm_checkpoint &&
+          !o_.confirm_checkpoint()) {
+        stop = StopDecision::kAbandon;
+      }
+    }
+    std::string shared(1, static_cast<char>(stop));
+    RETURN_IF_ERROR(comm_.Broadcast(&shared, 0));
+    if (shared.size() != 1 || shared[0] < '0' || shared[0] > '2') {
+      return absl::InternalError(absl::StrCat("job ", job_.id, " on ", comm_.Where(),
+                                              ": a stop decision of ", shared.size(), " bytes"));
+    }
+    return static_cast<StopDecision>(shared[0]);
+  }
+
+  absl::Status Checkpoint(int64_t step) {
+    if (comm_.rank() == 0) {
+      RETURN_IF_ERROR(SaveCheckpoint(o_.run_dir, job_.id, step, model_, *optimizer_));
+      if (o_.on_checkpoint) o_.on_checkpoint(step, CheckpointDir(o_.run_dir, step));
+    }
+    return comm_.Barrier();
+  }
 
   // One optimizer update over this rank's rows of the step, in micro-batches.
   absl::StatusOr<StepStats> TrainStep(int64_t step) {
@@ -510,6 +559,9 @@ class Run {
   std::vector<int64_t> val_starts_;    // interim evaluations (eval_tokens)
   std::vector<int64_t> final_starts_;  // the evaluation at the last step (final_eval_tokens)
   int64_t routed_layers_ = 0;
+  const std::string metrics_path_ = o_.run_dir + "/metrics.jsonl";
+  std::chrono::steady_clock::time_point last_report_;  // for tokens_per_s
+  int64_t last_report_step_ = 0;
 };
 
 }  // namespace
