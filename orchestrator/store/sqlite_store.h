@@ -73,9 +73,6 @@ class SqliteStore {
   // The clock the store stamps rows with; the scheduler reads the same one.
   Clock& clock() const { return options_.clock != nullptr ? *options_.clock : system_clock_; }
 
-  // PRAGMA user_version.
-  absl::StatusOr<int> SchemaVersion();
-
   // Records the sweep (creating it, or updating its text when it changed) and
   // inserts every job not yet present, in one transaction. Jobs already present
   // are left as they are (status, metrics) and linked to the sweep.
@@ -95,13 +92,6 @@ class SqliteStore {
   // Appends a fit of `sweep`'s results to the `fits` table; returns its fit_id.
   // NOT_FOUND when there is no such sweep.
   absl::StatusOr<int64_t> RecordFit(const std::string& sweep, const FitRecord& fit);
-
-  // The job's current state. NOT_FOUND for an unknown job.
-  absl::StatusOr<JobState> GetJobState(const std::string& job_id);
-
-  // Moves one job to `to`. NOT_FOUND: unknown job. FAILED_PRECONDITION: the move
-  // is not allowed from the job's current state (nothing is written).
-  absl::Status TransitionJob(const std::string& job_id, JobState to, const std::string& reason);
 
   // Failed and cancelled jobs of the sweep back to pending, with a fresh attempt
   // budget; returns how many.
@@ -169,6 +159,19 @@ class SqliteStore {
 
   // Per-job progress of one sweep (NOT_FOUND for an unknown sweep).
   absl::StatusOr<std::vector<JobProgressRow>> JobProgress(const std::string& sweep);
+
+  // ---- For tests only ---------------------------------------------------------
+  // No production code calls these: jobs move only through the lease rules above
+  // (and resume and cancel). Tests use them to set up and inspect states.
+  // PRAGMA user_version.
+  absl::StatusOr<int> SchemaVersion();
+
+  // The job's current state. NOT_FOUND for an unknown job.
+  absl::StatusOr<JobState> GetJobState(const std::string& job_id);
+
+  // Moves one job to `to`. NOT_FOUND: unknown job. FAILED_PRECONDITION: the move
+  // is not allowed from the job's current state (nothing is written).
+  absl::Status TransitionJob(const std::string& job_id, JobState to, const std::string& reason);
 
  private:
   class Statement;
