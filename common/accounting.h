@@ -1,8 +1,8 @@
-// Parameter and FLOP accounting for dense, X-MoD and MoD decoders (DESIGN.md §1),
+// Parameter and FLOP accounting for dense, X-MoD and MoD decoders (docs/metrics.md),
 // and the sizing and budget arithmetic built on it. Torch-free: the orchestrator
 // uses it to resolve jobs and the worker's tests check the modules against it.
 //
-// Conventions (all per token, forward pass, matmul FLOPs, as DESIGN.md defines):
+// Conventions (all per token, forward pass, matmul FLOPs, as docs/metrics.md defines):
 //   dense layer   2·(4d² + 3·d·d_ff) + 4·T·d
 //   routed layer  ρ·2·(4d² + 3·d·d_ff) + ρ²·4·T·d + 2d,  ρ = k/T with k = max(1,
 //   round(ρ_nominal·T)) output head   2·d·V

@@ -1,5 +1,6 @@
-// Token datasets on disk (DESIGN.md §2): a folder with meta.json, train.bin and
-// val.bin, raw little-endian uint16 or uint32 tokens, memory-mapped for reading.
+// Token datasets on disk (sweeps/README.md, `data`): a folder with meta.json,
+// train.bin and val.bin, raw little-endian uint16 or uint32 tokens, memory-mapped
+// for reading.
 // Torch-free, so `xmod data prepare` (orchestrator side) and the worker share it.
 #ifndef XMOD_COMMON_TOKEN_DATA_H_
 #define XMOD_COMMON_TOKEN_DATA_H_

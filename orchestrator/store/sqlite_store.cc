@@ -665,10 +665,10 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
                                            "SELECT job_id, batch_tokens, context FROM jobs "
                                            "WHERE status = 'pending' ORDER BY ",
                                            std::string(kLeaseOrderSql), " LIMIT ?1 OFFSET ?2")));
-    constexpr int64_t kPage = 64;
+    // The first candidate almost always fits: a page of one, then pages of 64.
     LeaseGrant g;
-    for (int64_t offset = 0; g.job_id.empty(); offset += kPage) {
-      page->Bind(1, kPage).Bind(2, offset);
+    for (int64_t offset = 0, size = 1; g.job_id.empty(); offset += size, size = 64) {
+      page->Bind(1, size).Bind(2, offset);
       ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(page));
       for (const auto& row : rows.rows) {
         if (BatchSplitsOver(AsInt(row[1]), AsInt(row[2]), group_ranks)) {
@@ -676,7 +676,7 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
           break;
         }
       }
-      if (static_cast<int64_t>(rows.rows.size()) < kPage) break;
+      if (static_cast<int64_t>(rows.rows.size()) < size) break;
     }
     if (g.job_id.empty()) return absl::OkStatus();
     ASSIGN_OR_RETURN(Statement * pick,

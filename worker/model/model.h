@@ -1,4 +1,4 @@
-// LibTorch decoders for the three families of DESIGN.md §1: dense (pre-norm,
+// LibTorch decoders for the three families (docs/metrics.md): dense (pre-norm,
 // RMSNorm, RoPE, causal attention, SwiGLU, untied head), X-MoD (anchors every
 // `stride` layers, routed blocks with variance-scaled gates, depth-wise balancing
 // and causal router losses) and MoD (stride 2, sigmoid gate only).
