@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -136,12 +137,17 @@ double JobsPerSecond(const std::string& dir, int groups, int64_t* jobs_done, boo
         pb::HeartbeatResponse beat;
         pb::ReportMetricsResponse none1;
         pb::CompleteJobResponse none2;
+        // A job completes only at its last step, and reports stay within its steps.
+        const int64_t steps = nlohmann::json::parse(lease.job_json()).at("steps").get<int64_t>();
         pb::CompleteJobRequest complete;
         complete.set_job_id(lease.job_id());
         complete.set_fencing_token(lease.fencing_token());
+        complete.set_step(steps);
         if (!call(&pb::Coordinator::Stub::Heartbeat, hb, &beat) ||
             !call(&pb::Coordinator::Stub::ReportMetrics,
-                  Batch(lease.job_id(), lease.fencing_token(), 1, 100), &none1) ||
+                  Batch(lease.job_id(), lease.fencing_token(), 1,
+                        static_cast<int>(std::min<int64_t>(100, steps))),
+                  &none1) ||
             !call(&pb::Coordinator::Stub::CompleteJob, complete, &none2)) {
           return;
         }
@@ -161,8 +167,23 @@ void IngestRates(const std::string& dir, int rounds, std::vector<double>* raw,
                  std::vector<double>* rpc) {
   constexpr int kBatch = 1000, kBatches = 60;
   Coordinator c(dir + "/ingest.db");
-  const std::string yaml = ReadText(std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml");
-  if (!c.scheduler->Submit(yaml, "smoke.yaml").ok()) std::exit(1);
+  // Jobs with 60,000 steps (the fixture `long`, widened and lengthened): every row
+  // a worker could really send, since a metric's step must lie within its job's.
+  std::string yaml = ReadText(std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/long.yaml");
+  for (const auto& [from, to] :
+       {std::pair<std::string, std::string>{"name: long", "name: ingest"},
+        {"sparsity: [0.5]", "sparsity: [0.25, 0.5, 0.75]\n  stride: [2, 4]"},
+        {"  stride: [2]\n", ""},
+        {"tokens: 245760", "tokens: 122880000"}}) {
+    const size_t at = yaml.find(from);
+    if (at == std::string::npos) std::exit(1);
+    yaml.replace(at, from.size(), to);
+  }
+  auto submitted = c.scheduler->Submit(yaml, "ingest.yaml", /*allow_unidentifiable=*/true);
+  if (!submitted.ok() || submitted->jobs_in_spec < 2 * rounds) {
+    std::fprintf(stderr, "ingest sweep: %s\n", submitted.status().ToString().c_str());
+    std::exit(1);
+  }
   const std::string worker = c.scheduler->RegisterWorker("bench", 1, "").value();
   auto stub = pb::Coordinator::NewStub(
       grpc::CreateChannel(c.server->address(), grpc::InsecureChannelCredentials()));

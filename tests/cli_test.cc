@@ -289,7 +289,9 @@ void FinishWithLawLosses(const std::string& db, const std::string& sweep, double
     }
     ASSERT_TRUE((*store)->AppendFencedMetrics(id, (*grant)->fencing_token, points, now).ok());
     ASSERT_TRUE(
-        (*store)->EndAttempt(id, (*grant)->fencing_token, AttemptEnd::kSucceeded, "", now).ok());
+        (*store)
+            ->EndAttempt(id, (*grant)->fencing_token, AttemptEnd::kSucceeded, steps, "", now)
+            .ok());
   }
 }
 

@@ -68,6 +68,7 @@ struct Flags {
   // Remote coordinator.
   std::string coordinator;
   std::string token_file;
+  std::string worker_token_file;  // serve: the worker groups' token
   std::string tls_ca;
   bool watch = false;
   // serve
@@ -290,6 +291,9 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
   if (!f.token_file.empty()) {
     ASSIGN_OR_RETURN(options.token, ReadTokenFile(f.token_file));
   }
+  if (!f.worker_token_file.empty()) {
+    ASSIGN_OR_RETURN(options.worker_token, ReadTokenFile(f.worker_token_file));
+  }
   if (!(f.lease_ttl > 0)) return absl::InvalidArgumentError("--lease-ttl must be positive");
   ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
   SchedulerOptions scheduler_options;
@@ -474,7 +478,11 @@ void ServeFlags(CLI::App* cmd, Flags& f) {
   AddDb(cmd, f);
   cmd->add_option("--listen", f.listen, "Address to listen on (port 0: any free port)")
       ->capture_default_str();
-  cmd->add_option("--token-file", f.token_file, "Require this bearer token in every call");
+  cmd->add_option("--token-file", f.token_file,
+                  "The operator's bearer token: required in every call, accepted by every RPC");
+  cmd->add_option("--worker-token-file", f.worker_token_file,
+                  "A second token for worker groups: lease and report only, not submit, status, "
+                  "resume or cancel");
   cmd->add_option("--tls-cert", f.tls_cert, "Server certificate (PEM)");
   cmd->add_option("--tls-key", f.tls_key, "Server private key (PEM)");
   cmd->add_flag("--insecure", f.insecure, "Allow a non-loopback address without a token");

@@ -1,8 +1,11 @@
 #include "orchestrator/rules/lease_rules.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace xmod {
 
@@ -78,6 +81,67 @@ bool ResetsFailures(JobState to) { return to == JobState::kPending; }
 
 bool ClosesAttempt(JobState from, JobState to) {
   return to == JobState::kCancelled && IsHeld(from);
+}
+
+absl::Status CheckReportedStep(std::string_view rpc, StepReport kind, int64_t step,
+                               const AttemptSteps& attempt) {
+  const std::string name(rpc);
+  if (kind == StepReport::kComplete) {
+    if (step == attempt.steps) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(name, ": the job has ", attempt.steps,
+                                                   " steps; it can only complete at step ",
+                                                   attempt.steps, ", not ", step));
+  }
+  int64_t low = 0;
+  std::string why;
+  switch (kind) {
+    case StepReport::kHeartbeat:
+      low = attempt.last_reported;
+      why = absl::StrCat("steps do not go back: the last heartbeat said ", low);
+      break;
+    case StepReport::kMetric:
+      low = attempt.resumed_from + 1;
+      why = absl::StrCat("a row of this attempt, which resumed from step ", attempt.resumed_from);
+      break;
+    case StepReport::kCheckpoint:
+      low = std::max(attempt.resumed_from + 1, attempt.last_checkpoint);
+      why = absl::StrCat("new work of this attempt, which resumed from step ", attempt.resumed_from,
+                         " and last checkpointed at ", attempt.last_checkpoint);
+      break;
+    case StepReport::kFailure:
+      low = attempt.resumed_from;
+      why = absl::StrCat("this attempt resumed from step ", attempt.resumed_from);
+      break;
+    case StepReport::kComplete:
+      break;
+  }
+  if (step < low || step > attempt.steps) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": step ", step, " is outside ", low, "..",
+                                                   attempt.steps, " (", why, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCheckpointPath(std::string_view job_id, int64_t step, std::string_view path) {
+  const std::string text(path);
+  for (absl::string_view part : absl::StrSplit(text, '/')) {
+    if (part == "..") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ReportCheckpoint: path '", text, "' has a '..' component"));
+    }
+  }
+  char folder[48];
+  std::snprintf(folder, sizeof(folder), "/checkpoints/step_%08lld", static_cast<long long>(step));
+  const std::string tail = absl::StrCat(std::string(job_id), folder);
+  const bool ends = text.size() >= tail.size() &&
+                    text.compare(text.size() - tail.size(), tail.size(), tail) == 0 &&
+                    (text.size() == tail.size() || text[text.size() - tail.size() - 1] == '/');
+  if (!ends) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReportCheckpoint: path '", text, "' is not the checkpoint folder of job ",
+                     std::string(job_id), " at step ", step, " (expected RUN_DIR/", tail, ")"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace xmod

@@ -79,6 +79,34 @@ bool IsCancellable(JobState state);
 bool ResetsFailures(JobState to);
 bool ClosesAttempt(JobState from, JobState to);
 
+// The steps of one attempt, as the store knows them when a report arrives.
+struct AttemptSteps {
+  int64_t steps = 0;            // the job's step count
+  int64_t resumed_from = 0;     // the checkpoint step the attempt started from (0: fresh)
+  int64_t last_reported = 0;    // the highest step a heartbeat reported (>= resumed_from)
+  int64_t last_checkpoint = 0;  // the highest checkpoint step this attempt recorded (0: none)
+};
+
+// What a report's step may be, by the kind of report. Steps never go back within
+// an attempt, and never beyond the job's steps:
+enum class StepReport {
+  kHeartbeat,   // last_reported ..= steps
+  kMetric,      // resumed_from < step ..= steps: a row of this attempt's own work
+  kCheckpoint,  // max(resumed_from + 1, last_checkpoint) ..= steps (a re-send is the same step)
+  kComplete,    // exactly steps: a job succeeds only at its last step
+  kFailure,     // resumed_from ..= steps
+};
+
+// INVALID_ARGUMENT naming `rpc`, the step and the bound it breaks; OK otherwise.
+absl::Status CheckReportedStep(std::string_view rpc, StepReport kind, int64_t step,
+                               const AttemptSteps& attempt);
+
+// A checkpoint path as a worker reports it (RUN_DIR/JOB_ID/checkpoints/step_NNNNNNNN):
+// it must end in the folder of this job and step, and have no ".." component, so
+// what the coordinator stores and hands to the next lease names this job's own
+// checkpoint and nothing outside its run folder. INVALID_ARGUMENT otherwise.
+absl::Status CheckCheckpointPath(std::string_view job_id, int64_t step, std::string_view path);
+
 }  // namespace xmod
 
 #endif  // XMOD_ORCHESTRATOR_RULES_LEASE_RULES_H_

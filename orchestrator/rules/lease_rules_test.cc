@@ -1,5 +1,6 @@
 #include "orchestrator/rules/lease_rules.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -97,6 +98,63 @@ TEST(LeaseRules, LeaseOrderIsPriorityThenCheapestThenId) {
   for (const LeaseKey& k : keys) order.push_back(k.job_id);
   EXPECT_EQ(order, (std::vector<std::string>{"x", "w", "z", "y", "a", "b"}));
   EXPECT_FALSE(LeasesBefore(keys[0], keys[0]));  // a strict order
+}
+
+TEST(LeaseRules, ReportedStepsNeverGoBackOrBeyondTheJob) {
+  // 100 steps, resumed from the checkpoint at 40, heartbeats said 55, checkpointed at 50.
+  const AttemptSteps attempt{100, 40, 55, 50};
+  struct Row {
+    StepReport kind;
+    int64_t step;
+    bool ok;
+  };
+  const Row table[] = {
+      {StepReport::kHeartbeat, 55, true},   {StepReport::kHeartbeat, 100, true},
+      {StepReport::kHeartbeat, 54, false},  {StepReport::kHeartbeat, 101, false},
+      {StepReport::kHeartbeat, -1, false},  {StepReport::kMetric, 41, true},
+      {StepReport::kMetric, 100, true},     {StepReport::kMetric, 40, false},
+      {StepReport::kMetric, 0, false},      {StepReport::kMetric, 101, false},
+      {StepReport::kCheckpoint, 50, true},  {StepReport::kCheckpoint, 60, true},
+      {StepReport::kCheckpoint, 100, true}, {StepReport::kCheckpoint, 49, false},
+      {StepReport::kCheckpoint, 40, false}, {StepReport::kCheckpoint, 101, false},
+      {StepReport::kComplete, 100, true},   {StepReport::kComplete, 99, false},
+      {StepReport::kComplete, 0, false},    {StepReport::kComplete, -5, false},
+      {StepReport::kComplete, 101, false},  {StepReport::kFailure, 40, true},
+      {StepReport::kFailure, 100, true},    {StepReport::kFailure, 39, false},
+      {StepReport::kFailure, 101, false},
+  };
+  for (const Row& r : table) {
+    const absl::Status s = CheckReportedStep("Rpc", r.kind, r.step, attempt);
+    EXPECT_EQ(s.ok(), r.ok) << static_cast<int>(r.kind) << " at " << r.step << ": " << s;
+    if (!s.ok()) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("Rpc: "));
+    }
+  }
+  // A fresh attempt: the first beat may come before any step.
+  EXPECT_TRUE(CheckReportedStep("Rpc", StepReport::kHeartbeat, 0, {10, 0, 0, 0}).ok());
+  EXPECT_TRUE(CheckReportedStep("Rpc", StepReport::kFailure, 0, {10, 0, 0, 0}).ok());
+}
+
+TEST(LeaseRules, ACheckpointPathNamesThisJobsFolderAndStaysInsideIt) {
+  const std::string id = "0123456789abcdef";
+  for (const std::string& good :
+       {"runs/" + id + "/checkpoints/step_00000040",
+        "/nfs/runs/" + id + "/checkpoints/step_00000040",
+        "./runs//" + id + "/checkpoints/step_00000040", id + "/checkpoints/step_00000040"}) {
+    EXPECT_TRUE(CheckCheckpointPath(id, 40, good).ok()) << good;
+  }
+  for (const std::string& bad : {
+           "runs/../../etc/" + id + "/checkpoints/step_00000040",           // escapes with ..
+           std::string("/etc/passwd"),                                      // not a checkpoint
+           "runs/" + id + "/checkpoints/step_00000041",                     // another step
+           std::string("runs/ffffffffffffffff/checkpoints/step_00000040"),  // another job
+           "runs/x" + id + "/checkpoints/step_00000040",                    // a longer folder name
+           "runs/" + id + "/checkpoints/step_00000040/..",
+       }) {
+    const absl::Status s = CheckCheckpointPath(id, 40, bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 }  // namespace

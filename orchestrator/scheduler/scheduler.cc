@@ -116,17 +116,17 @@ absl::Status Scheduler::ReportCheckpoint(const std::string& job_id, int64_t toke
   return store_->RecordCheckpoint(job_id, token, step, path, checksum, clock_->Now());
 }
 
-absl::Status Scheduler::Complete(const std::string& job_id, int64_t token) {
-  return store_->EndAttempt(job_id, token, AttemptEnd::kSucceeded, "succeeded", clock_->Now())
+absl::Status Scheduler::Complete(const std::string& job_id, int64_t token, int64_t step) {
+  return store_->EndAttempt(job_id, token, AttemptEnd::kSucceeded, step, "succeeded", clock_->Now())
       .status();
 }
 
 absl::StatusOr<JobState> Scheduler::Fail(const std::string& job_id, int64_t token, AttemptEnd end,
-                                         const std::string& message) {
+                                         const std::string& message, int64_t step) {
   if (end == AttemptEnd::kSucceeded) {
     return absl::InvalidArgumentError("FailJob: use CompleteJob for a finished job");
   }
-  return store_->EndAttempt(job_id, token, end, message, clock_->Now());
+  return store_->EndAttempt(job_id, token, end, step, message, clock_->Now());
 }
 
 absl::StatusOr<int64_t> Scheduler::GraceLeases() {

@@ -77,9 +77,12 @@ class Scheduler {
                              const std::vector<ReportedMetric>& metrics);
   absl::Status ReportCheckpoint(const std::string& job_id, int64_t token, int64_t step,
                                 const std::string& path, const std::string& checksum);
-  absl::Status Complete(const std::string& job_id, int64_t token);
+  // Steps are checked against the attempt (lease_rules.h CheckReportedStep): a job
+  // completes only at its last step; a failure, a heartbeat or a metric lies within
+  // 0..steps; a checkpoint is new work of this attempt. INVALID_ARGUMENT otherwise.
+  absl::Status Complete(const std::string& job_id, int64_t token, int64_t step);
   absl::StatusOr<JobState> Fail(const std::string& job_id, int64_t token, AttemptEnd end,
-                                const std::string& message);
+                                const std::string& message, int64_t step = 0);
 
   // Gives every lease a full TTL from now: call once when a coordinator starts on a
   // file, so that groups which kept training while it was down are not failed.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -44,6 +45,17 @@ class SchedulerTest : public ::testing::Test {
   }
 
   JobState State(const std::string& id) { return store_->GetJobState(id).value(); }
+
+  // The job's step count, from the job file the lease carries.
+  static int64_t StepsOf(const LeaseGrant& g) {
+    return nlohmann::json::parse(g.config_json).at("steps").get<int64_t>();
+  }
+  // The checkpoint folder a worker reports for the job at `step`.
+  static std::string CheckpointPath(const LeaseGrant& g, int64_t step) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
+    return "runs/" + g.job_id + "/checkpoints/" + name;
+  }
 
   int64_t MetricRows(const std::string& id) {
     auto curve = store_->JobCurve(id);
@@ -107,6 +119,61 @@ TEST_F(SchedulerTest, JobsAreLeasedInTheRulesOrder) {
     ASSERT_EQ(Lease().job_id, expected.job_id);
   }
   EXPECT_FALSE(scheduler_->Lease(worker_)->grant.has_value());
+}
+
+// Steps are checked against the attempt after the fence: a job completes only at
+// its last step, reports stay within its steps, a checkpoint is new work of this
+// attempt at its own folder. Nothing is written by a refused call.
+TEST_F(SchedulerTest, StepsOutsideTheAttemptAreRefusedAndWriteNothing) {
+  const LeaseGrant g = Lease();
+  const int64_t steps = StepsOf(g);
+  ASSERT_GT(steps, 2);
+  const auto invalid = [](const absl::Status& s) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  };
+  invalid(scheduler_->Complete(g.job_id, g.fencing_token, steps - 1));
+  invalid(scheduler_->Complete(g.job_id, g.fencing_token, -1));
+  invalid(scheduler_->Heartbeat(worker_, g.job_id, g.fencing_token, steps + 1).status());
+  invalid(scheduler_->ReportMetrics(g.job_id, g.fencing_token, Losses(steps + 1, steps + 1)));
+  invalid(scheduler_->ReportCheckpoint(g.job_id, g.fencing_token, steps + 1,
+                                       CheckpointPath(g, steps + 1), "c"));
+  invalid(scheduler_->ReportCheckpoint(g.job_id, g.fencing_token, 2, "/etc/passwd", "c"));
+  invalid(scheduler_->ReportCheckpoint(
+      g.job_id, g.fencing_token, 2, "runs/../../" + g.job_id + "/checkpoints/step_00000002", "c"));
+  invalid(scheduler_->Fail(g.job_id, g.fencing_token, AttemptEnd::kRetryableError, "x", steps + 1)
+              .status());
+  EXPECT_EQ(State(g.job_id), JobState::kLeased);
+  EXPECT_EQ(MetricRows(g.job_id), 0);
+  EXPECT_EQ(store_->Query("SELECT COUNT(*) FROM checkpoints").value().rows[0][0],
+            Value(int64_t{0}));
+  // The same calls inside the bounds go through.
+  ASSERT_TRUE(
+      scheduler_->ReportCheckpoint(g.job_id, g.fencing_token, 2, CheckpointPath(g, 2), "c").ok());
+  ASSERT_TRUE(scheduler_->Complete(g.job_id, g.fencing_token, steps).ok());
+  EXPECT_EQ(State(g.job_id), JobState::kSucceeded);
+}
+
+TEST_F(SchedulerTest, AResumedAttemptReportsOnlyCheckpointsAfterItsStart) {
+  const LeaseGrant first = Lease();
+  ASSERT_TRUE(
+      scheduler_
+          ->ReportCheckpoint(first.job_id, first.fencing_token, 2, CheckpointPath(first, 2), "c")
+          .ok());
+  ASSERT_TRUE(
+      scheduler_->Fail(first.job_id, first.fencing_token, AttemptEnd::kPreempted, "SIGTERM", 2)
+          .ok());
+  const LeaseGrant second = Lease();
+  ASSERT_EQ(second.job_id, first.job_id);
+  ASSERT_EQ(second.resume_step, 2);
+  EXPECT_EQ(
+      scheduler_
+          ->ReportCheckpoint(second.job_id, second.fencing_token, 2, CheckpointPath(second, 2), "c")
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      scheduler_
+          ->ReportCheckpoint(second.job_id, second.fencing_token, 3, CheckpointPath(second, 3), "c")
+          .ok());
 }
 
 TEST_F(SchedulerTest, HeartbeatMovesALeasedJobToRunningAndRenewsTheLease) {
@@ -217,8 +284,9 @@ TEST_F(SchedulerTest, EveryWriteWithAStaleTokenIsRefusedAndChangesNothing) {
   };
   expect_stale(scheduler_->Heartbeat(worker_, old.job_id, old.fencing_token, 5).status());
   expect_stale(scheduler_->ReportMetrics(old.job_id, old.fencing_token, Losses(3, 4)));
-  expect_stale(scheduler_->ReportCheckpoint(old.job_id, old.fencing_token, 4, "/x", "c"));
-  expect_stale(scheduler_->Complete(old.job_id, old.fencing_token));
+  expect_stale(
+      scheduler_->ReportCheckpoint(old.job_id, old.fencing_token, 4, CheckpointPath(old, 4), "c"));
+  expect_stale(scheduler_->Complete(old.job_id, old.fencing_token, StepsOf(old)));
   expect_stale(
       scheduler_->Fail(old.job_id, old.fencing_token, AttemptEnd::kFatalError, "x").status());
   EXPECT_EQ(MetricRows(old.job_id), 0);  // trimmed by the new lease, nothing re-added
@@ -226,7 +294,7 @@ TEST_F(SchedulerTest, EveryWriteWithAStaleTokenIsRefusedAndChangesNothing) {
   EXPECT_TRUE(store_->Query("SELECT * FROM checkpoints").value().rows.empty());
   // The current holder is unaffected.
   EXPECT_TRUE(scheduler_->ReportMetrics(current.job_id, current.fencing_token, Losses(1, 4)).ok());
-  EXPECT_TRUE(scheduler_->Complete(current.job_id, current.fencing_token).ok());
+  EXPECT_TRUE(scheduler_->Complete(current.job_id, current.fencing_token, StepsOf(current)).ok());
   EXPECT_EQ(State(current.job_id), JobState::kSucceeded);
 }
 
@@ -234,7 +302,9 @@ TEST_F(SchedulerTest, ResumingFromACheckpointDropsLaterRowsInTheLeaseTransaction
   const LeaseGrant first = Lease();
   ASSERT_TRUE(scheduler_->ReportMetrics(first.job_id, first.fencing_token, Losses(1, 8)).ok());
   ASSERT_TRUE(
-      scheduler_->ReportCheckpoint(first.job_id, first.fencing_token, 5, "/runs/ck5", "c").ok());
+      scheduler_
+          ->ReportCheckpoint(first.job_id, first.fencing_token, 5, CheckpointPath(first, 5), "c")
+          .ok());
   EXPECT_EQ(MetricRows(first.job_id), 8);
   ASSERT_EQ(
       scheduler_->Fail(first.job_id, first.fencing_token, AttemptEnd::kRetryableError, "crash")
@@ -243,7 +313,7 @@ TEST_F(SchedulerTest, ResumingFromACheckpointDropsLaterRowsInTheLeaseTransaction
   const LeaseGrant second = Lease();
   ASSERT_EQ(second.job_id, first.job_id);
   EXPECT_EQ(second.resume_step, 5);
-  EXPECT_EQ(second.resume_checkpoint, "/runs/ck5");
+  EXPECT_EQ(second.resume_checkpoint, CheckpointPath(first, 5));
   EXPECT_EQ(MetricRows(second.job_id), 5);  // steps 6-8 of the first attempt are gone
   // The new attempt re-reports 6-8 and the curve holds each step once.
   ASSERT_TRUE(scheduler_->ReportMetrics(second.job_id, second.fencing_token, Losses(6, 10)).ok());
@@ -331,7 +401,7 @@ TEST_F(SchedulerTest, TheCoordinatorSaysDoneOnlyWhenNothingIsPendingOrRunning) {
   EXPECT_FALSE(idle.grant.has_value());
   EXPECT_FALSE(idle.done);  // eight jobs still running
   for (const LeaseGrant& g : grants)
-    ASSERT_TRUE(scheduler_->Complete(g.job_id, g.fencing_token).ok());
+    ASSERT_TRUE(scheduler_->Complete(g.job_id, g.fencing_token, StepsOf(g)).ok());
   EXPECT_TRUE(scheduler_->Lease(worker_).value().done);
 }
 

@@ -4,6 +4,9 @@
 #ifndef XMOD_ORCHESTRATOR_SERVICE_SERVER_H_
 #define XMOD_ORCHESTRATOR_SERVICE_SERVER_H_
 
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,8 +17,15 @@ namespace xmod {
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // port 0 picks a free port
-  std::string token;                       // required in every call when not empty
-  std::string tls_cert;                    // PEM files; both or neither
+  // Roles. `token` is the operator's: every RPC accepts it. `worker_token`, when
+  // set, is the worker groups': it is accepted by the worker RPCs (register,
+  // lease, heartbeat, report, complete, fail) only, and a call of an operator RPC
+  // (submit, status, jobs, resume, cancel) with it is PERMISSION_DENIED. Without a
+  // worker token, the one token serves both roles; without any, calls are open
+  // (loopback only, unless insecure).
+  std::string token;
+  std::string worker_token;
+  std::string tls_cert;  // PEM files; both or neither
   std::string tls_key;
   bool insecure = false;  // allow a non-loopback address without a token
 };
@@ -23,13 +33,18 @@ struct ServerOptions {
 // True for 127.0.0.0/8, localhost and [::1] addresses.
 bool IsLoopbackAddress(const std::string& listen);
 
+// Runs one handler's body so that no call ends as UNKNOWN: an allocation failure
+// becomes RESOURCE_EXHAUSTED, any other exception INTERNAL, each naming the RPC.
+grpc::Status GuardRpc(const char* rpc, const std::function<grpc::Status()>& body);
+
 // Constant-time comparison of a received "authorization" value with the expected token.
 bool TokenMatches(const std::string& header, const std::string& token);
 
 class CoordinatorServer {
  public:
   // Starts serving. INVALID_ARGUMENT for a non-loopback address without a token
-  // (and without insecure), or half a TLS pair; NOT_FOUND for unreadable TLS files;
+  // (and without insecure), a worker token without an operator token, a worker
+  // token equal to the operator's, or half a TLS pair; NOT_FOUND for unreadable TLS files;
   // UNAVAILABLE when the address cannot be bound. `scheduler` must outlive the server.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(Scheduler* scheduler,
                                                                   const ServerOptions& options);

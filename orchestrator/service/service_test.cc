@@ -28,7 +28,7 @@ std::string SmokeYaml() {
 
 class ServiceTest : public ::testing::Test {
  protected:
-  void Start(const std::string& token) {
+  void Start(const std::string& token, const std::string& worker_token = "") {
     SqliteStore::Options o;
     o.path = ":memory:";
     store_ = std::move(SqliteStore::Open(o).value());
@@ -36,6 +36,7 @@ class ServiceTest : public ::testing::Test {
     ServerOptions options;
     options.listen = "127.0.0.1:0";
     options.token = token;
+    options.worker_token = worker_token;
     auto server = CoordinatorServer::Start(scheduler_.get(), options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -123,7 +124,12 @@ TEST_F(ServiceTest, AJobGoesThroughLeaseHeartbeatMetricsAndCompletion) {
   pb::CompleteJobRequest complete;
   complete.set_job_id(lease.job_id());
   complete.set_fencing_token(lease.fencing_token());
+  const int64_t steps = nlohmann::json::parse(lease.job_json()).at("steps").get<int64_t>();
+  complete.set_step(steps - 1);  // only at the last step
   pb::CompleteJobResponse done;
+  EXPECT_EQ(stub_->CompleteJob(Context().get(), complete, &done).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  complete.set_step(steps);
   ASSERT_TRUE(stub_->CompleteJob(Context().get(), complete, &done).ok());
   pb::GetStatusResponse status;
   ASSERT_TRUE(stub_->GetStatus(Context().get(), pb::GetStatusRequest(), &status).ok());
@@ -244,6 +250,92 @@ TEST_F(ServiceTest, CallsWithoutTheRightTokenAreUnauthenticated) {
   EXPECT_EQ(stub_->GetStatus(Context("wrong!").get(), pb::GetStatusRequest(), &status).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_TRUE(stub_->GetStatus(Context("s3cret").get(), pb::GetStatusRequest(), &status).ok());
+}
+
+// Roles: a worker token leases, heartbeats and reports, and nothing an operator
+// does; the operator's token does everything; anything else is unauthenticated.
+TEST_F(ServiceTest, AWorkerTokenCanWorkButNotOperate) {
+  Start("op-token", "worker-token");
+  pb::SubmitSweepRequest submit;
+  submit.set_spec_yaml(SmokeYaml());
+  submit.set_source("smoke.yaml");
+  pb::SubmitSweepResponse submitted;
+  EXPECT_EQ(stub_->SubmitSweep(Context("worker-token").get(), submit, &submitted).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(store_->Query("SELECT COUNT(*) FROM jobs").value().rows[0][0], Value(int64_t{0}));
+  ASSERT_TRUE(stub_->SubmitSweep(Context("op-token").get(), submit, &submitted).ok());
+
+  pb::RegisterWorkerRequest reg;
+  reg.set_host("h");
+  reg.set_ranks(1);
+  pb::RegisterWorkerResponse worker;
+  ASSERT_TRUE(stub_->RegisterWorker(Context("worker-token").get(), reg, &worker).ok());
+  pb::LeaseJobRequest lease_req;
+  lease_req.set_worker_id(worker.worker_id());
+  pb::LeaseJobResponse lease;
+  ASSERT_TRUE(stub_->LeaseJob(Context("worker-token").get(), lease_req, &lease).ok());
+  ASSERT_TRUE(lease.has_job());
+  pb::HeartbeatRequest hb;
+  hb.set_worker_id(worker.worker_id());
+  hb.set_job_id(lease.job_id());
+  hb.set_fencing_token(lease.fencing_token());
+  pb::HeartbeatResponse beat;
+  EXPECT_TRUE(stub_->Heartbeat(Context("worker-token").get(), hb, &beat).ok());
+
+  pb::CancelRequest cancel;
+  cancel.set_target("smoke");
+  pb::CancelResponse cancelled;
+  EXPECT_EQ(stub_->Cancel(Context("worker-token").get(), cancel, &cancelled).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  pb::ResumeSweepRequest resume;
+  resume.set_sweep("smoke");
+  pb::ResumeSweepResponse resumed;
+  EXPECT_EQ(stub_->ResumeSweep(Context("worker-token").get(), resume, &resumed).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  pb::GetStatusResponse status;
+  EXPECT_EQ(
+      stub_->GetStatus(Context("worker-token").get(), pb::GetStatusRequest(), &status).error_code(),
+      grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(
+      stub_->GetStatus(Context("neither").get(), pb::GetStatusRequest(), &status).error_code(),
+      grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(stub_->LeaseJob(Context("neither").get(), lease_req, &lease).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  // The operator may do a worker's calls too (one token for a small setup).
+  EXPECT_TRUE(stub_->Heartbeat(Context("op-token").get(), hb, &beat).ok());
+  EXPECT_TRUE(stub_->GetStatus(Context("op-token").get(), pb::GetStatusRequest(), &status).ok());
+  EXPECT_EQ(
+      store_->Query("SELECT COUNT(*) FROM jobs WHERE status = 'cancelled'").value().rows[0][0],
+      Value(int64_t{0}));
+}
+
+TEST(Server, NoHandlerAnswersUnknown) {
+  const grpc::Status oom =
+      GuardRpc("SubmitSweep", []() -> grpc::Status { throw std::bad_alloc(); });
+  EXPECT_EQ(oom.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(oom.error_message(), HasSubstr("SubmitSweep"));
+  const grpc::Status thrown =
+      GuardRpc("LeaseJob", []() -> grpc::Status { throw std::runtime_error("boom"); });
+  EXPECT_EQ(thrown.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(thrown.error_message(), "LeaseJob: boom");
+  EXPECT_TRUE(GuardRpc("GetStatus", [] { return grpc::Status::OK; }).ok());
+}
+
+TEST(Server, AWorkerTokenNeedsItsOwnOperatorToken) {
+  SqliteStore::Options o;
+  o.path = ":memory:";
+  auto store = SqliteStore::Open(o).value();
+  Scheduler scheduler(store.get(), SchedulerOptions{});
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.worker_token = "w";
+  EXPECT_EQ(CoordinatorServer::Start(&scheduler, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.token = "w";
+  EXPECT_EQ(CoordinatorServer::Start(&scheduler, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.token = "o";
+  EXPECT_TRUE(CoordinatorServer::Start(&scheduler, options).ok());
 }
 
 TEST(Server, RefusesANonLoopbackAddressWithoutATokenUnlessInsecure) {

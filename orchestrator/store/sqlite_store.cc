@@ -743,10 +743,13 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
 
 absl::StatusOr<JobState> SqliteStore::CheckFenceLocked(const std::string& job_id, int64_t token,
                                                        bool allow_cancelled,
-                                                       const std::string* holder) {
+                                                       const std::string* holder,
+                                                       AttemptSteps* attempt) {
   ASSIGN_OR_RETURN(Statement * s,
-                   PrepareLocked("SELECT status, fencing_token, "
-                                 "IFNULL(worker_id, '') FROM jobs WHERE job_id = ?1"));
+                   PrepareLocked("SELECT j.status, j.fencing_token, IFNULL(j.worker_id, ''), "
+                                 "j.steps, j.last_step, IFNULL(a.resumed_from_step, 0) "
+                                 "FROM jobs j LEFT JOIN attempts a ON a.job_id = j.job_id AND "
+                                 "a.fencing_token = j.fencing_token WHERE j.job_id = ?1"));
   s->Bind(1, job_id);
   ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
   if (rows.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
@@ -769,6 +772,11 @@ absl::StatusOr<JobState> SqliteStore::CheckFenceLocked(const std::string& job_id
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job_id, " is leased to worker '", granted, "', not '", *holder, "'"));
   }
+  if (attempt != nullptr) {
+    attempt->steps = AsInt(Cell(rows, 0, 3));
+    attempt->last_reported = AsInt(Cell(rows, 0, 4));
+    attempt->resumed_from = AsInt(Cell(rows, 0, 5));
+  }
   return state;
 }
 
@@ -777,8 +785,11 @@ absl::StatusOr<JobState> SqliteStore::RenewLease(const std::string& job_id,
                                                  int64_t step, double now, double ttl) {
   JobState state = JobState::kPending;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
-    ASSIGN_OR_RETURN(state, CheckFenceLocked(job_id, token, /*allow_cancelled=*/true, &worker_id));
+    AttemptSteps attempt;
+    ASSIGN_OR_RETURN(
+        state, CheckFenceLocked(job_id, token, /*allow_cancelled=*/true, &worker_id, &attempt));
     if (state == JobState::kCancelled) return absl::OkStatus();
+    RETURN_IF_ERROR(CheckReportedStep("Heartbeat", StepReport::kHeartbeat, step, attempt));
     ASSIGN_OR_RETURN(Statement * s,
                      PrepareLocked("UPDATE jobs SET status = 'running', lease_expires_at = ?2, "
                                    "last_step = MAX(last_step, ?3), updated_at = ?4 "
@@ -801,7 +812,13 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
                                               const std::vector<MetricPoint>& points,
                                               double wall_time) {
   return Write([&]() -> absl::Status {
-    RETURN_IF_ERROR(CheckFenceLocked(job_id, token, /*allow_cancelled=*/false).status());
+    AttemptSteps steps;
+    RETURN_IF_ERROR(
+        CheckFenceLocked(job_id, token, /*allow_cancelled=*/false, nullptr, &steps).status());
+    for (const MetricPoint& p : points) {
+      RETURN_IF_ERROR(CheckReportedStep(absl::StrCat("ReportMetrics: metric '", p.name, "'"),
+                                        StepReport::kMetric, p.step, steps));
+    }
     ASSIGN_OR_RETURN(Statement * attempt_of,
                      PrepareLocked("SELECT attempt FROM jobs WHERE job_id = ?1"));
     attempt_of->Bind(1, job_id);
@@ -881,7 +898,18 @@ absl::Status SqliteStore::RecordCheckpoint(const std::string& job_id, int64_t to
                                            const std::string& path, const std::string& checksum,
                                            double now) {
   return Write([&]() -> absl::Status {
-    RETURN_IF_ERROR(CheckFenceLocked(job_id, token, /*allow_cancelled=*/false).status());
+    AttemptSteps attempt;
+    RETURN_IF_ERROR(
+        CheckFenceLocked(job_id, token, /*allow_cancelled=*/false, nullptr, &attempt).status());
+    ASSIGN_OR_RETURN(Statement * last,
+                     PrepareLocked("SELECT IFNULL(MAX(c.step), 0) FROM checkpoints c JOIN jobs j "
+                                   "ON j.job_id = c.job_id AND c.attempt = j.attempt "
+                                   "WHERE c.job_id = ?1"));
+    last->Bind(1, job_id);
+    ASSIGN_OR_RETURN(QueryResult newest, CollectLocked(last));
+    attempt.last_checkpoint = AsInt(Cell(newest, 0, 0));
+    RETURN_IF_ERROR(CheckReportedStep("ReportCheckpoint", StepReport::kCheckpoint, step, attempt));
+    RETURN_IF_ERROR(CheckCheckpointPath(job_id, step, path));
     ASSIGN_OR_RETURN(
         Statement * s,
         PrepareLocked("INSERT INTO checkpoints (job_id, step, attempt, path, "
@@ -932,11 +960,17 @@ absl::Status SqliteStore::EndAttemptLocked(const std::string& job_id, JobState f
 }
 
 absl::StatusOr<JobState> SqliteStore::EndAttempt(const std::string& job_id, int64_t token,
-                                                 AttemptEnd end, const std::string& reason,
-                                                 double now) {
+                                                 AttemptEnd end, int64_t step,
+                                                 const std::string& reason, double now) {
   JobState to = JobState::kPending;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
-    ASSIGN_OR_RETURN(JobState from, CheckFenceLocked(job_id, token, /*allow_cancelled=*/false));
+    AttemptSteps attempt;
+    ASSIGN_OR_RETURN(JobState from,
+                     CheckFenceLocked(job_id, token, /*allow_cancelled=*/false, nullptr, &attempt));
+    const bool succeeded = end == AttemptEnd::kSucceeded;
+    RETURN_IF_ERROR(CheckReportedStep(succeeded ? "CompleteJob" : "FailJob",
+                                      succeeded ? StepReport::kComplete : StepReport::kFailure,
+                                      step, attempt));
     return EndAttemptLocked(job_id, from, end, reason, now, &to);
   }));
   return to;

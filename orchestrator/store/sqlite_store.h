@@ -136,12 +136,17 @@ class SqliteStore {
   absl::Status AppendFencedMetrics(const std::string& job_id, int64_t token,
                                    const std::vector<MetricPoint>& points, double wall_time);
 
+  // A checkpoint of the current attempt: its step must be new work of the attempt
+  // (after the step it resumed from, at most the job's steps) and its path the
+  // checkpoint folder of that job and step (CheckCheckpointPath); INVALID_ARGUMENT
+  // otherwise, nothing written.
   absl::Status RecordCheckpoint(const std::string& job_id, int64_t token, int64_t step,
                                 const std::string& path, const std::string& checksum, double now);
 
-  // Ends the current attempt; returns the job's new state.
+  // Ends the current attempt at `step` (a success only at the job's last step, a
+  // failure within 0..steps: INVALID_ARGUMENT otherwise); returns the job's new state.
   absl::StatusOr<JobState> EndAttempt(const std::string& job_id, int64_t token, AttemptEnd end,
-                                      const std::string& reason, double now);
+                                      int64_t step, const std::string& reason, double now);
 
   // Every lease that ran out before `now` ends as a counted failure ("lease
   // expired"); returns how many.
@@ -203,9 +208,12 @@ class SqliteStore {
   // The job's status and token, checked against `token`: FAILED_PRECONDITION when
   // stale or not held (unless allow_cancelled and the job was cancelled under it),
   // or, given a `holder`, when a held job was leased to another worker.
+  // With `attempt`, also what the step rules (lease_rules.h) need: the job's
+  // steps, the last heartbeat step, and the step the current attempt resumed from.
   absl::StatusOr<JobState> CheckFenceLocked(const std::string& job_id, int64_t token,
                                             bool allow_cancelled,
-                                            const std::string* holder = nullptr);
+                                            const std::string* holder = nullptr,
+                                            AttemptSteps* attempt = nullptr);
   absl::Status EndAttemptLocked(const std::string& job_id, JobState from, AttemptEnd end,
                                 const std::string& reason, double now, JobState* to);
   double Now() const;

@@ -363,8 +363,12 @@ TEST(SqliteStore, MetricsFeedTheResultsAndCurveViews) {
   ASSERT_TRUE(store->AppendFencedMetrics(id, first.fencing_token, batch, 0.0).ok());
   // A later attempt (resumed from step 2) replaces the steps after it; the older
   // attempt's late write is refused.
-  ASSERT_TRUE(store->RecordCheckpoint(id, first.fencing_token, 2, "/ckpt/2", "c", 1.0).ok());
-  ASSERT_TRUE(store->EndAttempt(id, first.fencing_token, AttemptEnd::kPreempted, "test", 1.0).ok());
+  ASSERT_TRUE(store
+                  ->RecordCheckpoint(id, first.fencing_token, 2,
+                                     "runs/" + id + "/checkpoints/step_00000002", "c", 1.0)
+                  .ok());
+  ASSERT_TRUE(
+      store->EndAttempt(id, first.fencing_token, AttemptEnd::kPreempted, 2, "test", 1.0).ok());
   const LeaseGrant second = store->LeaseNextJob("w", 1, 2.0, 60.0).value().value();
   ASSERT_EQ(second.job_id, id);
   ASSERT_EQ(second.resume_step, 2);

@@ -18,12 +18,13 @@ std::string BoundedMessage(const std::string& message) {
 }
 
 JobSession::JobSession(CoordinatorClient& client, JobSessionOptions options, std::string worker_id,
-                       std::string job_id, int64_t fencing_token)
+                       std::string job_id, int64_t fencing_token, int64_t resume_step)
     : client_(client),
       o_(std::move(options)),
       worker_id_(std::move(worker_id)),
       job_id_(std::move(job_id)),
-      token_(fencing_token) {
+      token_(fencing_token),
+      step_(resume_step) {
   if (!o_.on_stalled) o_.on_stalled = [] { std::_Exit(3); };
 }
 
@@ -158,6 +159,7 @@ void JobSession::Refuse(const absl::Status& why) {
 }
 
 void JobSession::Beat() {
+  std::lock_guard<std::mutex> one_at_a_time(beat_mu_);
   pb::HeartbeatRequest r;
   r.set_worker_id(worker_id_);
   r.set_job_id(job_id_);

@@ -40,8 +40,10 @@ struct JobSessionOptions {
 
 class JobSession {
  public:
+  // `resume_step`: the checkpoint step the attempt starts from; the session's
+  // step begins there, since the coordinator refuses steps that go back.
   JobSession(CoordinatorClient& client, JobSessionOptions options, std::string worker_id,
-             std::string job_id, int64_t fencing_token);
+             std::string job_id, int64_t fencing_token, int64_t resume_step = 0);
   ~JobSession();
   JobSession(const JobSession&) = delete;
   JobSession& operator=(const JobSession&) = delete;
@@ -96,6 +98,7 @@ class JobSession {
   std::atomic<double> last_progress_{0.0};  // steady-clock seconds of the last step
   std::atomic<bool> lost_{false}, cancelled_{false}, drain_{false}, ended_{false};
   std::thread heartbeat_;
+  std::mutex beat_mu_;  // one heartbeat at a time, so their steps never go back
   std::mutex mu_;
   std::condition_variable cv_;
   bool heartbeat_stop_ = false;  // guarded by mu_

@@ -174,6 +174,15 @@ TEST(JobSession, HeartbeatsCarryTheStepAndObeyCancelAndDrain) {
   EXPECT_EQ(fake.Calls().size(), 4u);
 }
 
+TEST(JobSession, AResumedAttemptsStepsStartAtItsCheckpoint) {
+  FakeCoordinator fake;
+  JobSession session(fake, Options(), "w", "job", 7, /*resume_step=*/500);
+  session.ConfirmLease();  // before any step: the resume step, never 0
+  EXPECT_EQ(fake.last_heartbeat.step(), 500);
+  session.Finish(absl::InternalError("data gone"));
+  EXPECT_EQ(fake.fail.step(), 500);
+}
+
 TEST(JobSession, TheGroupStopFlagAsksForACheckpointedStop) {
   FakeCoordinator fake;
   std::atomic<bool> stop{false};

@@ -85,7 +85,8 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
       std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_seconds));
       continue;
     }
-    JobSession session(client, session_options, worker_id, lease.job_id(), lease.fencing_token());
+    JobSession session(client, session_options, worker_id, lease.job_id(), lease.fencing_token(),
+                       lease.resume_step());
     // Nothing is broadcast until the job parses and its data opens: on either
     // failure the other ranks still wait for a command, and the attempt ends here.
     auto job = ParseJobFile(lease.job_json(), absl::StrCat("job file of ", lease.job_id()));
