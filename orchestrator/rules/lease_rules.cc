@@ -85,41 +85,48 @@ bool ClosesAttempt(JobState from, JobState to) {
 
 absl::Status CheckReportedStep(std::string_view rpc, StepReport kind, int64_t step,
                                const AttemptSteps& attempt) {
-  const std::string name(rpc);
   if (kind == StepReport::kComplete) {
     if (step == attempt.steps) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(name, ": the job has ", attempt.steps,
-                                                   " steps; it can only complete at step ",
-                                                   attempt.steps, ", not ", step));
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(rpc), ": the job has ", attempt.steps,
+                     " steps; it can only complete at step ", attempt.steps, ", not ", step));
   }
   int64_t low = 0;
-  std::string why;
   switch (kind) {
     case StepReport::kHeartbeat:
       low = attempt.last_reported;
-      why = absl::StrCat("steps do not go back: the last heartbeat said ", low);
       break;
     case StepReport::kMetric:
       low = attempt.resumed_from + 1;
-      why = absl::StrCat("a row of this attempt, which resumed from step ", attempt.resumed_from);
       break;
     case StepReport::kCheckpoint:
       low = std::max(attempt.resumed_from + 1, attempt.last_checkpoint);
+      break;
+    case StepReport::kFailure:
+    case StepReport::kComplete:
+      low = attempt.resumed_from;
+      break;
+  }
+  if (step >= low && step <= attempt.steps) return absl::OkStatus();  // the hot path: no strings
+  std::string why;
+  switch (kind) {
+    case StepReport::kHeartbeat:
+      why = absl::StrCat("steps do not go back: the last heartbeat said ", low);
+      break;
+    case StepReport::kMetric:
+      why = absl::StrCat("a row of this attempt, which resumed from step ", attempt.resumed_from);
+      break;
+    case StepReport::kCheckpoint:
       why = absl::StrCat("new work of this attempt, which resumed from step ", attempt.resumed_from,
                          " and last checkpointed at ", attempt.last_checkpoint);
       break;
     case StepReport::kFailure:
-      low = attempt.resumed_from;
+    case StepReport::kComplete:
       why = absl::StrCat("this attempt resumed from step ", attempt.resumed_from);
       break;
-    case StepReport::kComplete:
-      break;
   }
-  if (step < low || step > attempt.steps) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": step ", step, " is outside ", low, "..",
-                                                   attempt.steps, " (", why, ")"));
-  }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(std::string(rpc), ": step ", step, " is outside ",
+                                                 low, "..", attempt.steps, " (", why, ")"));
 }
 
 absl::Status CheckCheckpointPath(std::string_view job_id, int64_t step, std::string_view path) {

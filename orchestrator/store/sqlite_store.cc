@@ -816,8 +816,9 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
     RETURN_IF_ERROR(
         CheckFenceLocked(job_id, token, /*allow_cancelled=*/false, nullptr, &steps).status());
     for (const MetricPoint& p : points) {
-      RETURN_IF_ERROR(CheckReportedStep(absl::StrCat("ReportMetrics: metric '", p.name, "'"),
-                                        StepReport::kMetric, p.step, steps));
+      if (CheckReportedStep("", StepReport::kMetric, p.step, steps).ok()) continue;
+      return CheckReportedStep(absl::StrCat("ReportMetrics: metric '", p.name, "'"),
+                               StepReport::kMetric, p.step, steps);
     }
     ASSIGN_OR_RETURN(Statement * attempt_of,
                      PrepareLocked("SELECT attempt FROM jobs WHERE job_id = ?1"));
