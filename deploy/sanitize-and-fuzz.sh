@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The sanitizer and fuzzing leg of the test command: builds the orchestrator side
+# and the torch-free worker parts with clang, AddressSanitizer and
+# UndefinedBehaviorSanitizer (into build-sanitize/, or $XMOD_SANITIZE_DIR), runs
+# the unit and integration tests there, then runs each libFuzzer target of fuzz/
+# for FUZZ_SECONDS (default 60) from a seed corpus made of the project's own
+# fixtures. Exits non-zero on any sanitizer report, failing test or fuzzer crash;
+# a crash leaves its input in build-sanitize/fuzz/<target>/crash-*.
+#
+# A longer run: FUZZ_SECONDS=3600 FUZZ_RUNS=-1 bash deploy/sanitize-and-fuzz.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir="${XMOD_SANITIZE_DIR:-build-sanitize}"
+seconds="${FUZZ_SECONDS:-60}"
+# A fixed seed and a bounded number of inputs: the run is the same sequence on
+# every machine (a slower one stops earlier in it), so CI is not a lottery.
+runs="${FUZZ_RUNS:-20000}"
+if ! command -v clang++ >/dev/null; then
+  echo "sanitize-and-fuzz: clang++ is missing; run deploy/install-deps.sh (clang, libclang-rt-dev)" >&2
+  exit 1
+fi
+start=$(date +%s)
+mkdir -p "$dir"
+if ! CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DXMOD_FUZZ=ON -DXMOD_BUILD_WORKER=OFF -DXMOD_BUILD_BENCH=OFF >"$dir/configure.log" 2>&1; then
+  echo "sanitize-and-fuzz: cmake failed (clang build); see $dir.configure.log" >&2
+  tail -20 "$dir/configure.log" >&2
+  exit 1
+fi
+cmake --build "$dir" -j "$(nproc)"
+built=$(date +%s)
+echo "sanitize-and-fuzz: built in $((built - start)) s"
+
+# Unit and integration tests under ASan and UBSan (the e2e tests need the worker).
+# Left out: timing tests (a speed bound means nothing under a sanitizer), the
+# source checks, and the long numerical fits over Ceres (X-MoD law recovery, the
+# bootstrap, the Chinchilla refit: 10-20x slower here, several minutes each); the
+# fitter's own small tests still run.
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+export LSAN_OPTIONS="suppressions=$PWD/deploy/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" --timeout 900 -L "unit|integration" \
+  -E "Format\.|Includes\.|TakesWellUnder|XModLaw\.|Bootstrap\.|DenseLaw\.Reproduces|Analysis\."
+tested=$(date +%s)
+echo "sanitize-and-fuzz: tests under ASan+UBSan in $((tested - built)) s"
+
+# Seed corpora from the project's own inputs.
+corpus="$dir/fuzz-corpus"
+rm -rf "$corpus"
+mkdir -p "$corpus"/{sweep,job_file,token_data,request_bounds}
+cp sweeps/*.yaml tests/fixtures/*.yaml tests/fixtures/bad/*.yaml "$corpus/sweep/"
+"$dir/bin/xmod" expand sweeps/smoke.yaml --format json >"$corpus/job_file/smoke.json"
+python3 - "$corpus/job_file" <<'PY'
+import json, sys
+jobs = json.load(open(sys.argv[1] + "/smoke.json"))
+for i, job in enumerate(jobs):
+    json.dump(job, open(f"{sys.argv[1]}/job{i}.json", "w"))
+PY
+printf '{"format":"xmod-tokens","version":1,"dtype":"uint16","vocab_size":256,"tokenizer":"bytes","train_tokens":4,"val_tokens":2}\0abcdefgh\0ijkl' \
+  >"$corpus/token_data/small"
+printf '\x04' >"$corpus/request_bounds/empty"
+
+for target in sweep job_file token_data request_bounds; do
+  mkdir -p "$dir/fuzz/$target"
+  echo "sanitize-and-fuzz: fuzzing ${target}_fuzz for $seconds s"
+  if ! (cd "$dir/fuzz/$target" &&
+        "../../bin/${target}_fuzz" -seed=1 -runs="$runs" -max_total_time="$seconds" -timeout=10 \
+          -rss_limit_mb=2048 \
+          -print_final_stats=1 "../../fuzz-corpus/$target" >"../${target}.log" 2>&1); then
+    echo "sanitize-and-fuzz: ${target}_fuzz found a failure; input and log in $dir/fuzz/" >&2
+    tail -40 "$dir/fuzz/${target}.log" >&2
+    exit 1
+  fi
+  grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "$dir/fuzz/${target}.log" | tail -1 || true
+done
+echo "sanitize-and-fuzz: done in $(( $(date +%s) - start )) s"
