@@ -222,10 +222,7 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
     // The same numbers as the server's: a local scheduler over the file.
     ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
     Scheduler scheduler(store.get(), SchedulerOptions{});
-    ASSIGN_OR_RETURN(sweeps, scheduler.Status(f.sweep));
-    if (!f.sweep.empty()) {
-      ASSIGN_OR_RETURN(jobs, scheduler.Jobs(f.sweep));
-    }
+    ASSIGN_OR_RETURN(sweeps, scheduler.Status(f.sweep, &jobs));
   }
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

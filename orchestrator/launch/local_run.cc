@@ -282,9 +282,9 @@ void LocalRun::WatchProgress() {
         ++alive;
       }
     }
-    auto summary = scheduler->Status(spec.name);
-    auto jobs = scheduler->Jobs(spec.name);
-    if (!summary.ok() || !jobs.ok()) break;
+    std::vector<JobProgressRow> jobs;
+    auto summary = scheduler->Status(spec.name, &jobs);
+    if (!summary.ok()) break;
     const FlopProgress& flops = summary->front().flops;
     if (flops_at_start < 0) flops_at_start = flops.done;
     const auto now = std::chrono::steady_clock::now();
@@ -296,7 +296,7 @@ void LocalRun::WatchProgress() {
     const bool finished = active == 0;
     if (o.tty || finished || now - last_print >= std::chrono::seconds(10)) {
       last_print = now;
-      const std::string text = Frame(summary->front(), *jobs, elapsed, eta);
+      const std::string text = Frame(summary->front(), jobs, elapsed, eta);
       if (o.tty) {
         for (int i = 0; i < drawn; ++i) out << "\033[F\033[K";
         drawn = static_cast<int>(std::count(text.begin(), text.end(), '\n'));

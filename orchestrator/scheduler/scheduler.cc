@@ -135,13 +135,15 @@ absl::StatusOr<int64_t> Scheduler::GraceLeases() {
 
 absl::StatusOr<int64_t> Scheduler::ExpireLeases() { return store_->ExpireLeases(clock_->Now()); }
 
-absl::StatusOr<std::vector<SweepSummary>> Scheduler::Status(const std::string& sweep) {
+absl::StatusOr<std::vector<SweepSummary>> Scheduler::Status(const std::string& sweep,
+                                                            std::vector<JobProgressRow>* jobs_out) {
   ASSIGN_OR_RETURN(std::vector<StateCounts> counts, store_->CountStates(sweep));
   std::vector<SweepSummary> out;
   for (StateCounts& sc : counts) {
     SweepSummary summary;
     ASSIGN_OR_RETURN(std::vector<JobProgressRow> jobs, store_->JobProgress(sc.sweep));
     summary.flops = SumProgress(jobs);
+    if (jobs_out != nullptr && !sweep.empty()) *jobs_out = std::move(jobs);
     ASSIGN_OR_RETURN(summary.started_at, store_->SweepStartedAt(sc.sweep));
     summary.states = std::move(sc);
     out.push_back(std::move(summary));

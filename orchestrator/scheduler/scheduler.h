@@ -93,7 +93,10 @@ class Scheduler {
 
   // ---- Reads and operator actions (the service reaches the store only here) ----
   // Every sweep when `sweep` is empty; NOT_FOUND for an unknown named sweep.
-  absl::StatusOr<std::vector<SweepSummary>> Status(const std::string& sweep);
+  // With `jobs` and a named sweep, also that sweep's jobs (read for the summary
+  // anyway, so a caller that shows both reads them once).
+  absl::StatusOr<std::vector<SweepSummary>> Status(const std::string& sweep,
+                                                   std::vector<JobProgressRow>* jobs = nullptr);
   absl::StatusOr<std::vector<JobProgressRow>> Jobs(const std::string& sweep);
   // Failed and cancelled jobs back to pending with a fresh attempt budget.
   absl::StatusOr<int64_t> Resume(const std::string& sweep);

@@ -661,10 +661,11 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
   std::optional<LeaseGrant> grant;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
     // Candidates in lease order, a page at a time, until one fits the group.
-    ASSIGN_OR_RETURN(Statement * page, PrepareLocked(absl::StrCat(
-                                           "SELECT job_id, batch_tokens, context FROM jobs "
-                                           "WHERE status = 'pending' ORDER BY ",
-                                           std::string(kLeaseOrderSql), " LIMIT ?1 OFFSET ?2")));
+    static const std::string kPageSql = absl::StrCat(
+        "SELECT job_id, batch_tokens, context FROM jobs WHERE status = 'pending' "
+        "ORDER BY ",
+        std::string(kLeaseOrderSql), " LIMIT ?1 OFFSET ?2");
+    ASSIGN_OR_RETURN(Statement * page, PrepareLocked(kPageSql));
     // The first candidate almost always fits: a page of one, then pages of 64.
     LeaseGrant g;
     for (int64_t offset = 0, size = 1; g.job_id.empty(); offset += size, size = 64) {
@@ -980,9 +981,9 @@ absl::StatusOr<JobState> SqliteStore::EndAttempt(const std::string& job_id, int6
 absl::StatusOr<int64_t> SqliteStore::ExpireLeases(double now) {
   int64_t expired = 0;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
-    ASSIGN_OR_RETURN(Statement * s,
-                     PrepareLocked(absl::StrCat("SELECT job_id, status FROM jobs WHERE status IN ",
-                                                StatesIn(IsHeld), " AND lease_expires_at < ?1")));
+    static const std::string kSql = absl::StrCat("SELECT job_id, status FROM jobs WHERE status IN ",
+                                                 StatesIn(IsHeld), " AND lease_expires_at < ?1");
+    ASSIGN_OR_RETURN(Statement * s, PrepareLocked(kSql));
     s->Bind(1, now);
     ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
     for (const auto& row : rows.rows) {
@@ -1000,9 +1001,10 @@ absl::StatusOr<int64_t> SqliteStore::ExpireLeases(double now) {
 absl::StatusOr<int64_t> SqliteStore::ExtendLeases(double until) {
   int64_t extended = 0;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
-    ASSIGN_OR_RETURN(Statement * s, PrepareLocked(absl::StrCat(
-                                        "UPDATE jobs SET lease_expires_at = ?1 WHERE status IN ",
-                                        StatesIn(IsHeld), " AND lease_expires_at < ?1")));
+    static const std::string kSql =
+        absl::StrCat("UPDATE jobs SET lease_expires_at = ?1 WHERE status IN ", StatesIn(IsHeld),
+                     " AND lease_expires_at < ?1");
+    ASSIGN_OR_RETURN(Statement * s, PrepareLocked(kSql));
     s->Bind(1, until);
     RETURN_IF_ERROR(WriteLocked(s, "extending leases"));
     extended = sqlite3_changes(db_);
@@ -1013,9 +1015,9 @@ absl::StatusOr<int64_t> SqliteStore::ExtendLeases(double until) {
 
 absl::StatusOr<int64_t> SqliteStore::CountActiveJobs() {
   std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Statement * s,
-                   PrepareLocked(absl::StrCat("SELECT COUNT(*) FROM jobs WHERE status IN ",
-                                              StatesIn(IsActive))));
+  static const std::string kSql =
+      absl::StrCat("SELECT COUNT(*) FROM jobs WHERE status IN ", StatesIn(IsActive));
+  ASSIGN_OR_RETURN(Statement * s, PrepareLocked(kSql));
   ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
   return AsInt(Cell(rows, 0, 0));
 }
