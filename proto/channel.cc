@@ -1,5 +1,6 @@
 #include "proto/channel.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -11,6 +12,12 @@ namespace xmod {
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
+  if (options.reconnect_max_seconds > 0) {
+    const int ms = static_cast<int>(std::clamp(options.reconnect_max_seconds, 0.05, 60.0) * 1000);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(ms, 100));
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, ms);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ms);
+  }
   if (options.tls_ca.empty()) {
     return grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
   }
@@ -36,8 +43,10 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return line.substr(first, last - first + 1);
 }
 
-std::unique_ptr<grpc::ClientContext> MakeContext(const std::string& token, double seconds) {
+std::unique_ptr<grpc::ClientContext> MakeContext(const std::string& token, double seconds,
+                                                 bool wait_for_ready) {
   auto context = std::make_unique<grpc::ClientContext>();
+  context->set_wait_for_ready(wait_for_ready);
   if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6)));

@@ -16,6 +16,11 @@ struct ChannelOptions {
   std::string address;  // host:port
   std::string token;    // sent as "authorization: Bearer <token>" when not empty
   std::string tls_ca;   // PEM file of the CA that signed the server's certificate; empty: plaintext
+  // Longest wait between two connection attempts after the coordinator went away
+  // (and the timeout of one attempt). 0 keeps gRPC's defaults (up to 120 s between
+  // attempts, 20 s per attempt), which a worker group cannot afford: a restarted
+  // coordinator grants held leases one TTL, and the group must be back within it.
+  double reconnect_max_seconds = 0;
 };
 
 // NOT_FOUND when the CA file cannot be read.
@@ -25,7 +30,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ChannelOptions&
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 // A client context with the token attached and a deadline `seconds` from now.
-std::unique_ptr<grpc::ClientContext> MakeContext(const std::string& token, double seconds);
+// `wait_for_ready`: while the channel is not connected the call waits (until the
+// deadline) for it to connect, instead of failing at once with UNAVAILABLE.
+std::unique_ptr<grpc::ClientContext> MakeContext(const std::string& token, double seconds,
+                                                 bool wait_for_ready = false);
 
 // grpc::Status <-> absl::Status (the codes are the same numbers).
 absl::Status FromGrpc(const grpc::Status& status, const std::string& rpc);

@@ -177,6 +177,55 @@ TEST_F(CoordinatorE2e, TheCoordinatorKilledMidSweepAndRestartedLosesNothing) {
   ExpectCompleteCurves();
 }
 
+// With the shortest lease the coordinator grants, it is killed three times mid
+// sweep and stays away for longer than a lease each time; a group is preempted
+// while it is away. The groups reconnect within the grace the restarted
+// coordinator grants, so no attempt ends as anything but succeeded or (the
+// signalled one) preempted, and no job counts a failure.
+TEST_F(CoordinatorE2e, RepeatedCoordinatorRestartsUnderTheShortestTtlCostNoAttempt) {
+  const int port = testing::FreePort();
+  const double ttl = 1.0;  // kMinLeaseTtlSeconds
+  pid_t serve = Serve(port, ttl);
+  Submit(port, Fixture("six.yaml"));
+  const pid_t a = Group(port, 1, "a");
+  const pid_t b = Group(port, 1, "b");
+  int64_t rows = 0;
+  for (int outage = 1; outage <= 3; ++outage) {
+    // Some training between outages, and on the last one b in the middle of a job.
+    ASSERT_TRUE(testing::WaitUntil(
+        [&] {
+          return Count("SELECT COUNT(*) FROM metrics") >= rows + 40 &&
+                 (outage < 3 || Count("SELECT COUNT(*) FROM jobs WHERE status = 'running' AND "
+                                      "worker_id LIKE 'b-%' AND last_step >= 5") == 1);
+        },
+        120))
+        << "outage " << outage << "\n"
+        << testing::Slurp(Path("b.log"));
+    rows = Count("SELECT COUNT(*) FROM metrics");
+    SignalTree(serve, SIGKILL);
+    testing::WaitExit(serve, 10);
+    if (outage == 3) {  // preempted while the coordinator is away, as Slurm signals
+      const std::vector<pid_t> tree = ProcessTree(b);
+      for (size_t i = 1; i < tree.size(); ++i) ::kill(tree[i], SIGUSR2);
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(2.5 * ttl));
+    serve = Serve(port, ttl);
+  }
+  EXPECT_EQ(testing::WaitExit(b, 120), 0) << testing::Slurp(Path("b.log"));
+  EXPECT_EQ(testing::WaitExit(a, 240), 0) << testing::Slurp(Path("a.log"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 6);
+  for (const auto& row : Rows("SELECT job_id, attempt, status, reason FROM attempts "
+                              "WHERE status NOT IN ('succeeded', 'preempted')")) {
+    ADD_FAILURE() << std::get<std::string>(row[0]) << " attempt " << std::get<int64_t>(row[1])
+                  << " ended " << std::get<std::string>(row[2]) << ": "
+                  << (std::holds_alternative<std::string>(row[3]) ? std::get<std::string>(row[3])
+                                                                  : "");
+  }
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM attempts WHERE status = 'preempted'"), 1);
+  EXPECT_EQ(Count("SELECT SUM(failures) FROM jobs"), 0);
+  ExpectCompleteCurves();
+}
+
 TEST_F(CoordinatorE2e, AZombieGroupWhoseLeaseExpiredCanWriteNothing) {
   const int port = testing::FreePort();
   Serve(port, 2);

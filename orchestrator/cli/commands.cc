@@ -291,7 +291,7 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
   if (!f.worker_token_file.empty()) {
     ASSIGN_OR_RETURN(options.worker_token, ReadTokenFile(f.worker_token_file));
   }
-  if (!(f.lease_ttl > 0)) return absl::InvalidArgumentError("--lease-ttl must be positive");
+  RETURN_IF_ERROR(CheckLeaseTtl(f.lease_ttl, "--lease-ttl"));
   ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
   SchedulerOptions scheduler_options;
   scheduler_options.lease_ttl_seconds = f.lease_ttl;

@@ -188,6 +188,7 @@ absl::Status LocalRun::Prepare() {
 }
 
 absl::Status LocalRun::StartCoordinator() {
+  RETURN_IF_ERROR(CheckLeaseTtl(o.lease_ttl_seconds, "--lease-ttl"));
   SqliteStore::Options store_options;
   store_options.path = db_path = o.db.empty() ? spec.name + ".db" : o.db;
   ASSIGN_OR_RETURN(store, SqliteStore::Open(store_options));

@@ -43,7 +43,15 @@ absl::StatusOr<std::string> Scheduler::RegisterWorker(const std::string& host, i
   return id;
 }
 
-absl::StatusOr<LeaseOutcome> Scheduler::Lease(const std::string& worker_id) {
+absl::Status CheckLeaseTtl(double ttl, const std::string& flag) {
+  if (ttl >= kMinLeaseTtlSeconds && ttl <= kMaxLeaseTtlSeconds) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(flag, " ", ttl, ": a lease lasts from ",
+                                                 kMinLeaseTtlSeconds, " to ", kMaxLeaseTtlSeconds,
+                                                 " seconds (groups heartbeat every third of it)"));
+}
+
+absl::StatusOr<LeaseOutcome> Scheduler::Lease(const std::string& worker_id,
+                                              const std::string& request_id) {
   int64_t ranks = 0;
   {
     std::lock_guard<std::mutex> lock(ranks_mu_);
@@ -58,7 +66,7 @@ absl::StatusOr<LeaseOutcome> Scheduler::Lease(const std::string& worker_id) {
   LeaseOutcome outcome;
   if (!draining_) {
     ASSIGN_OR_RETURN(outcome.grant, store_->LeaseNextJob(worker_id, ranks, clock_->Now(),
-                                                         options_.lease_ttl_seconds));
+                                                         options_.lease_ttl_seconds, request_id));
   }
   if (!outcome.grant) {
     ASSIGN_OR_RETURN(int64_t active, store_->CountActiveJobs());

@@ -22,6 +22,15 @@
 
 namespace xmod {
 
+// The shortest lease the coordinator grants. Groups beat every TTL/3 and bound
+// their reconnection by TTL/6 (worker/client/coordinator_client.h); below a
+// second, an ordinary pause of the coordinator's host would expire healthy leases.
+inline constexpr double kMinLeaseTtlSeconds = 1.0;
+inline constexpr double kMaxLeaseTtlSeconds = 86400.0;
+
+// INVALID_ARGUMENT naming `flag` unless kMinLeaseTtlSeconds <= ttl <= kMaxLeaseTtlSeconds.
+absl::Status CheckLeaseTtl(double ttl, const std::string& flag);
+
 struct SchedulerOptions {
   double lease_ttl_seconds = 30.0;
   int64_t max_metrics_per_batch = 10000;
@@ -66,7 +75,9 @@ class Scheduler {
   // Leases the next job that fits the group (overdue leases are ended by
   // ExpireLeases, which the server runs every TTL/4). NOT_FOUND for an
   // unregistered worker.
-  absl::StatusOr<LeaseOutcome> Lease(const std::string& worker_id);
+  // `request_id`: see SqliteStore::LeaseNextJob (a retried request gets its lease back).
+  absl::StatusOr<LeaseOutcome> Lease(const std::string& worker_id,
+                                     const std::string& request_id = "");
 
   absl::StatusOr<HeartbeatAction> Heartbeat(const std::string& worker_id, const std::string& job_id,
                                             int64_t token, int64_t step);

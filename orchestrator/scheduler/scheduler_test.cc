@@ -344,6 +344,39 @@ TEST_F(SchedulerTest, ARestartedCoordinatorGivesHeldLeasesAFullTtl) {
   EXPECT_EQ(scheduler_->ExpireLeases().value(), 1);
 }
 
+// A LeaseJob answer lost on the way (the coordinator stopped after committing
+// it) must not cost the job an attempt: the retry, with the same request id, gets
+// the same lease back until a heartbeat confirms it, and never extends it.
+TEST_F(SchedulerTest, ARetriedLeaseRequestGetsItsLeaseBackUntilConfirmed) {
+  auto first = scheduler_->Lease(worker_, "7").value();
+  ASSERT_TRUE(first.grant.has_value());
+  clock_.Advance(10);
+  auto again = scheduler_->Lease(worker_, "7").value();
+  ASSERT_TRUE(again.grant.has_value());
+  EXPECT_EQ(again.grant->job_id, first.grant->job_id);
+  EXPECT_EQ(again.grant->fencing_token, first.grant->fencing_token);
+  EXPECT_EQ(again.grant->attempt, 1);
+  EXPECT_EQ(store_->Query("SELECT COUNT(*) FROM attempts").value().rows[0][0], Value(int64_t{1}));
+  // Not extended: the lease still runs out 30 s after it was first granted.
+  clock_.Advance(21);
+  EXPECT_EQ(scheduler_->ExpireLeases().value(), 1);
+  // The expired job is pending again (and cheapest): the same id now leases it anew.
+  const LeaseGrant renewed = *scheduler_->Lease(worker_, "7").value().grant;
+  EXPECT_EQ(renewed.job_id, first.grant->job_id);
+  EXPECT_EQ(renewed.attempt, 2);
+
+  // Another request id is another request: a second job.
+  const LeaseGrant a = *scheduler_->Lease(worker_, "8").value().grant;
+  const LeaseGrant b = *scheduler_->Lease(worker_, "9").value().grant;
+  EXPECT_NE(a.job_id, b.job_id);
+  // Once a heartbeat confirmed the lease, the id makes a new lease.
+  ASSERT_TRUE(scheduler_->Heartbeat(worker_, b.job_id, b.fencing_token, 0).ok());
+  EXPECT_NE(scheduler_->Lease(worker_, "9").value().grant->job_id, b.job_id);
+  // And another group's retry with the same id is not this group's request.
+  const std::string other = scheduler_->RegisterWorker("host", 1, "other").value();
+  EXPECT_NE(scheduler_->Lease(other, "8").value().grant->job_id, a.job_id);
+}
+
 TEST_F(SchedulerTest, AResumedJobGetsAFreshAttemptBudget) {
   std::string id;
   for (int attempt = 1; attempt <= 3; ++attempt) {

@@ -99,7 +99,7 @@ class Service final : public pb::Coordinator::Service {
                         pb::LeaseJobResponse* resp) override {
     return GuardRpc("LeaseJob", [&]() -> grpc::Status {
       if (auto s = Admit(c, *req, "LeaseJob", Role::kWorker); !s.ok()) return s;
-      auto outcome = scheduler_->Lease(req->worker_id());
+      auto outcome = scheduler_->Lease(req->worker_id(), req->request_id());
       if (!outcome.ok()) return ToGrpc(outcome.status());
       resp->set_lease_ttl_seconds(scheduler_->lease_ttl());
       if (!outcome->grant) {

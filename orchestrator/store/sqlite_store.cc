@@ -657,9 +657,42 @@ absl::StatusOr<int64_t> SqliteStore::WorkerRanks(const std::string& worker_id) {
 
 absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::string& worker_id,
                                                                     int64_t group_ranks, double now,
-                                                                    double ttl) {
+                                                                    double ttl,
+                                                                    const std::string& request_id) {
   std::optional<LeaseGrant> grant;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
+    // The same request again (its answer was lost: the coordinator stopped after
+    // committing, or the call timed out): the lease it made, as it was, while no
+    // heartbeat has confirmed it. It is not extended, so a group that keeps asking
+    // cannot hold it past its TTL.
+    if (!request_id.empty()) {
+      ASSIGN_OR_RETURN(Statement * again,
+                       // From the few leased jobs (jobs_by_status), then the attempt by key.
+                       PrepareLocked("SELECT j.job_id, j.config_json, j.attempt, j.fencing_token, "
+                                     "a.resumed_from_step FROM jobs j JOIN attempts a "
+                                     "ON a.job_id = j.job_id AND a.attempt = j.attempt "
+                                     "WHERE j.status = 'leased' AND j.worker_id = ?2 "
+                                     "AND a.lease_request = ?1"));
+      again->Bind(1, request_id).Bind(2, worker_id);
+      ASSIGN_OR_RETURN(QueryResult lost, CollectLocked(again));
+      if (!lost.rows.empty()) {
+        LeaseGrant g;
+        g.job_id = AsText(Cell(lost, 0, 0));
+        g.config_json = AsText(Cell(lost, 0, 1));
+        g.attempt = AsInt(Cell(lost, 0, 2));
+        g.fencing_token = AsInt(Cell(lost, 0, 3));
+        g.resume_step = AsInt(Cell(lost, 0, 4));
+        if (g.resume_step > 0) {
+          ASSIGN_OR_RETURN(Statement * path, PrepareLocked("SELECT path FROM checkpoints "
+                                                           "WHERE job_id = ?1 AND step = ?2"));
+          path->Bind(1, g.job_id).Bind(2, g.resume_step);
+          ASSIGN_OR_RETURN(QueryResult p, CollectLocked(path));
+          g.resume_checkpoint = AsText(Cell(p, 0, 0));
+        }
+        grant = std::move(g);
+        return absl::OkStatus();
+      }
+    }
     // Candidates in lease order, a page at a time, until one fits the group.
     static const std::string kPageSql = absl::StrCat(
         "SELECT job_id, batch_tokens, context FROM jobs WHERE status = 'pending' "
@@ -727,14 +760,19 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
     RETURN_IF_ERROR(WriteLocked(lease, "leasing a job"));
     ASSIGN_OR_RETURN(Statement * attempt,
                      PrepareLocked("INSERT INTO attempts (job_id, attempt, worker_id, "
-                                   "fencing_token, status, resumed_from_step, started_at) "
-                                   "VALUES (?1, ?2, ?3, ?4, 'leased', ?5, ?6)"));
+                                   "fencing_token, status, resumed_from_step, started_at, "
+                                   "lease_request) VALUES (?1, ?2, ?3, ?4, 'leased', ?5, ?6, ?7)"));
     attempt->Bind(1, g.job_id)
         .Bind(2, g.attempt)
         .Bind(3, worker_id)
         .Bind(4, g.fencing_token)
         .Bind(5, g.resume_step)
         .Bind(6, now);
+    if (request_id.empty()) {
+      attempt->BindNull(7);
+    } else {
+      attempt->Bind(7, request_id);
+    }
     RETURN_IF_ERROR(WriteLocked(attempt, "recording the attempt"));
     grant = std::move(g);
     return absl::OkStatus();

@@ -115,10 +115,14 @@ class SqliteStore {
   // In one transaction: claims the first pending job in lease order
   // (LeasesBefore) whose batch splits over `group_ranks` (BatchSplitsOver), raises its attempt,
   // issues a new fencing token, finds its newest checkpoint and deletes its metric rows past that
-  // step. nullopt when no job is pending.
+  // step. nullopt when no job is pending. `request_id` (may be empty) is the
+  // group's id for this call: a retry with the same id whose lease no heartbeat
+  // has confirmed yet (the answer was lost) gets that lease back unchanged (same
+  // attempt, token, resume point and expiry) instead of a second one.
   absl::StatusOr<std::optional<LeaseGrant>> LeaseNextJob(const std::string& worker_id,
                                                          int64_t group_ranks, double now,
-                                                         double ttl);
+                                                         double ttl,
+                                                         const std::string& request_id = "");
 
   // Extends the lease and records the step; a leased job becomes running. Returns
   // the job's state: kCancelled means the holder must stop (nothing is written).

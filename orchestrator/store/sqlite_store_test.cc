@@ -82,7 +82,7 @@ TEST(SqliteStore, MigratesANewFileToTheLatestSchemaVersion) {
   options.path = dir.File("x.db");
   auto store = SqliteStore::Open(options);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ((*store)->SchemaVersion().value(), 4);
+  EXPECT_EQ((*store)->SchemaVersion().value(), 5);
   store->reset();
   // The journal mode is a property of the file; read it back with SQLite itself.
   sqlite3* db = nullptr;
@@ -418,7 +418,7 @@ TEST(SqliteStore, MetricsForAnUnknownJobAreRefusedWhole) {
 TEST(SqliteStore, QueryRefusesStatementsThatWrite) {
   auto store = OpenMemory();
   for (const char* sql : {"DELETE FROM jobs", "INSERT INTO workers VALUES ('w', 'h', 1, 0, 0)",
-                          "DROP TABLE jobs", "PRAGMA user_version=5"}) {
+                          "DROP TABLE jobs", "PRAGMA user_version=6"}) {
     auto r = store->Query(sql);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << sql;
     EXPECT_THAT(std::string(r.status().message()), HasSubstr("would write")) << sql;

@@ -1,9 +1,11 @@
 #include "worker/client/coordinator_client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <thread>
 
+#include "common/status_macros.h"
 #include "proto/channel.h"
 
 namespace xmod {
@@ -16,22 +18,44 @@ bool Retryable(const grpc::Status& s) {
          s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
 }
 
-GrpcCoordinatorClient::GrpcCoordinatorClient(std::shared_ptr<grpc::Channel> channel,
-                                             std::string token, std::string where,
+GrpcCoordinatorClient::GrpcCoordinatorClient(ChannelOptions channel, std::string where,
                                              const std::atomic<bool>* stop)
-    : stub_(pb::Coordinator::NewStub(channel)),
-      token_(std::move(token)),
-      where_(std::move(where)),
-      stop_(stop) {}
+    : channel_options_(std::move(channel)), where_(std::move(where)), stop_(stop) {}
+
+absl::StatusOr<std::unique_ptr<GrpcCoordinatorClient>> GrpcCoordinatorClient::Create(
+    ChannelOptions channel, std::string where, const std::atomic<bool>* stop) {
+  channel.reconnect_max_seconds = kReconnectSeconds;
+  std::unique_ptr<GrpcCoordinatorClient> client(
+      new GrpcCoordinatorClient(std::move(channel), std::move(where), stop));
+  RETURN_IF_ERROR(client->Connect());
+  return client;
+}
+
+absl::Status GrpcCoordinatorClient::Connect() {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(channel_options_));
+  stub_ = pb::Coordinator::NewStub(channel);
+  return absl::OkStatus();
+}
+
+absl::Status GrpcCoordinatorClient::UseLeaseTtl(double ttl_seconds) {
+  if (!(ttl_seconds > 0)) return absl::OkStatus();  // an old coordinator: keep the default
+  const double bound = std::clamp(ttl_seconds / 6.0, 0.05, kReconnectSeconds);
+  if (bound >= channel_options_.reconnect_max_seconds) return absl::OkStatus();
+  channel_options_.reconnect_max_seconds = bound;
+  return Connect();  // channel arguments are fixed when a channel is made
+}
 
 template <typename Request, typename Response>
 grpc::Status GrpcCoordinatorClient::Call(
     const char* name,
     grpc::Status (pb::Coordinator::Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
     const Request& request, Response* response, bool give_up_on_stop) {
-  double backoff = 0.2;
+  // The group's own calls try in short slices so that a stop request is seen
+  // while the coordinator is away; a job's reports wait longer per try.
+  const double per_try = give_up_on_stop ? 5.0 : 30.0;
+  double backoff = 0.05;
   for (int attempt = 1;; ++attempt) {
-    auto context = MakeContext(token_, 30.0);
+    auto context = MakeContext(channel_options_.token, per_try, /*wait_for_ready=*/true);
     grpc::Status s = ((*stub_).*rpc)(context.get(), request, response);
     if (!Retryable(s)) return s;
     if (give_up_on_stop && stop_ != nullptr && stop_->load()) return s;
@@ -39,8 +63,13 @@ grpc::Status GrpcCoordinatorClient::Call(
       std::cerr << where_ << ": " << name << ": coordinator unreachable (" << s.error_message()
                 << "); retrying\n";
     }
-    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
-    backoff = std::min(5.0, backoff * 1.6);
+    // A try that waited out its deadline has waited already; one that failed fast
+    // (the coordinator shutting down, overloaded) sleeps a little, never longer
+    // than the reconnection bound.
+    if (s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+      backoff = std::min(channel_options_.reconnect_max_seconds, backoff * 2);
+    }
   }
 }
 
@@ -55,8 +84,9 @@ grpc::Status GrpcCoordinatorClient::Lease(const pb::LeaseJobRequest& request,
 }
 
 grpc::Status GrpcCoordinatorClient::Heartbeat(const pb::HeartbeatRequest& request,
-                                              pb::HeartbeatResponse* response) {
-  auto context = MakeContext(token_, 10.0);
+                                              pb::HeartbeatResponse* response,
+                                              double wait_seconds) {
+  auto context = MakeContext(channel_options_.token, wait_seconds, /*wait_for_ready=*/true);
   return stub_->Heartbeat(context.get(), request, response);
 }
 
@@ -82,7 +112,7 @@ grpc::Status GrpcCoordinatorClient::FailJob(const pb::FailJobRequest& request) {
 
 grpc::Status GrpcCoordinatorClient::FailJobOnce(const pb::FailJobRequest& request) {
   pb::FailJobResponse none;
-  auto context = MakeContext(token_, 10.0);
+  auto context = MakeContext(channel_options_.token, 10.0);
   return stub_->FailJob(context.get(), request, &none);
 }
 

@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "proto/channel.h"
 #include "xmod/v1/coordinator.grpc.pb.h"
 
 namespace xmod {
@@ -20,9 +22,10 @@ bool Retryable(const grpc::Status& status);
 class CoordinatorClient {
  public:
   virtual ~CoordinatorClient() = default;
-  // One try with a short deadline: a lost heartbeat is retried at the next beat.
+  // One try, waiting up to `wait_seconds` for the coordinator to be reachable: a
+  // lost heartbeat is retried at the next beat.
   virtual grpc::Status Heartbeat(const v1::HeartbeatRequest& request,
-                                 v1::HeartbeatResponse* response) = 0;
+                                 v1::HeartbeatResponse* response, double wait_seconds) = 0;
   // These retry while the coordinator is unreachable (an implementation's choice);
   // what they return is final.
   virtual grpc::Status ReportMetrics(const v1::ReportMetricsRequest& request) = 0;
@@ -33,20 +36,33 @@ class CoordinatorClient {
   virtual grpc::Status FailJobOnce(const v1::FailJobRequest& request) = 0;
 };
 
-// Over a gRPC channel, with the bearer token on every call. Retried calls back
-// off from 0.2 s to 5 s; `stop` (may be null) set makes the group's own calls
-// (register, lease) give up, not the job's reports.
+// Over a gRPC channel, with the bearer token on every call. Every call waits for
+// the channel to be ready rather than failing at once while the coordinator is
+// away, and the channel tries to reconnect at least every `reconnect_seconds()`,
+// so that the group is back within the grace a restarted coordinator grants (one
+// lease TTL). A retried call that failed fast sleeps at most that long between
+// tries. `stop` (may be null) set makes the group's own calls (register, lease)
+// give up, not the job's reports.
 class GrpcCoordinatorClient : public CoordinatorClient {
  public:
-  GrpcCoordinatorClient(std::shared_ptr<grpc::Channel> channel, std::string token,
-                        std::string where, const std::atomic<bool>* stop);
+  // Before the lease TTL is known: reconnect at least every second.
+  static constexpr double kReconnectSeconds = 1.0;
+
+  static absl::StatusOr<std::unique_ptr<GrpcCoordinatorClient>> Create(
+      ChannelOptions channel, std::string where, const std::atomic<bool>* stop);
+
+  // The coordinator's lease TTL (from RegisterWorker): reconnection is bounded by
+  // half a heartbeat interval (TTL/6, at most kReconnectSeconds), so a group
+  // reconnects and beats well within one TTL of the coordinator's return.
+  absl::Status UseLeaseTtl(double ttl_seconds);
+  double reconnect_seconds() const { return channel_options_.reconnect_max_seconds; }
 
   grpc::Status Register(const v1::RegisterWorkerRequest& request,
                         v1::RegisterWorkerResponse* response);
   grpc::Status Lease(const v1::LeaseJobRequest& request, v1::LeaseJobResponse* response);
 
-  grpc::Status Heartbeat(const v1::HeartbeatRequest& request,
-                         v1::HeartbeatResponse* response) override;
+  grpc::Status Heartbeat(const v1::HeartbeatRequest& request, v1::HeartbeatResponse* response,
+                         double wait_seconds) override;
   grpc::Status ReportMetrics(const v1::ReportMetricsRequest& request) override;
   grpc::Status ReportCheckpoint(const v1::ReportCheckpointRequest& request) override;
   grpc::Status CompleteJob(const v1::CompleteJobRequest& request) override;
@@ -60,8 +76,11 @@ class GrpcCoordinatorClient : public CoordinatorClient {
                                                                Response*),
                     const Request& request, Response* response, bool give_up_on_stop);
 
+  GrpcCoordinatorClient(ChannelOptions channel, std::string where, const std::atomic<bool>* stop);
+  absl::Status Connect();
+
+  ChannelOptions channel_options_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
-  std::string token_;
   std::string where_;
   const std::atomic<bool>* stop_;
 };

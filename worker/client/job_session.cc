@@ -39,12 +39,16 @@ void JobSession::StartHeartbeat(double ttl_seconds) {
   double period = ttl_seconds / 3.0;
   if (o_.stall_seconds > 0) period = std::min(period, o_.stall_seconds / 4.0);
   period = std::max(0.05, period);
+  beat_wait_ = period;
   heartbeat_ = std::thread([this, period] {
     std::unique_lock<std::mutex> lock(mu_);
     while (!heartbeat_stop_) {
       cv_.wait_for(lock, std::chrono::duration<double>(period));
       if (heartbeat_stop_) break;
       lock.unlock();
+      // Time spent waiting for the coordinator (a report retried through an
+      // outage) is not a stall of training.
+      if (reporting_ > 0) last_progress_ = Now();
       if (o_.stall_seconds > 0 && Now() - last_progress_ > o_.stall_seconds) {
         Stalled();
         return;
@@ -105,6 +109,7 @@ void JobSession::OnCheckpoint(int64_t step, const std::string& path) {
   std::stringstream text;
   text << meta.rdbuf();
   r.set_checksum(HexId(text.str()));
+  Reporting busy(reporting_);
   Check(client_.ReportCheckpoint(r));
 }
 
@@ -126,6 +131,7 @@ pb::FailJobRequest JobSession::Failure(pb::FailJobRequest::Reason reason, bool r
 }
 
 void JobSession::Send(const pb::FailJobRequest& fail) {
+  Reporting busy(reporting_);
   if (!ended_.exchange(true)) Check(client_.FailJob(fail));
 }
 
@@ -145,6 +151,7 @@ void JobSession::Finish(const absl::StatusOr<TrainResult>& result) {
     done.set_job_id(job_id_);
     done.set_fencing_token(token_);
     done.set_step(result->step);
+    Reporting busy(reporting_);
     Check(client_.CompleteJob(done));
   } else {
     const auto reason = result->outcome == TrainOutcome::kDiverged ? pb::FailJobRequest::DIVERGED
@@ -166,7 +173,7 @@ void JobSession::Beat() {
   r.set_fencing_token(token_);
   r.set_step(step_);
   pb::HeartbeatResponse resp;
-  grpc::Status s = client_.Heartbeat(r, &resp);
+  grpc::Status s = client_.Heartbeat(r, &resp, beat_wait_);
   if (Retryable(s)) return;  // try again at the next beat; the lease may still hold
   if (!Check(s)) return;
   if (resp.action() == pb::HeartbeatResponse::CANCEL) cancelled_ = true;
@@ -212,6 +219,7 @@ bool JobSession::FlushLocked() {
   if (pending_.metrics_size() == 0) return true;
   pending_.set_job_id(job_id_);
   pending_.set_fencing_token(token_);
+  Reporting busy(reporting_);
   grpc::Status s = client_.ReportMetrics(pending_);
   // Kept on failure: a later flush sends it again (a resend is idempotent), and
   // no checkpoint is recorded past rows that have not landed.

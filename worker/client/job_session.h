@@ -49,7 +49,8 @@ class JobSession {
   JobSession& operator=(const JobSession&) = delete;
 
   // Beats every TTL/3 (and at least four times per stall timeout) until
-  // StopHeartbeat or destruction.
+  // StopHeartbeat or destruction. The watchdog counts time spent in a report to
+  // the coordinator (retried through an outage) as progress.
   void StartHeartbeat(double ttl_seconds);
   void StopHeartbeat();
 
@@ -89,8 +90,18 @@ class JobSession {
   bool FlushLocked();
   static double Now();
 
+  // Counts a report in flight (they retry while the coordinator is away).
+  struct Reporting {
+    explicit Reporting(std::atomic<int>& n) : n(n) { ++n; }
+    ~Reporting() { --n; }
+    std::atomic<int>& n;
+  };
+
   CoordinatorClient& client_;
   JobSessionOptions o_;
+  std::atomic<int> reporting_{0};
+  // How long one heartbeat waits for an unreachable coordinator: the beat period.
+  std::atomic<double> beat_wait_{10.0};
   std::string worker_id_;
   std::string job_id_;
   int64_t token_;

@@ -18,14 +18,21 @@ using ::testing::HasSubstr;
 // queued (OK when nothing is queued).
 class FakeCoordinator : public CoordinatorClient {
  public:
-  grpc::Status Heartbeat(const pb::HeartbeatRequest& r, pb::HeartbeatResponse* out) override {
+  grpc::Status Heartbeat(const pb::HeartbeatRequest& r, pb::HeartbeatResponse* out,
+                         double wait_seconds) override {
     std::lock_guard<std::mutex> lock(mu_);
     calls.push_back("Heartbeat");
+    last_wait = wait_seconds;
     last_heartbeat = r;
     out->set_action(action);
     return Next(&heartbeat_status);
   }
   grpc::Status ReportMetrics(const pb::ReportMetricsRequest& r) override {
+    // A coordinator that is away: the call waits (the real client retries
+    // through an outage), outside the lock so heartbeats go on.
+    if (metrics_delay_seconds > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(metrics_delay_seconds));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     calls.push_back("ReportMetrics:" + std::to_string(r.metrics_size()));
     grpc::Status s = Next(&metrics_status);
@@ -67,6 +74,8 @@ class FakeCoordinator : public CoordinatorClient {
   std::deque<grpc::Status> metrics_status, heartbeat_status;
   pb::HeartbeatResponse::Action action = pb::HeartbeatResponse::CONTINUE;
   pb::HeartbeatRequest last_heartbeat;
+  double last_wait = 0;
+  double metrics_delay_seconds = 0;
   pb::ReportCheckpointRequest checkpoint;
   pb::FailJobRequest fail;
 
@@ -268,6 +277,25 @@ TEST(JobSession, StepsKeepTheWatchdogQuiet) {
   EXPECT_GE(fake.last_heartbeat.step(), 10);  // the beats carried the steps as they went
   session.ConfirmLease();
   EXPECT_EQ(fake.last_heartbeat.step(), 20);
+}
+
+TEST(JobSession, AReportWaitingForTheCoordinatorIsNoStall) {
+  FakeCoordinator fake;
+  fake.metrics_delay_seconds = 1.0;  // more than twice the stall timeout
+  std::atomic<int> stalled{0};
+  JobSessionOptions o = Options();
+  o.stall_seconds = 0.4;
+  o.on_stalled = [&] { ++stalled; };
+  JobSession session(fake, o, "w", "job", 7);
+  session.OnStep(1);
+  session.StartHeartbeat(30.0);
+  session.OnMetrics({{"train_loss", 1, 2.0, 1, 1.0}});
+  EXPECT_TRUE(session.Flush());  // blocks for a second, training waits with it
+  session.StopHeartbeat();
+  EXPECT_EQ(stalled, 0);
+  // Each heartbeat waits for the coordinator no longer than the beat period.
+  EXPECT_GT(fake.last_wait, 0);
+  EXPECT_LE(fake.last_wait, 0.4 / 4.0 + 1e-9);
 }
 
 }  // namespace

@@ -49,8 +49,9 @@ absl::Status BroadcastExit(Communicator& comm) {
 // Rank 0: decides what the group does next and tells the other ranks.
 absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
   ChannelOptions channel_options{o.coordinator, o.token, o.tls_ca};
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(channel_options));
-  GrpcCoordinatorClient client(channel, o.token, comm.Where(), &g_stop_requested);
+  ASSIGN_OR_RETURN(std::unique_ptr<GrpcCoordinatorClient> made,
+                   GrpcCoordinatorClient::Create(channel_options, comm.Where(), &g_stop_requested));
+  GrpcCoordinatorClient& client = *made;
   pb::RegisterWorkerRequest reg;
   reg.set_host(HostName());
   reg.set_ranks(comm.size());
@@ -63,6 +64,7 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
     return FromGrpc(s, "RegisterWorker");
   }
   const std::string worker_id = registered.worker_id();
+  RETURN_IF_ERROR(client.UseLeaseTtl(registered.lease_ttl_seconds()));
   std::cerr << comm.Where() << ": worker group " << worker_id << " (" << comm.size()
             << " ranks) registered with " << o.coordinator << "\n";
 
@@ -70,9 +72,12 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
   session_options.metrics_batch = o.metrics_batch;
   session_options.stall_seconds = o.stall_seconds;
   session_options.stop = &g_stop_requested;
+  int64_t lease_requests = 0;
   while (!g_stop_requested) {
     pb::LeaseJobRequest req;
     req.set_worker_id(worker_id);
+    // Retries of this request (inside client.Lease) carry the same id.
+    req.set_request_id(absl::StrCat(++lease_requests));
     pb::LeaseJobResponse lease;
     s = client.Lease(req, &lease);
     if (!s.ok()) {
@@ -85,6 +90,8 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
       std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_seconds));
       continue;
     }
+    // A coordinator restarted with a shorter TTL tightens reconnection too.
+    RETURN_IF_ERROR(client.UseLeaseTtl(lease.lease_ttl_seconds()));
     JobSession session(client, session_options, worker_id, lease.job_id(), lease.fencing_token(),
                        lease.resume_step());
     // Nothing is broadcast until the job parses and its data opens: on either
