@@ -1,12 +1,17 @@
 #include "orchestrator/store/sqlite_store.h"
 
 #include <sqlite3.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
+#include <cctype>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "schema/migrations.h"
@@ -123,12 +128,49 @@ absl::Status SqliteStore::FaultLocked(std::string_view what) {
       absl::StrCat(options_.path, ": ", fault->message, ": ", sqlite3_errstr(fault->sqlite_code)));
 }
 
+namespace {
+
+// Whether a read-only open must read the file as immutable. A WAL database
+// needs its -shm file even to be read, and SQLite cannot make one on a
+// read-only filesystem (an archived sweep, a read-only mount of the cluster's
+// results) or in a folder the reader may not write (a colleague's sweep). There
+// it can read only as immutable, which is true on a read-only filesystem, and
+// true in the other case while no writer is on the file: no -wal file exists.
+// (A writer that starts during the read is not seen; reads are short.)
+bool ReadAsImmutable(const std::string& path) {
+  struct statvfs fs {};
+  if (::statvfs(path.c_str(), &fs) == 0 && (fs.f_flag & ST_RDONLY) != 0) return true;
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::absolute(path, ec).parent_path();
+  return !ec && ::access(parent.c_str(), W_OK) != 0 &&
+         !std::filesystem::exists(path + "-wal", ec);
+}
+
+// "file:" URI of a path (RFC 3986 percent-encoding of what a URI would read).
+std::string FileUri(const std::string& path, const std::string& query) {
+  std::string uri = "file:";
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || std::strchr("/-._~", c) != nullptr) {
+      uri += static_cast<char>(c);
+    } else {
+      uri += absl::StrFormat("%%%02X", c);
+    }
+  }
+  return uri + "?" + query;
+}
+
+}  // namespace
+
 absl::Status SqliteStore::Init() {
   std::lock_guard<std::mutex> lock(mu_);
-  const int flags =
+  int flags =
       options_.read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  if (sqlite3_open_v2(options_.path.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr) !=
-      SQLITE_OK) {
+  std::string name = options_.path;
+  if (options_.read_only && options_.path != ":memory:" && ReadAsImmutable(options_.path)) {
+    name = FileUri(options_.path, "immutable=1");
+    flags |= SQLITE_OPEN_URI;
+  }
+  if (sqlite3_open_v2(name.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
     return SqlError("cannot open");
   }
   sqlite3_busy_timeout(db_, options_.busy_timeout_ms);
@@ -145,6 +187,15 @@ absl::Status SqliteStore::Init() {
           found < latest ? " (open it once with a writing command to migrate)" : ""));
     }
     return absl::OkStatus();
+  }
+  // SQLite opens a file it cannot write read-only without saying so; every
+  // write would then fail later, one by one. Refuse it here, before anything.
+  if (options_.path != ":memory:" && sqlite3_db_readonly(db_, "main") == 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        options_.path,
+        ": the database file is read-only (its permissions, or a read-only filesystem); this "
+        "command writes to it. Make it writable, or work on a writable copy; `xmod sql`, "
+        "`xmod status --db` and `xmod results --db` read it as it is"));
   }
   RETURN_IF_ERROR(ExecLocked("PRAGMA journal_mode=WAL"));
   RETURN_IF_ERROR(
