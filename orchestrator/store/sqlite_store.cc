@@ -6,8 +6,8 @@
 
 #include <cctype>
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -142,8 +142,7 @@ bool ReadAsImmutable(const std::string& path) {
   if (::statvfs(path.c_str(), &fs) == 0 && (fs.f_flag & ST_RDONLY) != 0) return true;
   std::error_code ec;
   const std::filesystem::path parent = std::filesystem::absolute(path, ec).parent_path();
-  return !ec && ::access(parent.c_str(), W_OK) != 0 &&
-         !std::filesystem::exists(path + "-wal", ec);
+  return !ec && ::access(parent.c_str(), W_OK) != 0 && !std::filesystem::exists(path + "-wal", ec);
 }
 
 // "file:" URI of a path (RFC 3986 percent-encoding of what a URI would read).
