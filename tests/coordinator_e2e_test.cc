@@ -13,97 +13,15 @@
 
 #include "orchestrator/launch/local_run.h"
 #include "orchestrator/store/sqlite_store.h"
-#include "tests/process.h"
+#include "tests/cluster.h"
 
 namespace xmod {
 namespace {
 
 using testing::CommandResult;
+using testing::RankPid;
 
-class CoordinatorE2e : public testing::TempDirTest {
- protected:
-  void TearDown() override {
-    for (pid_t p : spawned_) {
-      SignalTree(p, SIGKILL);
-      ::waitpid(p, nullptr, 0);
-    }
-    testing::TempDirTest::TearDown();
-  }
-
-  std::string Fixture(const std::string& name) {
-    return std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/" + name;
-  }
-
-  pid_t Serve(int port, double ttl) {
-    const pid_t pid = testing::SpawnGroup(
-        {XMOD_BIN, "serve", "--db", Path("x.db"), "--listen", "127.0.0.1:" + std::to_string(port),
-         "--lease-ttl", std::to_string(ttl)},
-        Path("serve.log"));
-    spawned_.push_back(pid);
-    EXPECT_TRUE(testing::WaitUntil(
-        [&] { return testing::Slurp(Path("serve.log")).find("xmod serve:") != std::string::npos; },
-        30))
-        << testing::Slurp(Path("serve.log"));
-    return pid;
-  }
-
-  pid_t Group(int port, int ranks, const std::string& name) {
-    const pid_t pid = testing::SpawnGroup(
-        {MPIEXEC, "-np", std::to_string(ranks), "--allow-run-as-root", "--oversubscribe",
-         XMOD_WORKER_BIN, "--coordinator", "127.0.0.1:" + std::to_string(port), "--run-dir",
-         Path("runs"), "--threads", "1", "--name", name, "--poll-seconds", "0.2"},
-        Path(name + ".log"));
-    spawned_.push_back(pid);
-    return pid;
-  }
-
-  void Submit(int port, const std::string& spec) {
-    CommandResult r =
-        Command(XMOD_BIN, {"submit", spec, "--coordinator", "127.0.0.1:" + std::to_string(port)});
-    ASSERT_EQ(r.code, 0) << r.err;
-  }
-
-  // Rows of one query on a read-only connection (the coordinator keeps writing).
-  std::vector<std::vector<Value>> Rows(const std::string& sql) {
-    SqliteStore::Options o;
-    o.path = Path("x.db");
-    o.read_only = true;
-    auto store = SqliteStore::Open(o);
-    if (!store.ok()) return {};
-    auto rows = (*store)->Query(sql);
-    return rows.ok() ? rows->rows : std::vector<std::vector<Value>>{};
-  }
-
-  int64_t Count(const std::string& sql) {
-    auto rows = Rows(sql);
-    if (rows.empty() || !std::holds_alternative<int64_t>(rows[0][0])) return -1;  // NULL
-    return std::get<int64_t>(rows[0][0]);
-  }
-
-  // Every job's train_loss holds each step 1..steps exactly once, and val_loss its
-  // evaluation steps; the primary key rules out doubles, this rules out gaps.
-  void ExpectCompleteCurves() {
-    for (const auto& row : Rows("SELECT job_id, steps FROM jobs")) {
-      const std::string id = std::get<std::string>(row[0]);
-      const int64_t steps = std::get<int64_t>(row[1]);
-      EXPECT_EQ(
-          Count("SELECT COUNT(*) FROM metrics WHERE name = 'train_loss' AND job_id = '" + id + "'"),
-          steps)
-          << id;
-      EXPECT_EQ(Count("SELECT COUNT(DISTINCT step) FROM metrics WHERE name = 'train_loss' AND "
-                      "step BETWEEN 1 AND " +
-                      std::to_string(steps) + " AND job_id = '" + id + "'"),
-                steps)
-          << id;
-      EXPECT_EQ(Count("SELECT COUNT(*) FROM metrics WHERE name = 'val_loss' AND step = " +
-                      std::to_string(steps) + " AND job_id = '" + id + "'"),
-                1)
-          << id;
-    }
-  }
-
-  std::vector<pid_t> spawned_;
-};
+class CoordinatorE2e : public testing::ClusterTest {};
 
 TEST_F(CoordinatorE2e, TwoGroupsOfTwoRanksCompleteTheSmokeSweep) {
   const int port = testing::FreePort();
@@ -255,34 +173,11 @@ TEST_F(CoordinatorE2e, AZombieGroupWhoseLeaseExpiredCanWriteNothing) {
   ExpectCompleteCurves();
 }
 
-// The pid of rank `rank` among the descendants of a group started by mpirun.
-pid_t RankPid(pid_t group, int rank) {
-  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
-  for (pid_t p : ProcessTree(group)) {
-    std::ifstream env("/proc/" + std::to_string(p) + "/environ");
-    std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
-    for (size_t at = 0; at < all.size();) {
-      const size_t end = all.find('\0', at);
-      if (all.compare(at, end == std::string::npos ? std::string::npos : end - at, want) == 0) {
-        return p;
-      }
-      if (end == std::string::npos) break;
-      at = end + 1;
-    }
-  }
-  return -1;
-}
-
 TEST_F(CoordinatorE2e, AGroupWithAStoppedRankIsEndedByItsWatchdogAndTheJobMovesOn) {
   const int port = testing::FreePort();
   Serve(port, 30);  // a long lease: only the watchdog can free the job quickly
   Submit(port, Fixture("long.yaml"));
-  const pid_t a = testing::SpawnGroup(
-      {MPIEXEC, "-np", "2", "--allow-run-as-root", "--oversubscribe", XMOD_WORKER_BIN,
-       "--coordinator", "127.0.0.1:" + std::to_string(port), "--run-dir", Path("runs"), "--threads",
-       "1", "--name", "a", "--poll-seconds", "0.2", "--stall-timeout", "3"},
-      Path("a.log"));
-  spawned_.push_back(a);
+  const pid_t a = Group(port, 2, "a", {"--stall-timeout", "3"});
   ASSERT_TRUE(testing::WaitUntil(
       [&] { return Count("SELECT COUNT(*) FROM checkpoints WHERE step >= 20") > 0; }, 120))
       << testing::Slurp(Path("a.log"));
