@@ -36,14 +36,13 @@ class ClusterTest : public TempDirTest {
   }
 
   pid_t Serve(int port, double ttl) {
-    const pid_t pid = SpawnGroup(
-        {XMOD_BIN, "serve", "--db", Path("x.db"), "--listen", "127.0.0.1:" + std::to_string(port),
-         "--lease-ttl", std::to_string(ttl)},
-        Path("serve.log"));
+    const pid_t pid =
+        SpawnGroup({XMOD_BIN, "serve", "--db", Path("x.db"), "--listen",
+                    "127.0.0.1:" + std::to_string(port), "--lease-ttl", std::to_string(ttl)},
+                   Path("serve.log"));
     spawned_.push_back(pid);
     EXPECT_TRUE(WaitUntil(
-        [&] { return Slurp(Path("serve.log")).find("xmod serve:") != std::string::npos; },
-        30))
+        [&] { return Slurp(Path("serve.log")).find("xmod serve:") != std::string::npos; }, 30))
         << Slurp(Path("serve.log"));
     return pid;
   }
@@ -51,13 +50,22 @@ class ClusterTest : public TempDirTest {
   // A worker group named `name` (its worker id starts with "name-"), logging to name.log.
   pid_t Group(int port, int ranks, const std::string& name,
               const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {
-        MPIEXEC,         "-np",         std::to_string(ranks),
-        "--allow-run-as-root", "--oversubscribe", XMOD_WORKER_BIN,
-        "--coordinator", "127.0.0.1:" + std::to_string(port),
-        "--run-dir",     Path("runs"),  "--threads",
-        "1",             "--name",      name,
-        "--poll-seconds", "0.2"};
+    std::vector<std::string> argv = {MPIEXEC,
+                                     "-np",
+                                     std::to_string(ranks),
+                                     "--allow-run-as-root",
+                                     "--oversubscribe",
+                                     XMOD_WORKER_BIN,
+                                     "--coordinator",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--run-dir",
+                                     Path("runs"),
+                                     "--threads",
+                                     "1",
+                                     "--name",
+                                     name,
+                                     "--poll-seconds",
+                                     "0.2"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     const pid_t pid = SpawnGroup(argv, Path(name + ".log"));
     spawned_.push_back(pid);
@@ -108,7 +116,6 @@ class ClusterTest : public TempDirTest {
           << id;
     }
   }
-
 
   // Every metric of a job as (name, step) -> value, from a metrics.jsonl file.
   static std::map<std::pair<std::string, int64_t>, double> ReadMetricsLog(const std::string& path) {
