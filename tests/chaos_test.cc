@@ -128,7 +128,7 @@ TEST_F(Chaos, ASeededFaultScheduleCostsNoStepNoBitAndNoUncountedAttempt) {
   spawn(0);
   spawn(1);
   std::map<std::string, int> faulted;  // worker faults per group: each may lose one attempt
-  std::set<std::string> signalled;  // groups told to stop: their attempt ends preempted
+  std::set<std::string> signalled;     // groups told to stop: their attempt ends preempted
   auto sweep_done = [&] {
     return Count("SELECT COUNT(*) FROM jobs WHERE status IN ('pending', 'leased', 'running')") == 0;
   };
