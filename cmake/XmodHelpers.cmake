@@ -95,7 +95,10 @@ function(xmod_test name)
   if(NOT XMOD_BUILD_TESTS)
     return()
   endif()
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  # COST: CTest's estimate of the test's length; a high one starts it first, so
+  # that a long test overlaps the others instead of running alone at the end
+  # (CTest learns real costs only after a first run, which CI never has).
+  cmake_parse_arguments(ARG "" "COST" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
@@ -106,5 +109,9 @@ function(xmod_test name)
     set(ARG_LABELS unit)
   endif()
   include(GoogleTest)
-  gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+  if(NOT ARG_COST)
+    set(ARG_COST 0)
+  endif()
+  gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" COST ${ARG_COST}
+                       DISCOVERY_TIMEOUT 60)
 endfunction()
