@@ -1,10 +1,41 @@
 #include "worker/model/model.h"
 
+#include <torch/version.h>
+
+#include <atomic>
 #include <cmath>
+#include <optional>
+
+#include "worker/model/precision.h"
+
+#if TORCH_VERSION_MAJOR >= 2
+#define XMOD_HAVE_SDPA 1
+#else
+#define XMOD_HAVE_SDPA 0
+#endif
 
 namespace xmod {
 
 namespace F = torch::nn::functional;
+
+namespace {
+std::atomic<AttentionPath> g_attention_path{XMOD_HAVE_SDPA ? AttentionPath::kFused
+                                                           : AttentionPath::kEager};
+}  // namespace
+
+bool HaveFusedAttention() { return XMOD_HAVE_SDPA != 0; }
+
+void SetAttentionPath(AttentionPath path) {
+  TORCH_CHECK(path == AttentionPath::kEager || HaveFusedAttention(),
+              "fused attention needs LibTorch 2.0 or later; this is ", TORCH_VERSION);
+  g_attention_path = path;
+}
+
+AttentionPath CurrentAttentionPath() { return g_attention_path; }
+
+const char* AttentionPathName(AttentionPath path) {
+  return path == AttentionPath::kFused ? "fused" : "eager";
+}
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
@@ -44,16 +75,28 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   auto parts = qkv(x).view({b, n, 3, n_heads_, hd}).permute({2, 0, 3, 1, 4}).unbind(0);
   const torch::Tensor q = Rotate(parts[0], cos, sin);
   const torch::Tensor k = Rotate(parts[1], cos, sin);
-  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd)));
-  if (allowed.defined()) {
-    scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
-  } else {
-    // Tokens come in increasing position order, so causal means j <= i.
-    const torch::Tensor future =
-        torch::ones({n, n}, torch::dtype(torch::kBool).device(x.device())).triu(1);
-    scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+  torch::Tensor out;  // [B, H, N, hd]
+#if XMOD_HAVE_SDPA
+  if (g_attention_path == AttentionPath::kFused) {
+    // Tokens come in increasing position order, so causal is the plain lower
+    // triangle; a boolean mask is true where attending is allowed, as `allowed`.
+    out = allowed.defined() ? at::scaled_dot_product_attention(q, k, parts[2], allowed)
+                            : at::scaled_dot_product_attention(q, k, parts[2], {}, 0.0,
+                                                               /*is_causal=*/true);
   }
-  const torch::Tensor out = torch::matmul(torch::softmax(scores, -1), parts[2]);  // [B, H, N, hd]
+#endif
+  if (!out.defined()) {
+    torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd)));
+    if (allowed.defined()) {
+      scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+    } else {
+      // Tokens come in increasing position order, so causal means j <= i.
+      const torch::Tensor future =
+          torch::ones({n, n}, torch::dtype(torch::kBool).device(x.device())).triu(1);
+      scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+    }
+    out = torch::matmul(torch::softmax(scores, -1), parts[2]);
+  }
   return proj(out.transpose(1, 2).reshape({b, n, d}));
 }
 
@@ -152,7 +195,8 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
   const double rho = double(k) / double(t);
 
   torch::Tensor x = tok_emb(tokens);
-  std::vector<torch::Tensor> router_probs;  // sigmoid(r) per routed layer, [B, T]
+  std::vector<torch::Tensor> router_probs;   // sigmoid(r) per routed layer, [B, T]
+  std::vector<torch::Tensor> router_logits;  // r per routed layer, [B, T], fp32, detached
   torch::Tensor router_loss = torch::zeros({}, x.options());
   torch::Tensor layers_used = torch::zeros({b, t}, x.options());
   int64_t routed_layers = 0;
@@ -167,30 +211,38 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
       continue;
     }
     ++routed_layers;
+    // The router, the routing decision and its losses are an fp32 island of a
+    // bf16 autocast region: near-ties must be broken as in fp32.
+    std::optional<AutocastOff> fp32_router(std::in_place, x.device());
     const torch::Tensor r = layer->router(x.to(torch::kFloat32)).squeeze(-1);  // [B, T], fp32
     const torch::Tensor gate_scale =
         layer->gamma.defined() ? layer->gamma * layer->gate_scale : torch::ones({1}, x.options());
     router_probs.push_back(torch::sigmoid(r));
+    router_logits.push_back(r.detach());
     if (routing == Routing::kTopK) {
       // Top-k per sequence, re-sorted by position so that causal order is kept.
       const torch::Tensor idx = std::get<0>(std::get<1>(r.topk(k, -1)).sort(-1));  // [B, k]
+      const torch::Tensor weight = torch::sigmoid(r.gather(1, idx)) * gate_scale;  // [B, k]
+      const torch::Tensor chosen = torch::zeros({b, t}, r.options()).scatter(1, idx, 1.0);
+      router_loss = router_loss + F::binary_cross_entropy_with_logits(r, chosen);
+      fp32_router.reset();
       const torch::Tensor idx_d = idx.unsqueeze(-1).expand({b, k, d});
       const torch::Tensor x_sel = x.gather(1, idx_d);  // [B, k, d]
       const torch::Tensor flat = idx.reshape({-1});
       const torch::Tensor cos_sel = cos[0].index_select(0, flat).view({b, k, half});
       const torch::Tensor sin_sel = sin[0].index_select(0, flat).view({b, k, half});
-      const torch::Tensor delta = layer->block->Delta(x_sel, cos_sel, sin_sel);    // [B, k, d]
-      const torch::Tensor weight = torch::sigmoid(r.gather(1, idx)) * gate_scale;  // [B, k]
+      const torch::Tensor delta = layer->block->Delta(x_sel, cos_sel, sin_sel);  // [B, k, d]
       x = x.scatter_add(1, idx_d, weight.unsqueeze(-1).to(x.dtype()) * delta);
-      const torch::Tensor chosen = torch::zeros({b, t}, r.options()).scatter(1, idx, 1.0);
-      router_loss = router_loss + F::binary_cross_entropy_with_logits(r, chosen);
       layers_used = layers_used + chosen;
       routed_counts.push_back(
           torch::full({}, double(b * k), torch::dtype(torch::kFloat64).device(x.device())));
     } else {
       // Each token decides alone (r > 0): keys are the chosen tokens up to the query
       // (plus itself, so that an unchosen query has a defined, discarded output).
-      const torch::Tensor chosen = r > 0;  // [B, T]
+      const torch::Tensor chosen = r > 0;                                                  // [B, T]
+      const torch::Tensor weight = torch::sigmoid(r) * gate_scale * chosen.to(r.dtype());  // [B, T]
+      router_loss = router_loss + F::binary_cross_entropy_with_logits(r, chosen.to(r.dtype()));
+      fp32_router.reset();
       if (!causal.defined()) {
         causal = torch::ones({t, t}, torch::dtype(torch::kBool).device(x.device())).tril();
       }
@@ -198,9 +250,7 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
       const torch::Tensor allowed =
           (causal & chosen.unsqueeze(1)).logical_or(eye).unsqueeze(1);  // [B, 1, T, T]
       const torch::Tensor delta = layer->block->Delta(x, cos, sin, allowed);
-      const torch::Tensor weight = torch::sigmoid(r) * gate_scale * chosen.to(r.dtype());  // [B, T]
       x = x + weight.unsqueeze(-1).to(x.dtype()) * delta;
-      router_loss = router_loss + F::binary_cross_entropy_with_logits(r, chosen.to(r.dtype()));
       layers_used = layers_used + chosen.to(x.dtype());
       routed_counts.push_back(chosen.sum().to(torch::kFloat64));
     }
@@ -209,6 +259,8 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
   DecoderOutput out;
   out.hidden = x;
   out.logits = head(norm(x));
+  out.router_logits = std::move(router_logits);
+  AutocastOff fp32_losses(x.device());
   out.routed_counts = routed_counts.empty()
                           ? torch::zeros({0}, torch::dtype(torch::kFloat64).device(x.device()))
                           : torch::stack(routed_counts);

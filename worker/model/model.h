@@ -6,7 +6,9 @@
 // Routed layers really shrink: the block runs on the gathered [B, k, d] tokens.
 // Submodule names are the checkpoint format: layers.{l}.block.{attn,mlp,norm1,norm2},
 // layers.{l}.router, layers.{l}.gamma, tok_emb, norm, head.
-// Modules do no I/O and choose no device.
+// Modules do no I/O and choose no device. Under a bf16 autocast region
+// (precision.h) the blocks compute in bf16 while the residual stream, the
+// router, the routing decision and the losses stay fp32.
 #ifndef XMOD_WORKER_MODEL_MODEL_H_
 #define XMOD_WORKER_MODEL_MODEL_H_
 
@@ -57,6 +59,19 @@ class RMSNormImpl : public torch::nn::Module {
   double eps_;
 };
 TORCH_MODULE(RMSNorm);
+
+// How attention is computed. kFused is LibTorch's scaled_dot_product_attention
+// (2.0 and later: flash or memory-efficient kernels that never hold the
+// [B, H, N, N] scores); kEager is matmul, mask, softmax, matmul, the only path on
+// 1.13. Both compute the same function; outputs agree to rounding.
+enum class AttentionPath { kEager, kFused };
+// Whether this LibTorch has the fused path.
+bool HaveFusedAttention();
+// The path every Attention module takes from now on (process-wide). The default
+// is kFused where LibTorch has it. Asking for kFused without it is an error.
+void SetAttentionPath(AttentionPath path);
+AttentionPath CurrentAttentionPath();
+const char* AttentionPathName(AttentionPath path);
 
 // Causal multi-head self-attention with rotary embeddings. The tokens of a call
 // may be any subset of a sequence in increasing position order; `cos`/`sin` hold
@@ -126,6 +141,9 @@ struct DecoderOutput {
   // routed layer processed (B·k for top-k; those with sigmoid(r) > 0.5 for
   // threshold routing). Empty for dense models.
   torch::Tensor routed_counts;
+  // Per routed layer, in layer order: the router's logits [B, T], fp32 even inside
+  // a bf16 autocast region, detached (for inspection and tests).
+  std::vector<torch::Tensor> router_logits;
 };
 
 class DecoderImpl : public torch::nn::Module {

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <vector>
+
+#include "worker/model/precision.h"
 
 namespace xmod {
 namespace {
@@ -214,6 +217,106 @@ TEST(Decoder, DeepFlopMatchedXmodStartsWithTheResidualScaleOfItsDenseModel) {
     EXPECT_GT(x.added / d.added, 0.5) << "L0 " << dense_layers;
     EXPECT_LT(x.added / d.added, 2.0) << "L0 " << dense_layers;
   }
+}
+
+// The fused path (scaled_dot_product_attention) and the eager one compute the
+// same function: on the same weights and tokens, logits and every parameter's
+// gradient agree to float rounding, for dense blocks, routed blocks on the
+// gathered tokens (causal = the plain triangle) and threshold routing (a mask).
+struct PathCase {
+  const char* name;
+  Family family;
+  int64_t layers, stride;
+  double capacity;
+  Routing routing;
+};
+void PrintTo(const PathCase& c, std::ostream* os) { *os << c.name; }
+
+class AttentionPaths : public ::testing::TestWithParam<PathCase> {
+ protected:
+  void TearDown() override {
+    if (HaveFusedAttention()) SetAttentionPath(AttentionPath::kFused);
+  }
+};
+
+TEST_P(AttentionPaths, FusedAndEagerGiveTheSameOutputsAndGradients) {
+  if (!HaveFusedAttention()) {
+    EXPECT_THROW(SetAttentionPath(AttentionPath::kFused), c10::Error);
+    GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no scaled_dot_product_attention";
+  }
+  const PathCase c = GetParam();
+  torch::manual_seed(3);
+  const torch::Tensor tokens = torch::randint(0, 50, {3, 16});
+  std::vector<torch::Tensor> logits, grads;
+  for (AttentionPath path : {AttentionPath::kEager, AttentionPath::kFused}) {
+    SetAttentionPath(path);
+    Decoder model = Build(Shape(c.family, c.layers, c.stride, c.capacity));  // same seed
+    DecoderOutput out = model->forward(tokens, c.routing);
+    (out.logits.square().mean() + out.aux_loss).backward();
+    logits.push_back(out.logits.detach());
+    std::vector<torch::Tensor> g;
+    for (const auto& p : model->parameters()) {
+      g.push_back(p.grad().defined() ? p.grad().flatten() : torch::zeros({p.numel()}));
+    }
+    grads.push_back(torch::cat(g));
+  }
+  EXPECT_TRUE(torch::allclose(logits[0], logits[1], 1e-5, 1e-5))
+      << (logits[0] - logits[1]).abs().max().item<double>();
+  EXPECT_TRUE(torch::allclose(grads[0], grads[1], 1e-4, 1e-6))
+      << (grads[0] - grads[1]).abs().max().item<double>();
+  EXPECT_GT(grads[0].abs().sum().item<double>(), 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, AttentionPaths,
+    ::testing::Values(PathCase{"Dense", Family::kDense, 2, 1, 1.0, Routing::kTopK},
+                      PathCase{"XmodTopK", Family::kXmod, 4, 2, 0.25, Routing::kTopK},
+                      PathCase{"XmodThreshold", Family::kXmod, 4, 2, 0.25, Routing::kThreshold},
+                      PathCase{"ModTopK", Family::kMod, 4, 2, 0.5, Routing::kTopK}),
+    [](const ::testing::TestParamInfo<PathCase>& info) { return std::string(info.param.name); });
+
+// Under bf16 autocast the blocks compute in bf16 while the router stays fp32,
+// and the top-k choice is the fp32 one except where two logits are tied to
+// within the bf16 perturbation of the residual stream.
+TEST(Decoder, Bf16AutocastKeepsTheRouterInFp32AndItsChoicesWhereNotTied) {
+  Decoder model = Build(Shape(Family::kXmod, 4, 2, 0.25));
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(11);
+  const torch::Tensor tokens = torch::randint(0, 50, {4, 16});
+  const DecoderOutput fp32 = model->forward(tokens, Routing::kTopK);
+  DecoderOutput bf16;
+  {
+    Autocast amp(torch::kCPU, true);
+    EXPECT_TRUE(AutocastEnabled(torch::kCPU));
+    bf16 = model->forward(tokens, Routing::kTopK);
+  }
+  EXPECT_FALSE(AutocastEnabled(torch::kCPU));  // restored
+  EXPECT_EQ(bf16.logits.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(bf16.aux_loss.scalar_type(), torch::kFloat32);
+  ASSERT_EQ(bf16.router_logits.size(), fp32.router_logits.size());
+  ASSERT_FALSE(bf16.router_logits.empty());
+  const int64_t k = RoutedTokens(0.25, 16);
+  int64_t compared = 0;
+  for (size_t l = 0; l < fp32.router_logits.size(); ++l) {
+    const torch::Tensor a = fp32.router_logits[l], b = bf16.router_logits[l];
+    EXPECT_EQ(b.scalar_type(), torch::kFloat32) << "layer " << l;
+    const double noise = (a - b).abs().max().item<double>();
+    const torch::Tensor kth = std::get<0>(a.topk(k, -1)).select(-1, k - 1);  // [B]
+    const torch::Tensor in_a = torch::zeros_like(a).scatter(1, std::get<1>(a.topk(k, -1)), 1.0);
+    const torch::Tensor in_b = torch::zeros_like(b).scatter(1, std::get<1>(b.topk(k, -1)), 1.0);
+    for (int64_t row = 0; row < a.size(0); ++row) {
+      for (int64_t j = 0; j < a.size(1); ++j) {
+        ++compared;
+        if (in_a[row][j].item<double>() == in_b[row][j].item<double>()) continue;
+        // A different choice only at a near-tie with the k-th largest logit.
+        EXPECT_LE(std::abs(a[row][j].item<double>() - kth[row].item<double>()), 2 * noise + 1e-6)
+            << "layer " << l << " row " << row << " token " << j;
+      }
+    }
+  }
+  EXPECT_GT(compared, 0);
+  EXPECT_TRUE(torch::allclose(bf16.logits.to(torch::kFloat32), fp32.logits, 0.05, 0.05))
+      << (bf16.logits.to(torch::kFloat32) - fp32.logits).abs().max().item<double>();
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/model/model.h"
+#include "worker/model/precision.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/host_allocator.h"
 
@@ -107,7 +108,12 @@ void TruncateMetrics(const std::string& path, int64_t step) {
 class Run {
  public:
   Run(const JobFile& job, const TokenSource& data, Communicator& comm, const TrainerOptions& o)
-      : job_(job), data_(data), comm_(comm), o_(o), device_(o.device) {}
+      : job_(job),
+        data_(data),
+        comm_(comm),
+        o_(o),
+        device_(o.device),
+        bf16_(job.precision == "bf16") {}
 
   // The run, in the order it happens: set up, find the step to start from, then
   // per step: step, report, divergence, stop decision, checkpoint.
@@ -372,9 +378,15 @@ class Run {
             TrainBatch(data_, job_.seed, step, row0 + r, row0 + r + rows, job_.shape.context);
         const torch::Tensor inputs = batch.inputs.to(device_);
         const torch::Tensor targets = batch.targets.to(device_);
-        DecoderOutput out = model_->forward(inputs, Routing::kTopK);
+        DecoderOutput out;
+        {
+          Autocast amp(device_, bf16_);
+          out = model_->forward(inputs, Routing::kTopK);
+        }
+        // The loss in fp32, outside autocast (logits are bf16 under it).
+        const torch::Tensor logits = out.logits.to(torch::kFloat32);
         const torch::Tensor ce = torch::nn::functional::cross_entropy(
-            out.logits.reshape({-1, out.logits.size(-1)}), targets.reshape({-1}));
+            logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
         const double share = double(rows) / double(job_.batch_size);
         ((ce + out.aux_loss) * share).backward();
         sums += torch::stack({ce.detach(), out.balance_loss.detach(), out.router_loss.detach(),
@@ -476,11 +488,17 @@ class Run {
       for (int64_t i = begin; i < end; i += eval_rows_) {
         const int64_t stop = std::min(end, i + eval_rows_);
         Batch batch = ValBatch(data_, starts, i, stop, job_.shape.context);
-        DecoderOutput out = model_->forward(batch.inputs.to(device_), routing);
+        DecoderOutput out;
+        {
+          Autocast amp(device_, bf16_);
+          out = model_->forward(batch.inputs.to(device_), routing);
+        }
         // log_softmax + nll_loss is what cross_entropy computes; done in two steps so
         // that the per-token losses come from the same log-probabilities as the sum.
+        // In fp32, outside autocast.
+        const torch::Tensor logits = out.logits.to(torch::kFloat32);
         const torch::Tensor log_probs =
-            torch::log_softmax(out.logits.reshape({-1, out.logits.size(-1)}), -1);
+            torch::log_softmax(logits.reshape({-1, logits.size(-1)}), -1);
         const torch::Tensor targets = batch.targets.to(device_).reshape({-1});
         const torch::Tensor loss =
             F::nll_loss(log_probs, targets, F::NLLLossFuncOptions().reduction(torch::kSum));
@@ -551,6 +569,9 @@ class Run {
   Communicator& comm_;
   const TrainerOptions& o_;
   torch::Device device_;
+  // precision: bf16: forward passes under bf16 autocast (precision.h); weights,
+  // gradients, optimizer state, the router and the losses stay fp32.
+  bool bf16_;
   Decoder model_{nullptr};
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t rows_per_rank_ = 0;
@@ -573,10 +594,10 @@ int64_t EvalRows(int64_t micro_rows, int64_t context, int64_t vocab_size) {
 }
 
 absl::Status CheckWorkerCanRun(const JobFile& job) {
-  if (job.precision != "fp32") {
+  if (job.precision != "fp32" && job.precision != "bf16") {
     return absl::UnimplementedError(absl::StrCat(
         "job ", job.id, ": precision '", job.precision,
-        "' is not implemented by this worker, which trains in fp32 only; refusing the job "
+        "' is not implemented by this worker (it trains fp32 and bf16); refusing the job "
         "rather than training it in another precision than it asks for"));
   }
   return absl::OkStatus();
@@ -585,6 +606,13 @@ absl::Status CheckWorkerCanRun(const JobFile& job) {
 absl::StatusOr<TrainResult> Train(const JobFile& job, const TokenSource& data, Communicator& comm,
                                   const TrainerOptions& options) {
   RETURN_IF_ERROR(CheckWorkerCanRun(job));
+  if (job.precision == "bf16") {
+    if (const std::string why = Bf16Unsupported(options.device); !why.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job.id, ": precision 'bf16': ", why,
+                       "; refusing the job rather than training it in fp32"));
+    }
+  }
   TuneHostAllocatorForTraining();
   return Run(job, data, comm, options).Go();
 }

@@ -56,10 +56,10 @@ struct TrainerOptions {
 // 350 forwards of 7 windows each before).
 int64_t EvalRows(int64_t micro_rows, int64_t context, int64_t vocab_size);
 
-// UNIMPLEMENTED for a job this worker cannot train as asked: today any precision
-// but fp32 (bf16 is accepted by sweep files for the GPU worker to come). Train
-// checks it first; the worker group checks it before broadcasting, so the attempt
-// ends as a failure that is not retried.
+// UNIMPLEMENTED for a job this worker cannot train as asked: a precision other
+// than fp32 and bf16. Train checks it first (and, for bf16, that the device can
+// compute in bf16: FAILED_PRECONDITION otherwise); the worker group checks it
+// before broadcasting, so the attempt ends as a failure that is not retried.
 absl::Status CheckWorkerCanRun(const JobFile& job);
 
 // Trains `job` to its last step (or until stopped). Every eval_interval steps and at

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The Debian 13 leg of the test command: builds xmod and runs its whole suite
+# inside a Debian 13 (trixie) tree, so every change is checked against LibTorch
+# 2.6, Open MPI 5, gRPC 1.51 and Ceres 2.2 as well as Debian 12's LibTorch 1.13
+# and Open MPI 4.
+#
+#   bash deploy/debian13.sh [ctest arguments]
+#
+# The tree is made once with debootstrap (minbase) under build-debian13/root (or
+# $XMOD_DEBIAN13_DIR/root) and kept, with its build folder and ccache, for the
+# next run; XMOD_DEBIAN13_FRESH=1 makes it again. The sources are copied in
+# (tracked and untracked files that git does not ignore, and data/brown when it
+# is prepared). Needs root (debootstrap, chroot and bind mounts); anywhere else it
+# says so and exits 0 without testing. The mirror is the one apt uses here, or
+# $XMOD_DEBIAN_MIRROR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+base="${XMOD_DEBIAN13_DIR:-$repo/build-debian13}"
+root="$base/root"
+
+say() { echo "debian13: $*"; }
+fail() {
+  echo "debian13: FAILED: $1" >&2
+  [ $# -gt 1 ] && echo "debian13: what to do: $2" >&2
+  exit 1
+}
+
+if [ "$(id -u)" != 0 ]; then
+  say "skipped: making and entering a Debian 13 tree needs root (debootstrap, chroot, mount); run the test command as root to include this leg"
+  exit 0
+fi
+
+mirror="${XMOD_DEBIAN_MIRROR:-}"
+if [ -z "$mirror" ] && [ -f /etc/apt/sources.list.d/debian.sources ]; then
+  mirror=$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
+fi
+if [ -z "$mirror" ] && [ -f /etc/apt/sources.list ]; then
+  mirror=$(awk '$1 == "deb" && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list)
+fi
+mirror="${mirror:-http://deb.debian.org/debian}"
+
+mounted=()
+cleanup() {
+  local i
+  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+if [ "${XMOD_DEBIAN13_FRESH:-0}" = 1 ] || [ ! -f "$root/.xmod-tree-ready" ]; then
+  command -v debootstrap >/dev/null 2>&1 || {
+    say "installing debootstrap"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null 2>&1 ||
+      { apt-get update -qq >/dev/null 2>&1 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null 2>&1; } ||
+      fail "apt-get could not install debootstrap" "check that apt can reach its mirror"
+  }
+  rm -rf "$root"
+  mkdir -p "$base"
+  say "making a Debian 13 tree from $mirror (about a minute; log: $base/debootstrap.log)"
+  start=$SECONDS
+  debootstrap --variant=minbase trixie "$root" "$mirror" >"$base/debootstrap.log" 2>&1 ||
+    fail "debootstrap trixie from $mirror (last lines of $base/debootstrap.log below)
+$(tail -n 15 "$base/debootstrap.log")" \
+      "check that $mirror serves trixie, or set XMOD_DEBIAN_MIRROR to a mirror that does"
+  touch "$root/.xmod-tree-ready"
+  say "tree made in $((SECONDS - start)) s"
+fi
+
+# What a chroot needs that debootstrap does not give it: name resolution, this
+# machine's extra CA certificates (a proxy's), and /proc, /dev, /sys.
+cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+printf '127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n127.0.1.1 %s\n' \
+  "$(hostname)" >"$root/etc/hosts"
+if [ -d /usr/local/share/ca-certificates ]; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp -r /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/"
+fi
+for fs in proc sys dev dev/pts; do
+  mkdir -p "$root/$fs"
+  mount --bind "/$fs" "$root/$fs" || fail "mount --bind /$fs $root/$fs" "run as root on a machine that allows bind mounts"
+  mounted+=("$root/$fs")
+done
+mkdir -p "$root/dev/shm"
+mount -t tmpfs -o size=4g tmpfs "$root/dev/shm" && mounted+=("$root/dev/shm")
+
+# The sources, fresh each run (the build folder and ccache inside the tree stay).
+say "copying the sources to /xmod in the tree"
+rm -rf "$root/xmod"
+mkdir -p "$root/xmod"
+if git rev-parse --git-dir >/dev/null 2>&1; then
+  git ls-files -z -co --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$root/xmod"
+else
+  tar --exclude='./build*' --exclude='./runs' -cf - . | tar -xf - -C "$root/xmod"
+fi
+if [ -f data/brown/meta.json ]; then
+  mkdir -p "$root/xmod/data"
+  cp -r data/brown "$root/xmod/data/"
+fi
+
+say "installing, building and testing inside the tree (XMOD_NO_SANITIZE=1: the sanitizer leg runs on the host)"
+start=$SECONDS
+set +e
+chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  LANG=C.UTF-8 TERM=dumb XMOD_NO_SANITIZE=1 XMOD_NO_DEBIAN13=1 XMOD_BUILD_DIR=/root/build \
+  CCACHE_DIR=/root/.ccache NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
+  bash -c 'set -e
+    if ! command -v update-ca-certificates >/dev/null 2>&1; then
+      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ca-certificates >/dev/null
+    fi
+    update-ca-certificates >/dev/null 2>&1 || true
+    cd /xmod && exec bash deploy/test.sh "$@"' debian13 "$@"
+status=$?
+set -e
+say "leg took $((SECONDS - start)) s inside the tree (exit $status)"
+exit "$status"
