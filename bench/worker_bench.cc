@@ -8,7 +8,11 @@
 //      Debian's python3-torch (same LibTorch 1.13);
 //   4. a demo-sized training step (d = 32, 4 layers, T = 128, 25 sequences, one
 //      thread) with the training malloc settings vs glibc's defaults, each in a
-//      fresh child process, alternating (target: ratio <= 1).
+//      fresh child process, alternating (target: ratio <= 1);
+//   5. the dense step with fused attention (LibTorch >= 2.0) and with bf16
+//      autocast, each vs the eager fp32 step, same weights and threads (reported;
+//      issue 12's target, bf16 + fused on 2.6 >= 1.6x faster than fp32 eager on
+//      1.13, compares two installations and is read off two runs).
 // Every comparison runs A and B in alternating rounds and reports the median of
 // the pairwise ratios with their range (bench/paired_ratio.h).
 // Usage: worker_bench [--threads N] [--repeats N] [--python /usr/bin/python3]
@@ -27,6 +31,7 @@
 
 #include "bench/paired_ratio.h"
 #include "worker/model/model.h"
+#include "worker/model/precision.h"
 #include "worker/train/host_allocator.h"
 
 namespace xmod {
@@ -68,12 +73,18 @@ struct Stepper {
         flops_per_step(TrainFlopsPerToken(s) * batch * s.context) {}
 
   double Step() {
+    SetAttentionPath(path);
     const auto start = std::chrono::steady_clock::now();
     optimizer.zero_grad();
-    DecoderOutput out = model->forward(tokens);
-    const torch::Tensor loss = torch::nn::functional::cross_entropy(
-                                   out.logits.reshape({-1, kVocab}), targets.reshape({-1})) +
-                               out.aux_loss;
+    DecoderOutput out;
+    {
+      Autocast amp(torch::kCPU, bf16);
+      out = model->forward(tokens);
+    }
+    const torch::Tensor loss =
+        torch::nn::functional::cross_entropy(out.logits.to(torch::kFloat32).reshape({-1, kVocab}),
+                                             targets.reshape({-1})) +
+        out.aux_loss;
     loss.backward();
     torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
     optimizer.step();
@@ -84,6 +95,8 @@ struct Stepper {
   torch::optim::AdamW optimizer;
   torch::Tensor tokens, targets;
   double flops_per_step;
+  AttentionPath path = CurrentAttentionPath();  // set before each step
+  bool bf16 = false;                            // the step's forward under bf16 autocast
 };
 
 using bench::Median;
@@ -276,6 +289,37 @@ int main(int argc, char** argv) {
       "(target <= 1: %s)\n",
       Median(tuned_times) * 1e3, Median(glibc_times) * 1e3, allocator.Text().c_str(),
       allocator.median <= 1.0 ? "met" : "MISSED");
+  // 5. Attention path and precision, one step of each variant per round.
+  struct Variant {
+    const char* name;
+    AttentionPath path;
+    bool bf16;
+  };
+  std::vector<Variant> variants = {{"eager fp32", AttentionPath::kEager, false},
+                                   {"eager bf16", AttentionPath::kEager, true}};
+  if (HaveFusedAttention()) {
+    variants.push_back({"fused fp32", AttentionPath::kFused, false});
+    variants.push_back({"fused bf16", AttentionPath::kFused, true});
+  }
+  std::vector<std::unique_ptr<Stepper>> steppers;
+  std::vector<Stepper*> run;
+  for (const Variant& v : variants) {
+    torch::manual_seed(0);
+    steppers.push_back(std::make_unique<Stepper>(Shape(Family::kDense, 1, 1.0)));
+    steppers.back()->path = v.path;
+    steppers.back()->bf16 = v.bf16;
+    run.push_back(steppers.back().get());
+  }
+  const std::vector<std::vector<double>> vt = StepTimes(run, repeats);
+  SetAttentionPath(HaveFusedAttention() ? AttentionPath::kFused : AttentionPath::kEager);
+  std::printf("\n5. dense step by attention path and precision (LibTorch %s%s)\n", TORCH_VERSION,
+              HaveFusedAttention() ? "" : ": no fused attention");
+  std::printf("   %-12s %10s %s\n", "variant", "step ms", "time / eager fp32 (median, range)");
+  for (size_t i = 0; i < variants.size(); ++i) {
+    std::printf("   %-12s %10.2f %s\n", variants[i].name, Median(vt[i]) * 1e3,
+                i == 0 ? "1" : Paired(vt[i], vt[0]).Text().c_str());
+  }
+
   if (!met) {
     std::printf("\nworker_bench: a target was missed\n");
     return 1;

@@ -5,6 +5,8 @@
 # and Open MPI 4.
 #
 #   bash deploy/debian13.sh [ctest arguments]
+#   bash deploy/debian13.sh --run 'COMMAND'   # in the tree as last built (e.g. a benchmark:
+#       --run '/root/build/bin/worker_bench --threads 2'), without copying or testing
 #
 # The tree is made once with debootstrap (minbase) under build-debian13/root (or
 # $XMOD_DEBIAN13_DIR/root) and kept, with its build folder and ccache, for the
@@ -84,6 +86,17 @@ done
 mkdir -p "$root/dev/shm"
 mount -t tmpfs -o size=4g tmpfs "$root/dev/shm" && mounted+=("$root/dev/shm")
 
+if [ "${1:-}" = "--run" ]; then
+  shift
+  [ -f "$root/.xmod-tree-ready" ] || fail "no Debian 13 tree at $root" "run bash deploy/debian13.sh once first"
+  set +e
+  chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    LANG=C.UTF-8 TERM=dumb bash -c "cd /xmod && $*"
+  status=$?
+  set -e
+  exit "$status"
+fi
+
 # The sources, fresh each run (the build folder and ccache inside the tree stay).
 say "copying the sources to /xmod in the tree"
 rm -rf "$root/xmod"
@@ -102,7 +115,7 @@ say "installing, building and testing inside the tree (XMOD_NO_SANITIZE=1: the s
 start=$SECONDS
 set +e
 chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  LANG=C.UTF-8 TERM=dumb XMOD_NO_SANITIZE=1 XMOD_NO_DEBIAN13=1 XMOD_BUILD_DIR=/root/build \
+  LANG=C.UTF-8 TERM=dumb XMOD_NO_SANITIZE=1 XMOD_DEBIAN13=0 XMOD_BUILD_DIR=/root/build \
   CCACHE_DIR=/root/.ccache NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
   bash -c 'set -e
     if ! command -v update-ca-certificates >/dev/null 2>&1; then

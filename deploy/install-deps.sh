@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs everything xmod needs on Debian 12 (bookworm), by package name, as root
-# (or through sudo). Idempotent: packages already present are left alone, and a
+# Installs everything xmod needs on Debian 12 (bookworm) or Debian 13 (trixie),
+# by package name, as root (or through sudo). Both releases use the same names
+# for everything listed here (checked by the Debian 13 leg of the test command,
+# deploy/debian13.sh, which runs this script inside a fresh trixie tree). Idempotent: packages already present are left alone, and a
 # second run prints nothing but the closing line. Exits non-zero, naming the
 # package set that failed, when apt cannot install something.
 set -euo pipefail
