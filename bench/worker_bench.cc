@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
     run.push_back(steppers.back().get());
   }
   const std::vector<std::vector<double>> vt = StepTimes(run, repeats);
-  SetAttentionPath(HaveFusedAttention() ? AttentionPath::kFused : AttentionPath::kEager);
+  SetAttentionPath(AttentionPath::kAuto);
   std::printf("\n5. dense step by attention path and precision (LibTorch %s%s)\n", TORCH_VERSION,
               HaveFusedAttention() ? "" : ": no fused attention");
   std::printf("   %-12s %10s %s\n", "variant", "step ms", "time / eager fp32 (median, range)");

@@ -2,8 +2,9 @@
 # Installs everything xmod needs on Debian 12 (bookworm) or Debian 13 (trixie),
 # by package name, as root (or through sudo). Both releases use the same names
 # for everything listed here (checked by the Debian 13 leg of the test command,
-# deploy/debian13.sh, which runs this script inside a fresh trixie tree). Idempotent: packages already present are left alone, and a
-# second run prints nothing but the closing line. Exits non-zero, naming the
+# deploy/debian13.sh, which runs this script inside a fresh trixie tree).
+# Idempotent: packages already present are left alone, and a second run prints
+# nothing but the closing line. Exits non-zero, naming the
 # package set that failed, when apt cannot install something.
 set -euo pipefail
 
@@ -44,6 +45,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
     echo "install-deps: apt-get failed while installing: ${missing[*]}" >&2
     tail -n 30 "$log" >&2
+    echo "install-deps: what to do: check that apt reaches its mirror ('apt-get update'" \
+      "must succeed) and that every package above exists in this release" \
+      "($(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"))" >&2
     rm -f "$log"
     exit 1
   fi

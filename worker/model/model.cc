@@ -19,22 +19,36 @@ namespace xmod {
 namespace F = torch::nn::functional;
 
 namespace {
-std::atomic<AttentionPath> g_attention_path{XMOD_HAVE_SDPA ? AttentionPath::kFused
-                                                           : AttentionPath::kEager};
+std::atomic<AttentionPath> g_attention_path{AttentionPath::kAuto};
 }  // namespace
 
 bool HaveFusedAttention() { return XMOD_HAVE_SDPA != 0; }
 
 void SetAttentionPath(AttentionPath path) {
-  TORCH_CHECK(path == AttentionPath::kEager || HaveFusedAttention(),
+  TORCH_CHECK(path != AttentionPath::kFused || HaveFusedAttention(),
               "fused attention needs LibTorch 2.0 or later; this is ", TORCH_VERSION);
   g_attention_path = path;
 }
 
 AttentionPath CurrentAttentionPath() { return g_attention_path; }
 
+AttentionPath ResolvedAttentionPath(const torch::Device& device) {
+  const AttentionPath path = g_attention_path;
+  if (path != AttentionPath::kAuto) return path;
+  if (!HaveFusedAttention()) return AttentionPath::kEager;
+  return device.is_cpu() && AutocastEnabled(device) ? AttentionPath::kEager : AttentionPath::kFused;
+}
+
 const char* AttentionPathName(AttentionPath path) {
-  return path == AttentionPath::kFused ? "fused" : "eager";
+  switch (path) {
+    case AttentionPath::kAuto:
+      return "auto";
+    case AttentionPath::kFused:
+      return "fused";
+    case AttentionPath::kEager:
+      return "eager";
+  }
+  return "?";
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -77,7 +91,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   const torch::Tensor k = Rotate(parts[1], cos, sin);
   torch::Tensor out;  // [B, H, N, hd]
 #if XMOD_HAVE_SDPA
-  if (g_attention_path == AttentionPath::kFused) {
+  if (ResolvedAttentionPath(x.device()) == AttentionPath::kFused) {
     // Tokens come in increasing position order, so causal is the plain lower
     // triangle; a boolean mask is true where attending is allowed, as `allowed`.
     out = allowed.defined() ? at::scaled_dot_product_attention(q, k, parts[2], allowed)

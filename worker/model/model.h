@@ -63,14 +63,20 @@ TORCH_MODULE(RMSNorm);
 // How attention is computed. kFused is LibTorch's scaled_dot_product_attention
 // (2.0 and later: flash or memory-efficient kernels that never hold the
 // [B, H, N, N] scores); kEager is matmul, mask, softmax, matmul, the only path on
-// 1.13. Both compute the same function; outputs agree to rounding.
-enum class AttentionPath { kEager, kFused };
+// 1.13. Both compute the same function; outputs agree to rounding. kAuto (the
+// default) takes the faster where it was measured: fused, except on CPU under
+// bf16 autocast, where LibTorch 2.6's fused kernel made the dense d = 256 step
+// 2.1x slower than eager fp32 while eager bf16 made it 1.7x faster
+// (bench/worker_bench.cc part 5), and eager where there is no fused path.
+enum class AttentionPath { kAuto, kEager, kFused };
 // Whether this LibTorch has the fused path.
 bool HaveFusedAttention();
-// The path every Attention module takes from now on (process-wide). The default
-// is kFused where LibTorch has it. Asking for kFused without it is an error.
+// The path every Attention module takes from now on (process-wide). Asking for
+// kFused without it is an error.
 void SetAttentionPath(AttentionPath path);
 AttentionPath CurrentAttentionPath();
+// What kAuto (or a forced path) resolves to for a tensor on `device` now.
+AttentionPath ResolvedAttentionPath(const torch::Device& device);
 const char* AttentionPathName(AttentionPath path);
 
 // Causal multi-head self-attention with rotary embeddings. The tokens of a call

@@ -234,12 +234,18 @@ void PrintTo(const PathCase& c, std::ostream* os) { *os << c.name; }
 
 class AttentionPaths : public ::testing::TestWithParam<PathCase> {
  protected:
-  void TearDown() override {
-    if (HaveFusedAttention()) SetAttentionPath(AttentionPath::kFused);
-  }
+  void TearDown() override { SetAttentionPath(AttentionPath::kAuto); }
 };
 
 TEST_P(AttentionPaths, FusedAndEagerGiveTheSameOutputsAndGradients) {
+  // The default takes the fused path in fp32 where there is one, and eager on CPU
+  // under bf16 autocast (measured faster there).
+  EXPECT_EQ(ResolvedAttentionPath(torch::kCPU),
+            HaveFusedAttention() ? AttentionPath::kFused : AttentionPath::kEager);
+  {
+    Autocast amp(torch::kCPU, true);
+    EXPECT_EQ(ResolvedAttentionPath(torch::kCPU), AttentionPath::kEager);
+  }
   if (!HaveFusedAttention()) {
     EXPECT_THROW(SetAttentionPath(AttentionPath::kFused), c10::Error);
     GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no scaled_dot_product_attention";
