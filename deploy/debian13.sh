@@ -86,12 +86,18 @@ done
 mkdir -p "$root/dev/shm"
 mount -t tmpfs -o size=4g tmpfs "$root/dev/shm" && mounted+=("$root/dev/shm")
 
+# Runs a command in the tree with a clean environment; extra VAR=value words
+# before the command are added to it.
+in_tree() {
+  chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    LANG=C.UTF-8 TERM=dumb "$@"
+}
+
 if [ "${1:-}" = "--run" ]; then
   shift
   [ -f "$root/.xmod-tree-ready" ] || fail "no Debian 13 tree at $root" "run bash deploy/debian13.sh once first"
   set +e
-  chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    LANG=C.UTF-8 TERM=dumb bash -c "cd /xmod && $*"
+  in_tree bash -c "cd /xmod && $*"
   status=$?
   set -e
   exit "$status"
@@ -114,8 +120,7 @@ fi
 say "installing, building and testing inside the tree (XMOD_NO_SANITIZE=1: the sanitizer leg runs on the host)"
 start=$SECONDS
 set +e
-chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  LANG=C.UTF-8 TERM=dumb XMOD_NO_SANITIZE=1 XMOD_DEBIAN13=0 XMOD_BUILD_DIR=/root/build \
+in_tree XMOD_NO_SANITIZE=1 XMOD_DEBIAN13=0 XMOD_BUILD_DIR=/root/build \
   CCACHE_DIR=/root/.ccache NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
   bash -c 'set -e
     if ! command -v update-ca-certificates >/dev/null 2>&1; then

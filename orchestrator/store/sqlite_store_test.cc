@@ -10,22 +10,17 @@
 #include <fstream>
 #include <sstream>
 
+#include "orchestrator/store/store_test_util.h"
+
 namespace xmod {
 namespace {
 
 using ::testing::HasSubstr;
 
-SweepSpec Smoke() {
-  auto spec = LoadSweepSpec(std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return *spec;
-}
+using store_test::Dump;
+using store_test::Expand;
 
-std::vector<ResolvedJob> Expand(const SweepSpec& spec) {
-  auto jobs = ExpandSweep(spec);
-  EXPECT_TRUE(jobs.ok()) << jobs.status();
-  return *jobs;
-}
+SweepSpec Smoke() { return store_test::LoadSpec("sweeps/smoke.yaml"); }
 
 std::unique_ptr<SqliteStore> OpenMemory(WriteFaults* faults = nullptr) {
   SqliteStore::Options options;
@@ -36,29 +31,6 @@ std::unique_ptr<SqliteStore> OpenMemory(WriteFaults* faults = nullptr) {
   auto store = SqliteStore::Open(options);
   EXPECT_TRUE(store.ok()) << store.status();
   return std::move(*store);
-}
-
-// Every row of every table, as text: two equal dumps mean an untouched database.
-std::string Dump(SqliteStore& store) {
-  std::ostringstream out;
-  for (const char* table :
-       {"sweeps", "jobs", "sweep_jobs", "attempts", "metrics", "checkpoints", "workers", "fits"}) {
-    auto rows = store.Query(std::string("SELECT * FROM ") + table + " ORDER BY 1, 2");
-    EXPECT_TRUE(rows.ok()) << rows.status();
-    out << table << ":" << rows->rows.size() << "\n";
-    for (const auto& row : rows->rows) {
-      for (const Value& v : row) {
-        std::visit(
-            [&](const auto& x) {
-              if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) out << x;
-            },
-            v);
-        out << "|";
-      }
-      out << "\n";
-    }
-  }
-  return out.str();
 }
 
 class TempDir {

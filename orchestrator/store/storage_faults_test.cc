@@ -18,47 +18,16 @@
 #include <vector>
 
 #include "orchestrator/store/sqlite_store.h"
-#include "orchestrator/sweep/expand.h"
+#include "orchestrator/store/store_test_util.h"
 
 namespace xmod {
 namespace {
 
 using ::testing::HasSubstr;
 
-SweepSpec Load(const std::string& relative) {
-  auto spec = LoadSweepSpec(std::string(XMOD_SOURCE_DIR) + "/" + relative);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return *spec;
-}
-
-std::vector<ResolvedJob> Expand(const SweepSpec& spec) {
-  auto jobs = ExpandSweep(spec);
-  EXPECT_TRUE(jobs.ok()) << jobs.status();
-  return *jobs;
-}
-
-// The committed content a fault must not touch: every row of the main tables.
-std::string Dump(SqliteStore& store) {
-  std::ostringstream out;
-  for (const char* table : {"sweeps", "jobs", "sweep_jobs", "attempts", "metrics"}) {
-    auto rows = store.Query(std::string("SELECT * FROM ") + table + " ORDER BY 1, 2");
-    EXPECT_TRUE(rows.ok()) << rows.status();
-    if (!rows.ok()) return "";
-    out << table << ":" << rows->rows.size() << "\n";
-    for (const auto& row : rows->rows) {
-      for (const Value& v : row) {
-        std::visit(
-            [&](const auto& x) {
-              if constexpr (!std::is_same_v<std::decay_t<decltype(x)>, std::monostate>) out << x;
-            },
-            v);
-        out << "|";
-      }
-      out << "\n";
-    }
-  }
-  return out.str();
-}
+using store_test::Dump;
+using store_test::Expand;
+using store_test::LoadSpec;
 
 std::string IntegrityCheck(SqliteStore& store) {
   auto rows = store.Query("PRAGMA integrity_check");
@@ -123,7 +92,7 @@ TEST(StorageFaults, ADiskThatFillsUpRefusesTheWriteClearlyAndLosesNothingCommitt
   const std::string path = fs.dir + "/x.db";
   auto store = OpenAt(path);
   ASSERT_NE(store, nullptr);
-  const SweepSpec smoke = Load("sweeps/smoke.yaml");
+  const SweepSpec smoke = LoadSpec("sweeps/smoke.yaml");
   ASSERT_TRUE(store->SubmitSweep(smoke, Expand(smoke)).ok());
   ASSERT_TRUE(store->UpsertWorker("w", "host", 1, 1000.0).ok());
   auto grant = store->LeaseNextJob("w", 1, 1000.0, 30.0);
@@ -132,7 +101,7 @@ TEST(StorageFaults, ADiskThatFillsUpRefusesTheWriteClearlyAndLosesNothingCommitt
 
   fs.Fill();
   // A sweep far larger than anything the journal holds: it needs new blocks.
-  const SweepSpec big = Load("tests/fixtures/lawgrid.yaml");
+  const SweepSpec big = LoadSpec("tests/fixtures/lawgrid.yaml");
   const std::vector<ResolvedJob> big_jobs = Expand(big);
   absl::Status full = store->SubmitSweep(big, big_jobs).status();
   ASSERT_FALSE(full.ok());
@@ -169,7 +138,7 @@ TEST(StorageFaults, AReadOnlyDatabaseIsRefusedWhenOpenedForWritingAndStillReads)
   {
     auto store = OpenAt(path);
     ASSERT_NE(store, nullptr);
-    const SweepSpec smoke = Load("sweeps/smoke.yaml");
+    const SweepSpec smoke = LoadSpec("sweeps/smoke.yaml");
     ASSERT_TRUE(store->SubmitSweep(smoke, Expand(smoke)).ok());
     before = Dump(*store);
   }

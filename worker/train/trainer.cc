@@ -362,6 +362,18 @@ class Run {
     return comm_.Barrier();
   }
 
+  // The model's forward pass in the job's precision, with fp32 logits: under bf16
+  // autocast the head computes in bf16, and every loss is taken in fp32 from here.
+  DecoderOutput Forward(const torch::Tensor& inputs, Routing routing) {
+    DecoderOutput out;
+    {
+      Autocast amp(device_, bf16_);
+      out = model_->forward(inputs, routing);
+    }
+    out.logits = out.logits.to(torch::kFloat32);  // a no-op in fp32
+    return out;
+  }
+
   // One optimizer update over this rank's rows of the step, in micro-batches.
   absl::StatusOr<StepStats> TrainStep(int64_t step) {
     StepStats stats;
@@ -378,15 +390,9 @@ class Run {
             TrainBatch(data_, job_.seed, step, row0 + r, row0 + r + rows, job_.shape.context);
         const torch::Tensor inputs = batch.inputs.to(device_);
         const torch::Tensor targets = batch.targets.to(device_);
-        DecoderOutput out;
-        {
-          Autocast amp(device_, bf16_);
-          out = model_->forward(inputs, Routing::kTopK);
-        }
-        // The loss in fp32, outside autocast (logits are bf16 under it).
-        const torch::Tensor logits = out.logits.to(torch::kFloat32);
+        DecoderOutput out = Forward(inputs, Routing::kTopK);
         const torch::Tensor ce = torch::nn::functional::cross_entropy(
-            logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+            out.logits.reshape({-1, out.logits.size(-1)}), targets.reshape({-1}));
         const double share = double(rows) / double(job_.batch_size);
         ((ce + out.aux_loss) * share).backward();
         sums += torch::stack({ce.detach(), out.balance_loss.detach(), out.router_loss.detach(),
@@ -488,17 +494,11 @@ class Run {
       for (int64_t i = begin; i < end; i += eval_rows_) {
         const int64_t stop = std::min(end, i + eval_rows_);
         Batch batch = ValBatch(data_, starts, i, stop, job_.shape.context);
-        DecoderOutput out;
-        {
-          Autocast amp(device_, bf16_);
-          out = model_->forward(batch.inputs.to(device_), routing);
-        }
+        DecoderOutput out = Forward(batch.inputs.to(device_), routing);
         // log_softmax + nll_loss is what cross_entropy computes; done in two steps so
         // that the per-token losses come from the same log-probabilities as the sum.
-        // In fp32, outside autocast.
-        const torch::Tensor logits = out.logits.to(torch::kFloat32);
         const torch::Tensor log_probs =
-            torch::log_softmax(logits.reshape({-1, logits.size(-1)}), -1);
+            torch::log_softmax(out.logits.reshape({-1, out.logits.size(-1)}), -1);
         const torch::Tensor targets = batch.targets.to(device_).reshape({-1});
         const torch::Tensor loss =
             F::nll_loss(log_probs, targets, F::NLLLossFuncOptions().reduction(torch::kSum));
