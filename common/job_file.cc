@@ -70,6 +70,8 @@ nlohmann::json CanonicalJson(const JobFile& job) {
       {"data", data},
   };
   if (job.final_eval_tokens.has_value()) j["final_eval_tokens"] = *job.final_eval_tokens;
+  if (job.recompute) j["recompute"] = true;
+  if (job.optimizer_sharding != "none") j["optimizer_sharding"] = job.optimizer_sharding;
   return j;
 }
 
@@ -279,6 +281,11 @@ absl::StatusOr<JobFile> JobFileFromJson(const nlohmann::json& json) {
   r.Int("log_interval", &job.log_interval);
   r.Unsigned("seed", &job.seed);
   r.String("precision", &job.precision);
+  r.Bool("recompute", &job.recompute);
+  r.String("optimizer_sharding", &job.optimizer_sharding, /*required=*/false);
+  if (r.status().ok() && job.optimizer_sharding != "none" && job.optimizer_sharding != "zero1") {
+    r.Fail("optimizer_sharding", "must be 'none' or 'zero1'");
+  }
   r.Real("flops_per_token", &job.flops_per_token);
   if (!r.status().ok()) return r.status();
   if (job.id.empty()) return absl::InvalidArgumentError("job: field 'id' is empty");

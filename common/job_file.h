@@ -59,6 +59,10 @@ struct JobFile {
   int64_t log_interval = 1;
   uint64_t seed = 0;
   std::string precision = "fp32";
+  // Memory settings (docs/memory.md); absent from the canonical JSON at their
+  // defaults, so the ids of jobs that do not use them are what they were.
+  bool recompute = false;                 // per-layer activation recomputation
+  std::string optimizer_sharding = "none";  // "none" or "zero1" (AdamW moments split over ranks)
   double flops_per_token = 0.0;  // training FLOPs per token, for the FLOPs column
   // Data: a dataset folder, or the synthetic source when data_path is empty.
   std::string data_path;

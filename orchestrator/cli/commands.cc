@@ -109,12 +109,15 @@ QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
   t.columns = {
       "id",       "family",  "scale",          "sparsity",        "stride",          "context",
       "n_layers", "d_model", "n_params_total", "n_params_active", "flops_per_token", "flops_ratio",
-      "tokens",   "steps",   "train_flops"};
+      "tokens",   "steps",   "train_flops", "micro_batch", "recompute", "sharding",
+      "memory_per_rank_gib"};
   for (const ResolvedJob& j : jobs) {
     t.rows.push_back({j.id, std::string(FamilyName(j.shape.family)), j.scale, j.sparsity,
                       j.shape.stride, j.shape.context, j.shape.n_layers, j.shape.d_model,
                       j.n_params_total, j.n_params_active, j.flops_per_token, j.flops_ratio(),
-                      j.tokens, j.steps, j.train_flops});
+                      j.tokens, j.steps, j.train_flops, j.micro_batch_size,
+                      std::string(j.recompute ? "on" : "off"), j.optimizer_sharding,
+                      j.memory.peak / double(int64_t{1} << 30)});
   }
   return t;
 }

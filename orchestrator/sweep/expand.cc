@@ -42,6 +42,8 @@ JobFile ResolvedJob::ToJobFile() const {
   f.log_interval = log_interval;
   f.seed = seed;
   f.precision = precision;
+  f.recompute = recompute;
+  f.optimizer_sharding = optimizer_sharding;
   f.flops_per_token = flops_per_token;
   if (!data.synthetic) f.data_path = data.path;
   f.synthetic_seed = data.synthetic ? data.synthetic_seed : 0;
@@ -66,6 +68,12 @@ nlohmann::json ResolvedJob::ToJson() const {
   j["budget_value"] = budget_value;
   j["train_flops"] = train_flops;
   j["tokens_trained"] = tokens_trained();
+  j["memory_per_rank_bytes"] = memory.peak;
+  j["memory_peak_phase"] = memory.peak_phase;
+  j["memory_weights_bytes"] = memory.weights;
+  j["memory_gradients_bytes"] = memory.gradients;
+  j["memory_optimizer_bytes"] = memory.optimizer;
+  j["memory_activations_bytes"] = memory.activations;
   j["ranks"] = ranks;
   j["max_attempts"] = max_attempts;
   j["priority"] = priority;
@@ -80,6 +88,77 @@ struct Point {
   double sparsity;
   int64_t stride;
 };
+
+// The memory settings of one configuration, as the model prices them (GPU: fused
+// attention, CUDA autocast).
+MemoryConfig MemoryConfigFor(const ResolvedJob& job, int64_t micro, bool recompute, bool zero1) {
+  MemoryConfig c;
+  c.micro_batch_rows = micro;
+  c.micro_batches = job.batch_size / job.ranks / micro;
+  c.eval_rows = EvalRows(micro, job.shape.context, job.shape.vocab_size);
+  c.bf16 = job.precision == "bf16";
+  c.recompute = recompute;
+  c.fused_attention = true;
+  c.cuda = true;
+  c.optimizer_shards = zero1 ? job.ranks : 1;
+  return c;
+}
+
+// Chooses (or checks) the micro-batch, recomputation and optimizer sharding of
+// `job` against the sweep's declared device memory: sharding is free (ZeRO-1
+// moves the bytes of an all-reduce), so auto takes it whenever there are two
+// ranks; recomputation costs a forward, so auto takes it only when nothing fits
+// without it; an automatic micro-batch is the largest divisor of the rows per
+// rank that fits. Without a declared memory nothing is refused and the estimate
+// is only reported. `fixed_micro` is the micro-batch the sweep fixed (0: auto).
+absl::Status PlanMemory(const SweepSpec& spec, const std::string& where, int64_t fixed_micro,
+                        ResolvedJob* job) {
+  const TrainSpec& t = spec.train;
+  const int64_t per_rank = job->batch_size / job->ranks;
+  const bool zero1 = t.optimizer_sharding == MemoryChoice::kOn ||
+                     (t.optimizer_sharding == MemoryChoice::kAuto && job->ranks > 1);
+  std::vector<bool> recompute_options;
+  if (t.recompute != MemoryChoice::kOn) recompute_options.push_back(false);
+  if (t.recompute != MemoryChoice::kOff) recompute_options.push_back(true);
+  std::vector<int64_t> micro_options;
+  if (fixed_micro > 0) {
+    micro_options.push_back(fixed_micro);
+  } else {
+    for (int64_t m = per_rank; m >= 1; --m) {
+      if (per_rank % m == 0) micro_options.push_back(m);
+    }
+  }
+  const double declared = spec.resources.gpu_memory_gb * 1e9;
+  const double usable = UsableDeviceBytes(declared);
+  job->optimizer_sharding = zero1 ? "zero1" : "none";
+  for (bool recompute : recompute_options) {
+    for (int64_t micro : micro_options) {
+      const MemoryEstimate e =
+          EstimateTrainingMemory(job->shape, MemoryConfigFor(*job, micro, recompute, zero1));
+      if (declared <= 0 || e.peak <= usable) {
+        job->micro_batch_size = micro;
+        job->recompute = recompute;
+        job->memory = e;
+        return absl::OkStatus();
+      }
+    }
+  }
+  // Nothing fits: report the smallest configuration tried.
+  const bool recompute = recompute_options.back();
+  const int64_t micro = micro_options.back();
+  const MemoryEstimate e =
+      EstimateTrainingMemory(job->shape, MemoryConfigFor(*job, micro, recompute, zero1));
+  return absl::InvalidArgumentError(absl::StrCat(
+      spec.source, ":", spec.resources.gpu_memory_line, ": resources.gpu_memory_gb: ", where,
+      " needs ", FormatBytes(e.peak), " per rank (", e.peak_phase, " peak) at micro-batch ", micro,
+      " sequence(s), recompute ", recompute ? "on" : "off", ", optimizer sharding ",
+      zero1 ? "zero1" : "none", ": weights ", FormatBytes(e.weights), ", gradients ",
+      FormatBytes(e.gradients), ", optimizer ", FormatBytes(e.optimizer), ", activations ",
+      FormatBytes(e.activations), "; ", spec.resources.gpu_memory_gb, " GB leaves ",
+      FormatBytes(usable), " for tensors (docs/memory.md). Use more ranks with "
+      "optimizer_sharding: zero1, recompute: auto, a smaller micro_batch_tokens, or a larger "
+      "device"));
+}
 
 absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& block,
                                     const ScaleSpec& scale, int64_t context, double budget_value,
@@ -158,12 +237,22 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
   job.train_flops =
       job.flops_per_token * static_cast<double>(job.steps) * static_cast<double>(job.batch_tokens);
 
+  job.ranks = spec.resources.ranks;
+  job.precision = t.precision;
   const int64_t micro_tokens = scale.micro_batch_tokens.value_or(t.micro_batch_tokens);
   const int64_t per_rank = job.batch_size / spec.resources.ranks;
-  job.micro_batch_size = micro_tokens > 0 ? std::min(per_rank, micro_tokens / context) : per_rank;
-  // Micro-batches must tile the per-rank batch exactly; take the largest divisor that fits.
-  while (job.micro_batch_size > 1 && per_rank % job.micro_batch_size != 0) --job.micro_batch_size;
-  job.micro_batch_size = std::max<int64_t>(1, job.micro_batch_size);
+  int64_t fixed_micro = 0;  // 0: chosen from the device memory
+  if (!t.micro_auto || scale.micro_batch_tokens.has_value()) {
+    fixed_micro = micro_tokens > 0 ? std::min(per_rank, micro_tokens / context) : per_rank;
+    // Micro-batches must tile the per-rank batch exactly; take the largest divisor that fits.
+    while (fixed_micro > 1 && per_rank % fixed_micro != 0) --fixed_micro;
+    fixed_micro = std::max<int64_t>(1, fixed_micro);
+  }
+  RETURN_IF_ERROR(PlanMemory(spec,
+                             absl::StrCat("scale ", scale.name, ", ", std::string(FamilyName(s.family)),
+                                          ", context ", context, ", sparsity ", point.sparsity,
+                                          ", stride ", point.stride),
+                             fixed_micro, &job));
 
   job.lr = scale.lr.has_value() ? *scale.lr : (t.lr_auto ? RuleLr(rule_compute) : t.lr);
   job.min_lr = job.lr * t.min_lr_ratio;
@@ -196,9 +285,7 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
                               ? std::max<int64_t>(1, t.final_eval_tokens / context) * context
                               : t.final_eval_tokens;
   job.seed = seed;
-  job.precision = t.precision;
   job.data = spec.data;
-  job.ranks = spec.resources.ranks;
   job.max_attempts = spec.resources.max_attempts;
   job.priority = spec.resources.priority;
   job.id = HexId(job.CanonicalConfig().dump());

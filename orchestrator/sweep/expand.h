@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/accounting.h"
+#include "common/memory.h"
 #include "orchestrator/sweep/spec.h"
 
 namespace xmod {
@@ -61,6 +62,10 @@ struct ResolvedJob {
   int64_t log_interval = 1;
   uint64_t seed = 0;
   std::string precision;
+  // Memory (docs/memory.md): as the sweep fixed them or expansion chose them.
+  bool recompute = false;
+  std::string optimizer_sharding = "none";  // "none" or "zero1"
+  MemoryEstimate memory;                    // per rank, at micro_batch_size
   DataSpec data;
   // Scheduling (not part of the id).
   int64_t ranks = 1;

@@ -166,5 +166,112 @@ TEST(Expand, TenThousandJobGridTakesWellUnderASecond) {
   EXPECT_LT(seconds, 0.5) << "expanding 10,000 jobs took " << seconds << " s";
 }
 
+// Every job of the paper-scale sweep fits its declared 80 GB per rank, with the
+// micro-batch, recomputation and sharding expansion chose (issue: jobs that
+// would need 290 GB of activations at their old fixed micro-batch).
+TEST(ExpandMemory, EveryClusterJobFitsItsDeclaredDevice) {
+  const SweepSpec spec = Load("xmod-cluster");
+  ASSERT_GT(spec.resources.gpu_memory_gb, 0);
+  auto jobs = ExpandSweep(spec);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  const double usable = UsableDeviceBytes(spec.resources.gpu_memory_gb * 1e9);
+  int recomputed = 0;
+  for (const ResolvedJob& j : *jobs) {
+    EXPECT_GT(j.memory.peak, 0);
+    EXPECT_LE(j.memory.peak, usable) << j.id;
+    EXPECT_EQ(j.optimizer_sharding, "zero1");  // auto with 8 ranks
+    EXPECT_EQ((j.batch_size / j.ranks) % j.micro_batch_size, 0) << j.id;
+    // The largest micro-batch that fits: the next larger divisor would not.
+    const int64_t per_rank = j.batch_size / j.ranks;
+    for (int64_t m = j.micro_batch_size + 1; m <= per_rank; ++m) {
+      if (per_rank % m != 0) continue;
+      MemoryConfig c;
+      c.micro_batch_rows = m;
+      c.micro_batches = per_rank / m;
+      c.eval_rows = EvalRows(m, j.shape.context, j.shape.vocab_size);
+      c.bf16 = true;
+      c.recompute = j.recompute;
+      c.optimizer_shards = j.ranks;
+      EXPECT_GT(EstimateTrainingMemory(j.shape, c).peak, usable) << j.id << " micro " << m;
+      break;
+    }
+    recomputed += j.recompute;
+  }
+  // Recomputation only where nothing fits without it: a few long-context jobs.
+  EXPECT_GT(recomputed, 0);
+  EXPECT_LT(recomputed, static_cast<int>(jobs->size()) / 10);
+}
+
+std::string MemorySweep(const std::string& train, const std::string& resources) {
+  return "name: mem\ndata: {synthetic: true, vocab_size: 50304}\nfamily: xmod\n"
+         "scales: {s: {d_model: 2048, n_heads: 16, n_layers: 20}}\n"
+         "grid: {scale: [s], sparsity: [0.875], stride: [8], context: [8192]}\n"
+         "budget: {tokens: 100000000000}\n"
+         "train: {batch_tokens: 4194304, precision: bf16, " +
+         train + "}\nresources: {ranks: 8, " + resources + "}\ndesign: {laws: []}\n";
+}
+
+TEST(ExpandMemory, AJobThatCannotFitIsRefusedWithItsNumbers) {
+  auto spec = ParseSweepSpec(
+      MemorySweep("micro_batch_tokens: 65536, recompute: auto, optimizer_sharding: none",
+                  "gpu_memory_gb: 16"),
+      "mem.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto jobs = ExpandSweep(*spec);
+  ASSERT_FALSE(jobs.ok());
+  const std::string m(jobs.status().message());
+  EXPECT_NE(m.find("mem.yaml:8: resources.gpu_memory_gb: scale s, xmod, context 8192"),
+            std::string::npos)
+      << m;
+  for (const char* part : {"per rank", "recompute on", "optimizer sharding none", "weights ",
+                           "optimizer ", "activations ", "16 GB leaves"}) {
+    EXPECT_NE(m.find(part), std::string::npos) << part << " in " << m;
+  }
+}
+
+TEST(ExpandMemory, AutoChoosesShardingThenTheLargestMicroBatchThenRecomputation) {
+  const auto expand = [](const std::string& train, double gb) {
+    auto spec = ParseSweepSpec(MemorySweep(train, "gpu_memory_gb: " + std::to_string(gb)),
+                               "mem.yaml");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    auto jobs = ExpandSweep(*spec);
+    EXPECT_TRUE(jobs.ok()) << jobs.status();
+    return jobs.ok() ? jobs->front() : ResolvedJob{};
+  };
+  const std::string all_auto =
+      "micro_batch_tokens: auto, recompute: auto, optimizer_sharding: auto";
+  const ResolvedJob big = expand(all_auto, 141);
+  const ResolvedJob small = expand(all_auto, 80);
+  EXPECT_EQ(big.optimizer_sharding, "zero1");
+  EXPECT_GE(big.micro_batch_size, small.micro_batch_size);
+  EXPECT_LE(small.memory.peak, UsableDeviceBytes(80e9));
+  // Sharding divides the moments over the ranks: 8·P bytes become about P.
+  const ResolvedJob unsharded =
+      expand("micro_batch_tokens: 8192, recompute: true, optimizer_sharding: none", 1000);
+  const ResolvedJob sharded =
+      expand("micro_batch_tokens: 8192, recompute: true, optimizer_sharding: zero1", 1000);
+  EXPECT_NEAR(sharded.memory.optimizer / unsharded.memory.optimizer, 1.0 / 8.0, 0.02);
+  EXPECT_EQ(unsharded.memory.weights, sharded.memory.weights);
+  // Recomputation is taken only when nothing fits without it.
+  const ResolvedJob roomy = expand("micro_batch_tokens: 8192, recompute: auto", 1000);
+  EXPECT_FALSE(roomy.recompute);
+  EXPECT_EQ(roomy.ToJobFile().recompute, false);
+}
+
+TEST(ExpandMemory, AutoMicroBatchNeedsADeclaredDeviceMemory) {
+  auto spec = ParseSweepSpec(MemorySweep("micro_batch_tokens: auto", "max_attempts: 2"), "m.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(std::string(spec.status().message())
+                .find("m.yaml:7: train.micro_batch_tokens: auto chooses the micro-batch"),
+            std::string::npos)
+      << spec.status();
+  auto bad = ParseSweepSpec(MemorySweep("recompute: sometimes", "gpu_memory_gb: 80"), "m.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message())
+                .find("train.recompute: unknown value 'sometimes' (known: false, true, auto)"),
+            std::string::npos)
+      << bad.status();
+}
+
 }  // namespace
 }  // namespace xmod

@@ -664,7 +664,9 @@ class SpecParser {
                "balance_coef",
                "router_coef",
                "min_warmup_steps",
-               "final_eval_tokens"});
+               "final_eval_tokens",
+               "recompute",
+               "optimizer_sharding"});
     TrainSpec& t = spec->train;
     train_node_ = node;
     auto is_auto = [&](const char* key) {
@@ -677,9 +679,30 @@ class SpecParser {
     } else {
       Error(Line(node), "train.batch_tokens", "missing; tokens per optimizer step");
     }
-    if (node["micro_batch_tokens"]) {
+    if (is_auto("micro_batch_tokens")) {
+      t.micro_auto = true;
+    } else if (node["micro_batch_tokens"]) {
       Positive(node["micro_batch_tokens"], "train.micro_batch_tokens", &t.micro_batch_tokens);
     }
+    // A three-way memory setting: its two fixed spellings, or auto.
+    auto choice = [&](const char* key, const char* off, const char* on, MemoryChoice* out) {
+      if (!node[key]) return;
+      const std::string field = absl::StrCat("train.", key);
+      std::string v;
+      if (!String(node[key], field, &v)) return;
+      if (v == off) {
+        *out = MemoryChoice::kOff;
+      } else if (v == on) {
+        *out = MemoryChoice::kOn;
+      } else if (v == "auto") {
+        *out = MemoryChoice::kAuto;
+      } else {
+        Error(Line(node[key]), field,
+              absl::StrCat("unknown value '", v, "' (known: ", off, ", ", on, ", auto)"));
+      }
+    };
+    choice("recompute", "false", "true", &t.recompute);
+    choice("optimizer_sharding", "none", "zero1", &t.optimizer_sharding);
     auto in_range = [&](const char* key, double lo, double hi, bool hi_open, double* out) {
       if (!node[key]) return;
       const std::string field = absl::StrCat("train.", key);
@@ -758,8 +781,17 @@ class SpecParser {
 
   void ParseResources(const YAML::Node& node, SweepSpec* spec) {
     if (!ExpectMap(node, "resources")) return;
-    CheckKeys(node, "resources", {"ranks", "max_attempts", "priority"});
+    CheckKeys(node, "resources", {"ranks", "max_attempts", "priority", "gpu_memory_gb"});
     ResourceSpec& r = spec->resources;
+    if (node["gpu_memory_gb"]) {
+      r.gpu_memory_line = Line(node["gpu_memory_gb"]);
+      if (Double(node["gpu_memory_gb"], "resources.gpu_memory_gb", &r.gpu_memory_gb) &&
+          !(r.gpu_memory_gb > 0 && r.gpu_memory_gb <= 1e6)) {
+        Error(r.gpu_memory_line, "resources.gpu_memory_gb",
+              absl::StrCat("must be a device memory in GB in (0, 1e6], got ",
+                           node["gpu_memory_gb"].Scalar()));
+      }
+    }
     if (node["ranks"]) Positive(node["ranks"], "resources.ranks", &r.ranks);
     if (node["max_attempts"]) {
       Positive(node["max_attempts"], "resources.max_attempts", &r.max_attempts);
@@ -769,6 +801,11 @@ class SpecParser {
 
   // Checks that need more than one section; runs only on an otherwise clean file.
   void CrossCheck(const YAML::Node& root, SweepSpec* spec) {
+    if (spec->train.micro_auto && spec->resources.gpu_memory_gb <= 0) {
+      Error(Line(train_node_["micro_batch_tokens"]), "train.micro_batch_tokens",
+            "auto chooses the micro-batch from the device memory: declare it as "
+            "resources.gpu_memory_gb, or give micro_batch_tokens as a number");
+    }
     std::vector<std::string> names;
     for (const ScaleSpec& s : spec->scales) names.push_back(s.name);
     for (size_t b = 0; b < spec->blocks.size(); ++b) {

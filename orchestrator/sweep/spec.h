@@ -41,11 +41,20 @@ struct DataSpec {
 enum class MatchMode { kFlops, kLayers };
 std::string_view MatchModeName(MatchMode mode);
 
+// A memory setting the sweep fixes or leaves to expansion (docs/memory.md).
+enum class MemoryChoice { kOff, kOn, kAuto };
+
 struct TrainSpec {
   int64_t batch_tokens = 0;        // tokens per optimizer step, across all ranks
   bool batch_auto = false;         // batch_tokens: auto (the compute rule, docs/design-checks.md)
   bool lr_auto = false;            // lr: auto (the compute rule)
   int64_t micro_batch_tokens = 0;  // per-rank forward size; 0 = no accumulation
+  // micro_batch_tokens: auto: the largest that fits resources.gpu_memory_gb.
+  bool micro_auto = false;
+  // recompute: false | true | auto (on only for a job that does not fit without it).
+  MemoryChoice recompute = MemoryChoice::kOff;
+  // optimizer_sharding: none | zero1 | auto (zero1 whenever a job has two ranks or more).
+  MemoryChoice optimizer_sharding = MemoryChoice::kOff;
   double lr = 3e-3;
   double min_lr_ratio = 0.1;
   int64_t warmup_steps = -1;  // -1: use warmup_fraction
@@ -70,6 +79,10 @@ struct TrainSpec {
 
 struct ResourceSpec {
   int64_t ranks = 1;
+  // Memory of one rank's device in GB (10^9 bytes); 0: not declared (nothing is
+  // checked or chosen against it).
+  double gpu_memory_gb = 0.0;
+  int gpu_memory_line = 0;
   int64_t max_attempts = 3;
   int64_t priority = 0;
 };

@@ -74,8 +74,10 @@ torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const tor
   const int64_t half = x.size(-1) / 2;
   const torch::Tensor x1 = x.narrow(-1, 0, half);
   const torch::Tensor x2 = x.narrow(-1, half, half);
-  const torch::Tensor c = cos.unsqueeze(1);
-  const torch::Tensor s = sin.unsqueeze(1);
+  // In x's dtype: under bf16 autocast q and k stay bf16 (fp32 angles would
+  // promote them to fp32 copies, twice the memory, cast back for the matmul).
+  const torch::Tensor c = cos.unsqueeze(1).to(x.scalar_type());
+  const torch::Tensor s = sin.unsqueeze(1).to(x.scalar_type());
   return torch::cat({x1 * c - x2 * s, x1 * s + x2 * c}, -1);
 }
 
@@ -137,6 +139,73 @@ torch::Tensor BlockImpl::Delta(const torch::Tensor& x, const torch::Tensor& cos,
                                const torch::Tensor& sin, const torch::Tensor& allowed) {
   const torch::Tensor a = attn(norm1(x), cos, sin, allowed);
   return a + mlp(norm2(x + a));
+}
+
+namespace {
+
+// The autograd function behind RecomputedDelta. Inputs: the block (by pointer,
+// not a tensor), x, cos, sin, allowed (may be undefined), then the block's
+// parameters, so that their gradients flow through this node's edges.
+class RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, BlockImpl* block,
+                               const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin,
+                               const c10::optional<torch::Tensor>& allowed,
+                               torch::TensorList params) {
+    ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
+    ctx->saved_data["autocast"] = AutocastEnabled(x.device());
+    ctx->saved_data["params"] = static_cast<int64_t>(params.size());
+    const torch::Tensor mask = allowed.has_value() ? *allowed : torch::Tensor();
+    ctx->saved_data["masked"] = mask.defined();
+    if (mask.defined()) {
+      ctx->save_for_backward({x, cos, sin, mask});
+    } else {
+      ctx->save_for_backward({x, cos, sin});
+    }
+    // Autograd is off here (Function::apply records this node instead).
+    return block->Delta(x, cos, sin, mask);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto* block = reinterpret_cast<BlockImpl*>(ctx->saved_data["block"].toInt());
+    const bool autocast = ctx->saved_data["autocast"].toBool();
+    const int64_t n_params = ctx->saved_data["params"].toInt();
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor x = saved[0].detach().requires_grad_(true);
+    std::vector<torch::Tensor> inputs = {x};
+    for (const auto& p : block->parameters()) inputs.push_back(p);
+    TORCH_CHECK(static_cast<int64_t>(inputs.size()) == n_params + 1,
+                "recompute: the block's parameters changed between forward and backward");
+    torch::autograd::variable_list grads;
+    {
+      torch::AutoGradMode grad_on(true);
+      Autocast amp(x.device(), autocast);
+      const torch::Tensor mask =
+          ctx->saved_data["masked"].toBool() ? saved[3] : torch::Tensor();
+      const torch::Tensor y = block->Delta(x, saved[1], saved[2], mask);
+      grads = torch::autograd::grad({y}, inputs, {grad_out[0]}, /*retain_graph=*/false,
+                                    /*create_graph=*/false, /*allow_unused=*/true);
+    }
+    // One entry per forward input: block, x, cos, sin, allowed, then each parameter.
+    torch::autograd::variable_list out = {torch::Tensor(), grads[0], torch::Tensor(),
+                                          torch::Tensor(), torch::Tensor()};
+    for (int64_t i = 0; i < n_params; ++i) out.push_back(grads[1 + i]);
+    return out;
+  }
+};
+
+}  // namespace
+
+torch::Tensor RecomputedDelta(BlockImpl& block, const torch::Tensor& x, const torch::Tensor& cos,
+                              const torch::Tensor& sin, const torch::Tensor& allowed) {
+  if (!torch::GradMode::is_enabled()) return block.Delta(x, cos, sin, allowed);
+  const std::vector<torch::Tensor> params = block.parameters();
+  // As a TensorList, so that autograd sees each parameter as an input.
+  const c10::optional<torch::Tensor> mask =
+      allowed.defined() ? c10::optional<torch::Tensor>(allowed) : c10::nullopt;
+  return RecomputeFunction::apply(&block, x, cos, sin, mask, torch::TensorList(params));
 }
 
 LayerImpl::LayerImpl(const DecoderOptions& o, int64_t index) {
@@ -216,11 +285,16 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
   int64_t routed_layers = 0;
   std::vector<torch::Tensor> routed_counts;  // per routed layer, scalar float64
   torch::Tensor causal;  // threshold routing: causal mask [1, 1, T, T], built on first use
+  const auto BlockDelta = [&](BlockImpl& block, const torch::Tensor& in, const torch::Tensor& c,
+                              const torch::Tensor& s, const torch::Tensor& allowed = {}) {
+    return o.recompute() ? RecomputedDelta(block, in, c, s, allowed)
+                         : block.Delta(in, c, s, allowed);
+  };
 
   for (const auto& module : *layers) {
     auto layer = std::dynamic_pointer_cast<LayerImpl>(module);
     if (!layer->routed()) {
-      x = x + layer->block->Delta(x, cos, sin);
+      x = x + BlockDelta(*layer->block, x, cos, sin);
       layers_used = layers_used + 1.0;
       continue;
     }
@@ -245,7 +319,7 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
       const torch::Tensor flat = idx.reshape({-1});
       const torch::Tensor cos_sel = cos[0].index_select(0, flat).view({b, k, half});
       const torch::Tensor sin_sel = sin[0].index_select(0, flat).view({b, k, half});
-      const torch::Tensor delta = layer->block->Delta(x_sel, cos_sel, sin_sel);  // [B, k, d]
+      const torch::Tensor delta = BlockDelta(*layer->block, x_sel, cos_sel, sin_sel);  // [B, k, d]
       x = x.scatter_add(1, idx_d, weight.unsqueeze(-1).to(x.dtype()) * delta);
       layers_used = layers_used + chosen;
       routed_counts.push_back(
@@ -263,7 +337,7 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
       const torch::Tensor eye = torch::eye(t, torch::dtype(torch::kBool).device(x.device()));
       const torch::Tensor allowed =
           (causal & chosen.unsqueeze(1)).logical_or(eye).unsqueeze(1);  // [B, 1, T, T]
-      const torch::Tensor delta = layer->block->Delta(x, cos, sin, allowed);
+      const torch::Tensor delta = BlockDelta(*layer->block, x, cos, sin, allowed);
       x = x + weight.unsqueeze(-1).to(x.dtype()) * delta;
       layers_used = layers_used + chosen.to(x.dtype());
       routed_counts.push_back(chosen.sum().to(torch::kFloat64));

@@ -41,6 +41,9 @@ struct DecoderOptions {
   TORCH_ARG(double, router_coef) = 0.0;
   TORCH_ARG(double, rope_theta) = 10000.0;
   TORCH_ARG(double, init_std) = 0.02;
+  // Activation recomputation per layer: each block keeps only its input for the
+  // backward pass and runs its forward again there (RecomputedDelta).
+  TORCH_ARG(bool, recompute) = false;
 
  public:
   bool IsRouted(int64_t layer) const {
@@ -118,6 +121,15 @@ class BlockImpl : public torch::nn::Module {
   Mlp mlp{nullptr};
 };
 TORCH_MODULE(Block);
+
+// block->Delta(x, cos, sin, allowed) through a custom autograd function that saves
+// only its tensor inputs: the backward pass runs the block's forward again (in the
+// autocast state and attention path of the forward) and differentiates that. The
+// values and gradients are those of Delta itself; what changes is memory (one
+// block's activations alive at a time in the backward, instead of all of them)
+// for one more forward per block. The block must outlive the backward pass.
+torch::Tensor RecomputedDelta(BlockImpl& block, const torch::Tensor& x, const torch::Tensor& cos,
+                              const torch::Tensor& sin, const torch::Tensor& allowed = {});
 
 enum class Routing {
   kTopK,       // top-k per sequence, as trained

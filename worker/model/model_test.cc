@@ -24,14 +24,15 @@ ModelShape Shape(Family family, int64_t layers, int64_t stride, double capacity)
   return s;
 }
 
-Decoder Build(const ModelShape& s) {
+Decoder Build(const ModelShape& s, bool recompute = false) {
   torch::manual_seed(7);
   return Decoder(DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context)
                      .family(s.family)
                      .stride(s.stride)
                      .routed_tokens(RoutedTokens(s.capacity, s.context))
                      .balance_coef(0.01)
-                     .router_coef(0.01));
+                     .router_coef(0.01)
+                     .recompute(recompute));
 }
 
 class ParamCount : public ::testing::TestWithParam<ModelShape> {};
@@ -275,6 +276,50 @@ TEST_P(AttentionPaths, FusedAndEagerGiveTheSameOutputsAndGradients) {
 
 INSTANTIATE_TEST_SUITE_P(
     Families, AttentionPaths,
+    ::testing::Values(PathCase{"Dense", Family::kDense, 2, 1, 1.0, Routing::kTopK},
+                      PathCase{"XmodTopK", Family::kXmod, 4, 2, 0.25, Routing::kTopK},
+                      PathCase{"XmodThreshold", Family::kXmod, 4, 2, 0.25, Routing::kThreshold},
+                      PathCase{"ModTopK", Family::kMod, 4, 2, 0.5, Routing::kTopK}),
+    [](const ::testing::TestParamInfo<PathCase>& info) { return std::string(info.param.name); });
+
+// Recomputation changes memory, not values: with the same weights and tokens,
+// the logits and every parameter's gradient equal those without it, in fp32 and
+// under bf16 autocast (where the backward must recompute in bf16 as the forward
+// ran: recomputing in fp32 would move the gradients by bf16 rounding, ~1e-2).
+class Recompute : public ::testing::TestWithParam<PathCase> {};
+
+TEST_P(Recompute, GivesTheSameOutputsAndGradients) {
+  const PathCase c = GetParam();
+  for (bool bf16 : {false, true}) {
+    torch::manual_seed(5);
+    const torch::Tensor tokens = torch::randint(0, 50, {3, 16});
+    std::vector<torch::Tensor> logits, grads;
+    for (bool recompute : {false, true}) {
+      Decoder model = Build(Shape(c.family, c.layers, c.stride, c.capacity), recompute);
+      DecoderOutput out;
+      {
+        Autocast amp(torch::kCPU, bf16);
+        out = model->forward(tokens, c.routing);
+      }
+      (out.logits.to(torch::kFloat32).square().mean() + out.aux_loss).backward();
+      logits.push_back(out.logits.detach().to(torch::kFloat32));
+      std::vector<torch::Tensor> g;
+      for (const auto& p : model->named_parameters()) {
+        ASSERT_TRUE(p.value().grad().defined()) << p.key() << " recompute " << recompute;
+        g.push_back(p.value().grad().flatten());
+      }
+      grads.push_back(torch::cat(g));
+    }
+    const double grad_scale = grads[0].abs().max().item<double>();
+    ASSERT_GT(grad_scale, 0.0);
+    EXPECT_TRUE(torch::equal(logits[0], logits[1])) << c.name << " bf16 " << bf16;
+    EXPECT_LE((grads[0] - grads[1]).abs().max().item<double>(), 1e-6 * grad_scale)
+        << c.name << " bf16 " << bf16;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, Recompute,
     ::testing::Values(PathCase{"Dense", Family::kDense, 2, 1, 1.0, Routing::kTopK},
                       PathCase{"XmodTopK", Family::kXmod, 4, 2, 0.25, Routing::kTopK},
                       PathCase{"XmodThreshold", Family::kXmod, 4, 2, 0.25, Routing::kThreshold},

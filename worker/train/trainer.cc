@@ -57,7 +57,8 @@ DecoderOptions ModelOptionsFor(const JobFile& job) {
       .stride(s.stride)
       .routed_tokens(job.routed_tokens)
       .balance_coef(job.balance_coef)
-      .router_coef(job.router_coef);
+      .router_coef(job.router_coef)
+      .recompute(job.recompute);
 }
 
 // AdamW with weight decay on matrices only (embeddings, projections, head, routers).
@@ -379,7 +380,9 @@ class Run {
     StepStats stats;
     try {
       model_->train();
-      optimizer_->zero_grad();
+      // Gradients set to none (not zeroed) so that they take no memory during the
+      // first forward of a step, on LibTorch 1.13 as on 2.x (docs/memory.md).
+      for (auto& p : model_->parameters()) p.mutable_grad() = torch::Tensor();
       // Sums over this rank's micro-batches, each weighted by its share of the global batch.
       // On the model's device, so that NCCL can reduce it with the gradients.
       torch::Tensor sums = torch::zeros({4}, torch::dtype(torch::kFloat64).device(device_));
@@ -393,6 +396,7 @@ class Run {
         DecoderOutput out = Forward(inputs, Routing::kTopK);
         const torch::Tensor ce = torch::nn::functional::cross_entropy(
             out.logits.reshape({-1, out.logits.size(-1)}), targets.reshape({-1}));
+        out.logits = torch::Tensor();  // the loss keeps what it needs: [N, V] fewer in the backward
         const double share = double(rows) / double(job_.batch_size);
         ((ce + out.aux_loss) * share).backward();
         sums += torch::stack({ce.detach(), out.balance_loss.detach(), out.router_loss.detach(),
@@ -586,12 +590,6 @@ class Run {
 };
 
 }  // namespace
-
-int64_t EvalRows(int64_t micro_rows, int64_t context, int64_t vocab_size) {
-  constexpr int64_t kTokens = 16384, kLogitFloats = int64_t{1} << 26;  // 256 MiB of fp32
-  const int64_t tokens = std::min(kTokens, kLogitFloats / std::max<int64_t>(1, vocab_size));
-  return std::max<int64_t>({1, micro_rows, tokens / std::max<int64_t>(1, context)});
-}
 
 absl::Status CheckWorkerCanRun(const JobFile& job) {
   if (job.precision != "fp32" && job.precision != "bf16") {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/memory.h"  // EvalRows
 #include "worker/data/batches.h"
 #include "worker/dist/communicator.h"
 #include "worker/train/schedule.h"
@@ -48,13 +49,6 @@ struct TrainerOptions {
   // Fault injection for tests: called before each step with the model.
   std::function<void(int64_t step, torch::nn::Module& model)> fault_before_step;
 };
-
-// Windows per evaluation forward: the training micro-batch, raised to about
-// 16,384 tokens where the logits of that many tokens stay under 256 MiB (small
-// vocabularies). An evaluation forward keeps nothing for a backward, and small
-// forwards are dominated by per-call overhead (the demo's final evaluation ran
-// 350 forwards of 7 windows each before).
-int64_t EvalRows(int64_t micro_rows, int64_t context, int64_t vocab_size);
 
 // UNIMPLEMENTED for a job this worker cannot train as asked: a precision other
 // than fp32 and bf16. Train checks it first (and, for bf16, that the device can

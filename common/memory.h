@@ -1,0 +1,82 @@
+// The memory one rank needs to train a job: a model of what the worker's
+// LibTorch decoder (worker/model) and trainer (worker/train) hold, torch-free, so
+// that expansion can choose a micro-batch, recomputation and optimizer sharding
+// for a declared device memory and refuse a job that cannot fit (docs/memory.md).
+//
+// What is counted, in bytes of tensor storage:
+//   weights       4·P (fp32 master weights, P = every parameter)
+//   gradients     4·P (fp32; set to none at each step's start, allocated in the
+//                 backward pass layer by layer)
+//   optimizer     8·P / shards (AdamW's two moments; ZeRO-1 splits them over the
+//                 data-parallel ranks by whole parameters, so a rank holds at most
+//                 its share plus one parameter)
+//   activations   what autograd keeps for the backward pass, per layer, from the
+//                 list of saved tensors of the block (docs/memory.md, "saved
+//                 tensors"): fp32 residual-side tensors, compute-dtype matmul
+//                 outputs (bf16 under autocast), attention scores [H, n, n] per
+//                 sequence on the eager path and the output plus log-sum-exp on the
+//                 fused one; with recomputation only each block's inputs
+//   weight copies bf16 copies of the matrices under autocast, alive from a layer's
+//                 forward until its backward
+//   transients    the working set of the backward pass of the head (four [N, V]
+//                 buffers at once) and of one layer (its gradients in flight and,
+//                 with recomputation, its recomputed activations)
+// The peak is the largest total over the step's phases: the forward pass, a walk
+// over the backward pass (activations freed and gradients allocated layer by
+// layer), the optimizer step and an evaluation forward. Not counted: the CUDA
+// context, NCCL buffers, allocator fragmentation, the data loader; FitsIn leaves
+// a margin for them.
+#ifndef XMOD_COMMON_MEMORY_H_
+#define XMOD_COMMON_MEMORY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "common/accounting.h"
+
+namespace xmod {
+
+struct MemoryConfig {
+  int64_t micro_batch_rows = 1;  // sequences per forward on one rank
+  int64_t micro_batches = 1;     // forwards per optimizer step on one rank
+  int64_t eval_rows = 1;         // sequences per evaluation forward
+  bool bf16 = false;             // autocast to bf16 (weights and moments stay fp32)
+  bool recompute = false;        // per-layer activation recomputation
+  bool fused_attention = true;   // scaled_dot_product_attention (no [n, n] scores)
+  int64_t optimizer_shards = 1;  // ZeRO-1 over this many data-parallel ranks
+  // CUDA's autocast runs softmax in fp32 (CPU's in bf16): the eager path's
+  // probabilities then take fp32 plus a bf16 copy for the next matmul.
+  bool cuda = true;
+};
+
+struct MemoryEstimate {
+  int64_t parameters = 0;  // P
+  double weights = 0, gradients = 0, optimizer = 0;
+  double activations = 0;    // saved for the backward pass at the end of the forward
+  double weight_copies = 0;  // bf16 copies of the matrices (0 in fp32)
+  double peak = 0;           // the largest total over the step (see above)
+  // Which phase the peak is in: "forward", "backward", "optimizer", "evaluation".
+  std::string peak_phase;
+};
+
+MemoryEstimate EstimateTrainingMemory(const ModelShape& shape, const MemoryConfig& config);
+
+// What a declared device memory leaves for the tensors this model counts:
+// 92% of it, less 1.5 GiB (CUDA context, NCCL buffers, fragmentation of the
+// caching allocator). A margin, not a measurement: see docs/memory.md.
+double UsableDeviceBytes(double device_bytes);
+
+// Windows per evaluation forward: the training micro-batch, raised to about
+// 16,384 tokens where the logits of that many tokens stay under 256 MiB (small
+// vocabularies). An evaluation forward keeps nothing for a backward, and small
+// forwards are dominated by per-call overhead (the demo's final evaluation ran
+// 350 forwards of 7 windows each before). The trainer uses it; the memory model
+// prices it.
+int64_t EvalRows(int64_t micro_rows, int64_t context, int64_t vocab_size);
+
+// "12.3 GiB" (binary units, one decimal).
+std::string FormatBytes(double bytes);
+
+}  // namespace xmod
+
+#endif  // XMOD_COMMON_MEMORY_H_

@@ -1,0 +1,147 @@
+// The memory model (common/memory.h) against the bytes a real training run
+// holds, measured exactly by the counting CPU allocator (memory_meter.h), on a
+// few shapes: dense and X-MoD, eager and fused attention, with and without
+// recomputation, one micro-batch and several, fp32 and bf16.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "common/memory.h"
+#include "worker/model/model.h"
+#include "worker/model/precision.h"
+#include "worker/train/memory_meter.h"
+#include "worker/train/trainer.h"
+
+namespace xmod {
+namespace {
+
+TEST(CpuMemoryMeter, CountsEveryTensorStorageWhileItLives) {
+  CpuMemoryMeter::Install();
+  const int64_t before = CpuMemoryMeter::Current();
+  CpuMemoryMeter::ResetPeak();
+  {
+    const torch::Tensor a = torch::empty({1 << 18}, torch::kFloat32);  // 1 MiB
+    EXPECT_EQ(CpuMemoryMeter::Current() - before, int64_t{1} << 20);
+    const torch::Tensor b = torch::empty_like(a);  // another MiB
+    EXPECT_EQ(CpuMemoryMeter::Current() - before, int64_t{2} << 20);
+  }
+  EXPECT_EQ(CpuMemoryMeter::Current(), before);
+  EXPECT_EQ(CpuMemoryMeter::Peak() - before, int64_t{2} << 20);
+}
+
+struct MemoryCase {
+  const char* name;
+  Family family;
+  int64_t layers, stride;
+  double capacity;
+  int64_t micro;  // sequences per forward (of 8)
+  bool recompute, bf16;
+  AttentionPath path;
+};
+void PrintTo(const MemoryCase& c, std::ostream* os) { *os << c.name; }
+
+JobFile MemoryJob(const MemoryCase& c) {
+  JobFile job;
+  job.id = std::string("memory-") + c.name;
+  job.shape.family = c.family;
+  job.shape.d_model = 64;
+  job.shape.n_heads = 4;
+  job.shape.d_ff = DefaultDff(64);
+  job.shape.vocab_size = 512;
+  job.shape.context = 256;
+  job.shape.n_layers = c.layers;
+  job.shape.stride = c.stride;
+  job.shape.capacity = c.capacity;
+  if (c.family != Family::kDense) {
+    job.balance_coef = 0.01;
+    job.router_coef = 0.01;
+  }
+  job.routed_tokens = RoutedTokens(c.capacity, job.shape.context);
+  job.steps = 2;
+  job.batch_size = 8;
+  job.micro_batch_size = c.micro;
+  job.lr = 1e-3;
+  job.min_lr = 1e-4;
+  job.warmup_steps = 1;
+  job.weight_decay = 0.1;
+  job.grad_clip = 1.0;
+  job.eval_interval = 2;
+  job.eval_tokens = 8 * 256;
+  job.checkpoint_interval = 1000;
+  job.seed = 3;
+  job.precision = c.bf16 ? "bf16" : "fp32";
+  job.recompute = c.recompute;
+  job.flops_per_token = TrainFlopsPerToken(job.shape);
+  job.synthetic_seed = 5;
+  return job;
+}
+
+class MemoryModel : public ::testing::TestWithParam<MemoryCase> {
+ protected:
+  void TearDown() override { SetAttentionPath(AttentionPath::kAuto); }
+};
+
+TEST_P(MemoryModel, PredictsTheMeasuredPeakOfATrainingRun) {
+  const MemoryCase c = GetParam();
+  if (c.path == AttentionPath::kFused && !HaveFusedAttention()) {
+    GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no fused attention";
+  }
+  if (c.bf16 && !Bf16Unsupported(torch::kCPU).empty()) GTEST_SKIP() << "no bf16 on this CPU";
+  SetAttentionPath(c.path);
+  CpuMemoryMeter::Install();
+  const JobFile job = MemoryJob(c);
+  auto data = OpenJobData(job);
+  ASSERT_TRUE(data.ok()) << data.status();
+  auto comm = MakeSingleProcessCommunicator();
+  TrainerOptions options;
+  options.run_dir = (std::filesystem::temp_directory_path() /
+                     ("xmod_memory_" + std::to_string(::getpid()) + "_" + c.name))
+                        .string();
+  options.threads = 1;
+  const int64_t base = CpuMemoryMeter::Current();
+  CpuMemoryMeter::ResetPeak();
+  auto result = Train(job, **data, *comm, options);
+  std::filesystem::remove_all(options.run_dir);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const double measured = static_cast<double>(CpuMemoryMeter::Peak() - base);
+
+  MemoryConfig config;
+  config.micro_batch_rows = c.micro;
+  config.micro_batches = job.batch_size / c.micro;
+  config.eval_rows = std::min(EvalRows(c.micro, job.shape.context, job.shape.vocab_size),
+                              job.eval_tokens / job.shape.context);
+  config.bf16 = c.bf16;
+  config.recompute = c.recompute;
+  config.fused_attention = c.path == AttentionPath::kFused;
+  config.cuda = false;
+  const MemoryEstimate e = EstimateTrainingMemory(job.shape, config);
+  std::printf("%-22s measured %8.2f MiB  model %8.2f MiB (%s)  ratio %.3f  [acts %.2f MiB]\n",
+              c.name, measured / 1048576.0, e.peak / 1048576.0, e.peak_phase.c_str(),
+              e.peak / measured, e.activations / 1048576.0);
+  // The stated tolerance (docs/memory.md): the model is within -10% / +15% of the
+  // measured peak; it errs high (by 13%) for fused attention with recomputation.
+  EXPECT_GT(e.peak / measured, 0.90) << c.name;
+  EXPECT_LT(e.peak / measured, 1.15) << c.name;
+}
+
+constexpr auto kEager = AttentionPath::kEager;
+constexpr auto kFused = AttentionPath::kFused;
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MemoryModel,
+    ::testing::Values(
+        MemoryCase{"DenseEager", Family::kDense, 4, 1, 1.0, 8, false, false, kEager},
+        MemoryCase{"DenseFused", Family::kDense, 4, 1, 1.0, 8, false, false, kFused},
+        MemoryCase{"DenseEagerRecompute", Family::kDense, 4, 1, 1.0, 8, true, false, kEager},
+        MemoryCase{"DenseEagerMicro2", Family::kDense, 4, 1, 1.0, 2, false, false, kEager},
+        MemoryCase{"DenseFusedMicro2", Family::kDense, 4, 1, 1.0, 2, false, false, kFused},
+        MemoryCase{"XmodEagerRecompute", Family::kXmod, 8, 2, 0.25, 8, true, false, kEager},
+        MemoryCase{"XmodEager", Family::kXmod, 8, 2, 0.25, 8, false, false, kEager},
+        MemoryCase{"XmodFusedRecompute", Family::kXmod, 8, 2, 0.25, 8, true, false, kFused},
+        MemoryCase{"DenseEagerBf16", Family::kDense, 4, 1, 1.0, 8, false, true, kEager},
+        MemoryCase{"XmodFusedBf16", Family::kXmod, 8, 2, 0.25, 8, false, true, kFused}),
+    [](const ::testing::TestParamInfo<MemoryCase>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace xmod
