@@ -53,6 +53,7 @@ class SingleProcess : public Communicator {
   absl::Status Broadcast(std::string*, int) override { return absl::OkStatus(); }
   absl::Status Broadcast(std::vector<torch::Tensor>&, int) override { return absl::OkStatus(); }
   absl::Status AllReduceSum(std::vector<torch::Tensor>&) override { return absl::OkStatus(); }
+  absl::Status ReduceSum(std::vector<torch::Tensor>&, int) override { return absl::OkStatus(); }
   absl::Status Barrier() override { return absl::OkStatus(); }
   std::string Where() const override { return HostName() + ":0"; }
   [[noreturn]] void Abort(int code) override { std::exit(code); }
@@ -111,6 +112,20 @@ class Mpi : public Communicator {
       return Check(MPI_Allreduce(MPI_IN_PLACE, flat.data_ptr(), static_cast<int>(flat.numel()),
                                  MpiType(flat.scalar_type()), MPI_SUM, MPI_COMM_WORLD),
                    "all-reduce");
+    });
+  }
+
+  absl::Status ReduceSum(std::vector<torch::Tensor>& tensors, int root) override {
+    if (size_ == 1) return absl::OkStatus();
+    return ForEachBucket(tensors, bucket_bytes_, [&](torch::Tensor& flat) {
+      RETURN_IF_ERROR(CheckType(flat));
+      void* data = flat.data_ptr();
+      const int n = static_cast<int>(flat.numel());
+      const MPI_Datatype type = MpiType(flat.scalar_type());
+      return Check(rank_ == root
+                       ? MPI_Reduce(MPI_IN_PLACE, data, n, type, MPI_SUM, root, MPI_COMM_WORLD)
+                       : MPI_Reduce(data, nullptr, n, type, MPI_SUM, root, MPI_COMM_WORLD),
+                   "reduce");
     });
   }
 

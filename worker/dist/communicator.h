@@ -30,6 +30,9 @@ class Communicator {
   // Element-wise sum over ranks, in place. Tensors of one dtype; they are packed
   // into buckets of at most `bucket_bytes` so that each bucket is one collective.
   virtual absl::Status AllReduceSum(std::vector<torch::Tensor>& tensors) = 0;
+  // Element-wise sum over ranks onto rank `root`, in place there (bucketed as
+  // AllReduceSum); the other ranks' tensors are left unspecified.
+  virtual absl::Status ReduceSum(std::vector<torch::Tensor>& tensors, int root) = 0;
   virtual absl::Status Barrier() = 0;
   // "host:rank", for messages.
   virtual std::string Where() const = 0;

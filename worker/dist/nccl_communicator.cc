@@ -67,6 +67,18 @@ class Nccl : public Communicator {
       return Sync();
     });
   }
+  absl::Status ReduceSum(std::vector<torch::Tensor>& tensors, int root) override {
+    return ForEachBucket(tensors, kBucketBytes, [&](torch::Tensor& flat) {
+      if (!flat.is_cuda()) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(), ": NCCL needs CUDA tensors"));
+      }
+      cudaDeviceSynchronize();
+      RETURN_IF_ERROR(Check(ncclReduce(flat.data_ptr(), flat.data_ptr(), flat.numel(),
+                                       NcclType(flat.scalar_type()), ncclSum, root, comm_, stream_),
+                            "reduce"));
+      return Sync();
+    });
+  }
   absl::Status Barrier() override { return mpi_->Barrier(); }
   [[noreturn]] void Abort(int code) override {
     mpi_->Abort(code);

@@ -20,6 +20,7 @@
 #include "worker/model/precision.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/host_allocator.h"
+#include "worker/train/zero.h"
 
 namespace xmod {
 
@@ -61,10 +62,12 @@ DecoderOptions ModelOptionsFor(const JobFile& job) {
       .recompute(job.recompute);
 }
 
-// AdamW with weight decay on matrices only (embeddings, projections, head, routers).
-std::unique_ptr<torch::optim::AdamW> MakeOptimizer(const JobFile& job, Decoder& model) {
+// AdamW with weight decay on matrices only (embeddings, projections, head, routers),
+// over `params` (the model's, or one ZeRO-1 shard of them).
+std::unique_ptr<torch::optim::AdamW> MakeOptimizer(const JobFile& job,
+                                                   const std::vector<torch::Tensor>& params) {
   std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  for (const auto& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   // The schedule sets every group's rate before each step; this one is a placeholder.
   auto base = torch::optim::AdamWOptions(1e-3).betas({job.beta1, job.beta2}).eps(1e-8);
   std::vector<torch::optim::OptimizerParamGroup> groups;
@@ -114,7 +117,8 @@ class Run {
         comm_(comm),
         o_(o),
         device_(o.device),
-        bf16_(job.precision == "bf16") {}
+        bf16_(job.precision == "bf16"),
+        sharded_(job.optimizer_sharding == "zero1" && comm.size() > 1) {}
 
   // The run, in the order it happens: set up, find the step to start from, then
   // per step: step, report, divergence, stop decision, checkpoint.
@@ -139,7 +143,7 @@ class Run {
       const bool last = step == job_.steps;
       // -- Step.
       const double lr = LearningRate(job_, step);
-      SetLearningRate(*optimizer_, lr);
+      SetLearningRate(Optimizer(), lr);
       if (o_.fault_before_step) o_.fault_before_step(step, *model_);
       ASSIGN_OR_RETURN(StepStats stats, TrainStep(step));
       result.step = step;
@@ -237,7 +241,13 @@ class Run {
       model_ = Decoder(ModelOptionsFor(job_));
       model_->to(device_);
       for (auto& p : model_->parameters()) params.push_back(p.data());
-      optimizer_ = MakeOptimizer(job_, model_);
+      if (sharded_) {
+        zero_ = std::make_unique<ShardedAdamW>(
+            model_->parameters(), comm_,
+            [this](const std::vector<torch::Tensor>& subset) { return MakeOptimizer(job_, subset); });
+      } else {
+        optimizer_ = MakeOptimizer(job_, model_->parameters());
+      }
     } catch (const c10::Error& e) {
       return absl::InternalError(
           absl::StrCat("job ", job_.id, " on ", comm_.Where(),
@@ -245,6 +255,19 @@ class Run {
     }
     for (const auto& layer : *model_->layers) {
       if (std::dynamic_pointer_cast<LayerImpl>(layer)->routed()) ++routed_layers_;
+    }
+    if (sharded_) {
+      int64_t mine = 0, all = 0;
+      const std::vector<torch::Tensor> ps = model_->parameters();
+      for (size_t i = 0; i < ps.size(); ++i) {
+        all += ps[i].numel();
+        if (zero_->owner(i) == comm_.rank()) mine += ps[i].numel();
+      }
+      if (comm_.rank() == 0) {
+        std::cerr << "job " << job_.id << ": AdamW moments sharded over " << comm_.size()
+                  << " ranks (ZeRO-1); rank 0 holds those of " << mine << " of " << all
+                  << " parameters\n";
+      }
     }
     // Ranks build identical weights from the seed; the broadcast makes it certain.
     RETURN_IF_ERROR(comm_.Broadcast(params, 0));
@@ -258,8 +281,18 @@ class Run {
     int64_t start = 0;
     if (comm_.rank() == 0) std::filesystem::create_directories(o_.run_dir);
     if (o_.resume && o_.resume_step != 0) {
-      auto loaded = LoadLatestCheckpoint(o_.run_dir, job_.id, model_, *optimizer_, o_.resume_step);
+      // Checkpoints hold the whole optimizer (zero.h): a sharded run loads it and
+      // keeps its shard; an unsharded one may load a sharded run's (host moments).
+      std::unique_ptr<torch::optim::AdamW> full =
+          sharded_ ? MakeOptimizer(job_, model_->parameters()) : nullptr;
+      auto loaded = LoadLatestCheckpoint(o_.run_dir, job_.id, model_,
+                                         sharded_ ? *full : *optimizer_, o_.resume_step);
       if (loaded.ok()) {
+        if (sharded_) {
+          zero_->TakeShard(*full);
+        } else {
+          MoveOptimizerStateToParameters(*optimizer_);
+        }
         start = loaded->step;
         for (const std::string& s : loaded->skipped) {
           std::cerr << comm_.Where() << ": skipped damaged checkpoint " << s << "\n";
@@ -356,8 +389,13 @@ class Run {
   }
 
   absl::Status Checkpoint(int64_t step) {
+    std::unique_ptr<torch::optim::AdamW> gathered;  // the whole optimizer on rank 0 (ZeRO-1)
+    if (sharded_) {
+      ASSIGN_OR_RETURN(gathered, zero_->Gather());
+    }
     if (comm_.rank() == 0) {
-      RETURN_IF_ERROR(SaveCheckpoint(o_.run_dir, job_.id, step, model_, *optimizer_));
+      RETURN_IF_ERROR(SaveCheckpoint(o_.run_dir, job_.id, step, model_,
+                                     sharded_ ? *gathered : *optimizer_));
       if (o_.on_checkpoint) o_.on_checkpoint(step, CheckpointDir(o_.run_dir, step));
     }
     return comm_.Barrier();
@@ -409,7 +447,7 @@ class Run {
         if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
         grads.push_back(p.grad());
       }
-      RETURN_IF_ERROR(comm_.AllReduceSum(grads));
+      if (!sharded_) RETURN_IF_ERROR(comm_.AllReduceSum(grads));
       std::vector<torch::Tensor> stat_list{sums};
       RETURN_IF_ERROR(comm_.AllReduceSum(stat_list));
       sums = sums.cpu();
@@ -417,6 +455,12 @@ class Run {
       stats.balance = sums[1].item<double>();
       stats.router = sums[2].item<double>();
       stats.depth = sums[3].item<double>();
+      if (sharded_) {
+        // Reduce onto owners, global norm, clip, owners' update, broadcast (zero.h).
+        ASSIGN_OR_RETURN(stats.grad_norm,
+                         zero_->Step(job_.grad_clip, std::isfinite(stats.loss)));
+        return stats;
+      }
       stats.grad_norm =
           job_.grad_clip > 0
               ? torch::nn::utils::clip_grad_norm_(model_->parameters(), job_.grad_clip)
@@ -576,8 +620,13 @@ class Run {
   // precision: bf16: forward passes under bf16 autocast (precision.h); weights,
   // gradients, optimizer state, the router and the losses stay fp32.
   bool bf16_;
+  // optimizer_sharding: zero1 with two ranks or more: the moments are split
+  // over the ranks (zero_); otherwise every rank holds them all (optimizer_).
+  bool sharded_;
   Decoder model_{nullptr};
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<ShardedAdamW> zero_;
+  torch::optim::AdamW& Optimizer() { return sharded_ ? zero_->local() : *optimizer_; }
   int64_t rows_per_rank_ = 0;
   int64_t micro_ = 0;
   int64_t eval_rows_ = 0;              // windows per evaluation forward (EvalRows)
