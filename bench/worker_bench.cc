@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "bench/paired_ratio.h"
+#include "bench/stepper.h"
 #include "worker/model/model.h"
 #include "worker/model/precision.h"
 #include "worker/train/host_allocator.h"
@@ -38,10 +39,6 @@ namespace xmod {
 namespace {
 
 constexpr int64_t kD = 256, kHeads = 4, kLayers = 8, kVocab = 256, kContext = 256, kBatch = 8;
-
-double Seconds(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 ModelShape Shape(Family family, int64_t stride, double capacity, int64_t d = kD,
                  int64_t layers = kLayers, int64_t context = kContext) {
@@ -58,59 +55,17 @@ ModelShape Shape(Family family, int64_t stride, double capacity, int64_t d = kD,
   return s;
 }
 
-// One model with its optimizer and a fixed batch; Step() is one training step.
-struct Stepper {
-  explicit Stepper(const ModelShape& s, int64_t batch = kBatch)
-      : model(DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context)
-                  .family(s.family)
-                  .stride(s.stride)
-                  .routed_tokens(RoutedTokens(s.capacity, s.context))
-                  .balance_coef(s.family == Family::kXmod ? 0.01 : 0.0)
-                  .router_coef(s.family == Family::kDense ? 0.0 : 0.01)),
-        optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3).betas({0.9, 0.95})),
-        tokens(torch::randint(0, kVocab, {batch, s.context})),
-        targets(torch::randint(0, kVocab, {batch, s.context})),
-        flops_per_step(TrainFlopsPerToken(s) * batch * s.context) {}
-
-  double Step() {
-    SetAttentionPath(path);
-    const auto start = std::chrono::steady_clock::now();
-    optimizer.zero_grad();
-    DecoderOutput out;
-    {
-      Autocast amp(torch::kCPU, bf16);
-      out = model->forward(tokens);
-    }
-    const torch::Tensor loss =
-        torch::nn::functional::cross_entropy(out.logits.to(torch::kFloat32).reshape({-1, kVocab}),
-                                             targets.reshape({-1})) +
-        out.aux_loss;
-    loss.backward();
-    torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
-    optimizer.step();
-    return Seconds(start);
-  }
-
-  Decoder model;
-  torch::optim::AdamW optimizer;
-  torch::Tensor tokens, targets;
-  double flops_per_step;
-  AttentionPath path = CurrentAttentionPath();  // set before each step
-  bool bf16 = false;                            // the step's forward under bf16 autocast
+// A stepper on the CPU with the benchmark's batch.
+struct Stepper : bench::Stepper {
+  explicit Stepper(const ModelShape& s, int64_t batch = kBatch) : bench::Stepper(s, batch) {}
 };
 
 using bench::Median;
 using bench::Paired;
+using bench::Seconds;
 
-// Interleaves the steppers (one step of each per round) so that every one sees
-// the same machine conditions; returns each stepper's time in every round.
 std::vector<std::vector<double>> StepTimes(const std::vector<Stepper*>& steppers, int repeats) {
-  for (Stepper* s : steppers) s->Step(), s->Step();  // warm-up
-  std::vector<std::vector<double>> times(steppers.size());
-  for (int r = 0; r < repeats; ++r) {
-    for (size_t i = 0; i < steppers.size(); ++i) times[i].push_back(steppers[i]->Step());
-  }
-  return times;
+  return bench::StepTimes(std::vector<bench::Stepper*>(steppers.begin(), steppers.end()), repeats);
 }
 
 // torch::mm on the MLP's up-projection shape of the dense model, [B·T, d] x

@@ -61,9 +61,9 @@ struct JobFile {
   std::string precision = "fp32";
   // Memory settings (docs/memory.md); absent from the canonical JSON at their
   // defaults, so the ids of jobs that do not use them are what they were.
-  bool recompute = false;                 // per-layer activation recomputation
+  bool recompute = false;                   // per-layer activation recomputation
   std::string optimizer_sharding = "none";  // "none" or "zero1" (AdamW moments split over ranks)
-  double flops_per_token = 0.0;  // training FLOPs per token, for the FLOPs column
+  double flops_per_token = 0.0;             // training FLOPs per token, for the FLOPs column
   // Data: a dataset folder, or the synthetic source when data_path is empty.
   std::string data_path;
   uint64_t synthetic_seed = 0;

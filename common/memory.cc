@@ -73,7 +73,8 @@ MemoryEstimate EstimateTrainingMemory(const ModelShape& s, const MemoryConfig& c
   const double tokens = rows * t;  // per micro-batch
   const double cb = c.bf16 ? 2.0 : 4.0;
   const int64_t k = RoutedTokens(s.capacity, s.context);
-  const double layer_matrix = static_cast<double>(4 * s.d_model * s.d_model + 3 * s.d_model * s.d_ff);
+  const double layer_matrix =
+      static_cast<double>(4 * s.d_model * s.d_model + 3 * s.d_model * s.d_ff);
 
   std::vector<LayerBytes> layers;
   for (int64_t l = 0; l < s.n_layers; ++l) {
@@ -107,7 +108,8 @@ MemoryEstimate EstimateTrainingMemory(const ModelShape& s, const MemoryConfig& c
   const double p = static_cast<double>(e.parameters);
   e.weights = 4.0 * p;
   e.gradients = 4.0 * p;
-  const double largest_param = std::max(v * d, layer_matrix);  // a whole parameter tensor, in elements
+  const double largest_param =
+      std::max(v * d, layer_matrix);  // a whole parameter tensor, in elements
   e.optimizer = 8.0 * (p / Shards(c) + (c.optimizer_shards > 1 ? largest_param : 0.0));
   e.optimizer = std::min(e.optimizer, 8.0 * p);
   const double head_copy = c.bf16 ? 2.0 * d * v : 0.0;

@@ -95,7 +95,7 @@ TEST_F(WorkerE2e, TwoRanksTrainTheSameCurveAsOneRank) {
 TEST_F(WorkerE2e, ShardedOptimizerTracksTheUnshardedRunAndResumesOnAnyRankCount) {
   const auto jobs = Expand(std::string(XMOD_SOURCE_DIR) + "/sweeps/smoke.yaml");
   nlohmann::json job = jobs[0];  // X-MoD
-  job["grad_clip"] = 0.05;         // clipped at every step: the global norm matters
+  job["grad_clip"] = 0.05;       // clipped at every step: the global norm matters
   const std::string id = job["id"];
   const int steps = job["steps"];
   ASSERT_GE(steps, 8);
@@ -104,17 +104,16 @@ TEST_F(WorkerE2e, ShardedOptimizerTracksTheUnshardedRunAndResumesOnAnyRankCount)
   const std::string sharded = WriteJob(job, "sharded.json");
   const auto train = [&](const std::string& file, const std::string& run, int ranks,
                          std::vector<std::string> extra) {
-    std::vector<std::string> args = {XMOD_TRAIN_BIN, "--job",     file, "--run-dir", Path(run),
-                                     "--threads",    "1",         "--quiet"};
+    std::vector<std::string> args = {XMOD_TRAIN_BIN, "--job",     file, "--run-dir",
+                                     Path(run),      "--threads", "1",  "--quiet"};
     args.insert(args.end(), extra.begin(), extra.end());
-    CommandResult r = ranks == 1 ? Command(args[0], {args.begin() + 1, args.end()})
-                                 : Command(MPIEXEC, [&] {
-                                     std::vector<std::string> m = {"-np", std::to_string(ranks),
-                                                                   "--allow-run-as-root",
-                                                                   "--oversubscribe"};
-                                     m.insert(m.end(), args.begin(), args.end());
-                                     return m;
-                                   }());
+    CommandResult r =
+        ranks == 1 ? Command(args[0], {args.begin() + 1, args.end()}) : Command(MPIEXEC, [&] {
+          std::vector<std::string> m = {"-np", std::to_string(ranks), "--allow-run-as-root",
+                                        "--oversubscribe"};
+          m.insert(m.end(), args.begin(), args.end());
+          return m;
+        }());
     EXPECT_EQ(r.code, 0) << run << ": " << r.err;
     return r.err;
   };

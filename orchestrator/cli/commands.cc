@@ -106,11 +106,25 @@ void OnServeSignal(int) {
 
 QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
   QueryResult t;
-  t.columns = {
-      "id",       "family",  "scale",          "sparsity",        "stride",          "context",
-      "n_layers", "d_model", "n_params_total", "n_params_active", "flops_per_token", "flops_ratio",
-      "tokens",   "steps",   "train_flops", "micro_batch", "recompute", "sharding",
-      "memory_per_rank_gib"};
+  t.columns = {"id",
+               "family",
+               "scale",
+               "sparsity",
+               "stride",
+               "context",
+               "n_layers",
+               "d_model",
+               "n_params_total",
+               "n_params_active",
+               "flops_per_token",
+               "flops_ratio",
+               "tokens",
+               "steps",
+               "train_flops",
+               "micro_batch",
+               "recompute",
+               "sharding",
+               "memory_per_rank_gib"};
   for (const ResolvedJob& j : jobs) {
     t.rows.push_back({j.id, std::string(FamilyName(j.shape.family)), j.scale, j.sparsity,
                       j.shape.stride, j.shape.context, j.shape.n_layers, j.shape.d_model,

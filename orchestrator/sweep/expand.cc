@@ -155,7 +155,8 @@ absl::Status PlanMemory(const SweepSpec& spec, const std::string& where, int64_t
       zero1 ? "zero1" : "none", ": weights ", FormatBytes(e.weights), ", gradients ",
       FormatBytes(e.gradients), ", optimizer ", FormatBytes(e.optimizer), ", activations ",
       FormatBytes(e.activations), "; ", spec.resources.gpu_memory_gb, " GB leaves ",
-      FormatBytes(usable), " for tensors (docs/memory.md). Use more ranks with "
+      FormatBytes(usable),
+      " for tensors (docs/memory.md). Use more ranks with "
       "optimizer_sharding: zero1, recompute: auto, a smaller micro_batch_tokens, or a larger "
       "device"));
 }
@@ -248,11 +249,11 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
     while (fixed_micro > 1 && per_rank % fixed_micro != 0) --fixed_micro;
     fixed_micro = std::max<int64_t>(1, fixed_micro);
   }
-  RETURN_IF_ERROR(PlanMemory(spec,
-                             absl::StrCat("scale ", scale.name, ", ", std::string(FamilyName(s.family)),
-                                          ", context ", context, ", sparsity ", point.sparsity,
-                                          ", stride ", point.stride),
-                             fixed_micro, &job));
+  RETURN_IF_ERROR(PlanMemory(
+      spec,
+      absl::StrCat("scale ", scale.name, ", ", std::string(FamilyName(s.family)), ", context ",
+                   context, ", sparsity ", point.sparsity, ", stride ", point.stride),
+      fixed_micro, &job));
 
   job.lr = scale.lr.has_value() ? *scale.lr : (t.lr_auto ? RuleLr(rule_compute) : t.lr);
   job.min_lr = job.lr * t.min_lr_ratio;

@@ -231,8 +231,8 @@ TEST(ExpandMemory, AJobThatCannotFitIsRefusedWithItsNumbers) {
 
 TEST(ExpandMemory, AutoChoosesShardingThenTheLargestMicroBatchThenRecomputation) {
   const auto expand = [](const std::string& train, double gb) {
-    auto spec = ParseSweepSpec(MemorySweep(train, "gpu_memory_gb: " + std::to_string(gb)),
-                               "mem.yaml");
+    auto spec =
+        ParseSweepSpec(MemorySweep(train, "gpu_memory_gb: " + std::to_string(gb)), "mem.yaml");
     EXPECT_TRUE(spec.ok()) << spec.status();
     auto jobs = ExpandSweep(*spec);
     EXPECT_TRUE(jobs.ok()) << jobs.status();

@@ -182,8 +182,7 @@ class RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     {
       torch::AutoGradMode grad_on(true);
       Autocast amp(x.device(), autocast);
-      const torch::Tensor mask =
-          ctx->saved_data["masked"].toBool() ? saved[3] : torch::Tensor();
+      const torch::Tensor mask = ctx->saved_data["masked"].toBool() ? saved[3] : torch::Tensor();
       const torch::Tensor y = block->Delta(x, saved[1], saved[2], mask);
       grads = torch::autograd::grad({y}, inputs, {grad_out[0]}, /*retain_graph=*/false,
                                     /*create_graph=*/false, /*allow_unused=*/true);

@@ -2,13 +2,14 @@
 // holds, measured exactly by the counting CPU allocator (memory_meter.h), on a
 // few shapes: dense and X-MoD, eager and fused attention, with and without
 // recomputation, one micro-batch and several, fp32 and bf16.
+#include "common/memory.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 
-#include "common/memory.h"
 #include "worker/model/model.h"
 #include "worker/model/precision.h"
 #include "worker/train/memory_meter.h"

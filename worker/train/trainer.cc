@@ -242,9 +242,10 @@ class Run {
       model_->to(device_);
       for (auto& p : model_->parameters()) params.push_back(p.data());
       if (sharded_) {
-        zero_ = std::make_unique<ShardedAdamW>(
-            model_->parameters(), comm_,
-            [this](const std::vector<torch::Tensor>& subset) { return MakeOptimizer(job_, subset); });
+        zero_ = std::make_unique<ShardedAdamW>(model_->parameters(), comm_,
+                                               [this](const std::vector<torch::Tensor>& subset) {
+                                                 return MakeOptimizer(job_, subset);
+                                               });
       } else {
         optimizer_ = MakeOptimizer(job_, model_->parameters());
       }
@@ -394,8 +395,8 @@ class Run {
       ASSIGN_OR_RETURN(gathered, zero_->Gather());
     }
     if (comm_.rank() == 0) {
-      RETURN_IF_ERROR(SaveCheckpoint(o_.run_dir, job_.id, step, model_,
-                                     sharded_ ? *gathered : *optimizer_));
+      RETURN_IF_ERROR(
+          SaveCheckpoint(o_.run_dir, job_.id, step, model_, sharded_ ? *gathered : *optimizer_));
       if (o_.on_checkpoint) o_.on_checkpoint(step, CheckpointDir(o_.run_dir, step));
     }
     return comm_.Barrier();
@@ -457,8 +458,7 @@ class Run {
       stats.depth = sums[3].item<double>();
       if (sharded_) {
         // Reduce onto owners, global norm, clip, owners' update, broadcast (zero.h).
-        ASSIGN_OR_RETURN(stats.grad_norm,
-                         zero_->Step(job_.grad_clip, std::isfinite(stats.loss)));
+        ASSIGN_OR_RETURN(stats.grad_norm, zero_->Step(job_.grad_clip, std::isfinite(stats.loss)));
         return stats;
       }
       stats.grad_norm =

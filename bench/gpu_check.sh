@@ -1,0 +1,121 @@
+#!/bin/bash
+# The GPU check (docs/gpu-check.md): builds xmod-train and gpu_bench against the
+# CUDA LibTorch of this machine's PyTorch, with as few other dependencies as the
+# worker has, and runs the measurements in one go (NCCL all-reduce, dense
+# d = 1024 bf16 MFU, X-MoD vs dense step time against FLOPs, a 200-step bf16
+# curve against the CPU's fp32 one).
+#
+#   bash bench/gpu_check.sh                     # on the GPU machine
+#   bash bench/gpu_check.sh --prepare-deps DIR  # on a Debian 12 machine with a package
+#       mirror: download and unpack what a GPU machine without one needs (Abseil,
+#       fmt, nlohmann-json, CLI11, Open MPI, CMake, Ninja) into DIR; copy DIR there
+#       and point XMOD_GPU_DEPS at it
+#   bash bench/gpu_check.sh --cpu               # the same steps on this machine's
+#       LibTorch with small shapes (the test suite runs this)
+#
+# Environment: XMOD_TORCH_PREFIX (LibTorch's CMake prefix; default: asked of
+# python3's torch), XMOD_GPU_DEPS (unpacked packages, default bench/gpu-deps when
+# present), XMOD_GPU_BUILD (build folder, default build-gpu), XMOD_PEAK_TFLOPS
+# (the GPU's dense bf16 peak; default from nvidia-smi's name for H100/H200/A100).
+# Every failing step says what failed and what to do.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
+say() { echo "gpu_check: $*"; }
+fail() {
+  echo "gpu_check: FAILED: $1" >&2
+  [ -n "${2:-}" ] && echo "gpu_check: what to do: $2" >&2
+  exit 1
+}
+
+# -- Packages for a machine without a registry ---------------------------------
+if [ "${1:-}" = "--prepare-deps" ]; then
+  dir="${2:?usage: gpu_check.sh --prepare-deps DIR}"
+  command -v apt-get >/dev/null || fail "apt-get is not here" "run --prepare-deps on a Debian 12 machine"
+  mkdir -p "$dir/debs"
+  wanted="libabsl-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin cmake ninja-build"
+  # Their dependencies, less what every Linux machine with PyTorch has (the C and
+  # C++ runtimes) and what is only for building Debian itself.
+  mapfile -t pkgs < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+      --no-breaks --no-replaces --no-enhances $wanted | grep '^[a-z0-9]' | sort -u |
+    grep -v -x -E 'libc6|libgcc-s1|libstdc\+\+6|gcc-12-base|debconf|dpkg|perl-base|libcrypt1|tar|.*:i386')
+  say "downloading ${#pkgs[@]} packages into $dir/debs"
+  (cd "$dir/debs" && apt-get download "${pkgs[@]}" >/dev/null 2>"$dir/download.log") ||
+    fail "apt-get download (see $dir/download.log)" "run apt-get update first, or check the mirror"
+  for deb in "$dir"/debs/*.deb; do dpkg-deb -x "$deb" "$dir/root"; done
+  say "unpacked into $dir/root ($(du -sh "$dir/root" | cut -f1)); on the GPU machine: XMOD_GPU_DEPS=$dir bash bench/gpu_check.sh"
+  exit 0
+fi
+
+cpu=0
+[ "${1:-}" = "--cpu" ] && cpu=1
+build="${XMOD_GPU_BUILD:-build-gpu}"
+deps="${XMOD_GPU_DEPS:-}"
+[ -z "$deps" ] && [ -d bench/gpu-deps/root ] && deps=bench/gpu-deps
+prefix_path=""
+if [ -n "$deps" ]; then
+  [ -d "$deps/root" ] || fail "XMOD_GPU_DEPS=$deps has no root/ folder" "make it with bash bench/gpu_check.sh --prepare-deps $deps"
+  d="$(cd "$deps/root" && pwd)"
+  export PATH="$d/usr/bin:$PATH"
+  export LD_LIBRARY_PATH="$d/usr/lib/x86_64-linux-gnu:$d/usr/lib/x86_64-linux-gnu/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export OPAL_PREFIX="$d/usr/lib/x86_64-linux-gnu/openmpi"  # Open MPI found where it was unpacked
+  export CMAKE_ROOT="$(ls -d "$d"/usr/share/cmake-* 2>/dev/null | head -n 1)"
+  [ -z "$CMAKE_ROOT" ] && unset CMAKE_ROOT
+  prefix_path="$d/usr;$d/usr/lib/x86_64-linux-gnu/cmake"
+  say "using the unpacked packages in $d"
+fi
+
+# -- LibTorch -------------------------------------------------------------------
+torch_prefix="${XMOD_TORCH_PREFIX:-}"
+if [ -z "$torch_prefix" ] && [ "$cpu" = 0 ]; then
+  command -v python3 >/dev/null || fail "python3 is not on PATH" "set XMOD_TORCH_PREFIX to LibTorch's CMake prefix"
+  torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)" ||
+    fail "python3 cannot import torch" "install PyTorch with CUDA, or set XMOD_TORCH_PREFIX"
+  abi="$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null || echo 1)"
+  [ "$abi" = 1 ] || fail "this PyTorch is built with the old C++ ABI (_GLIBCXX_USE_CXX11_ABI=0); Debian's Abseil and fmt use the new one" \
+    "use a PyTorch built with the CXX11 ABI (pip wheels from 2.7 on, NGC containers), or a LibTorch cxx11-abi download via XMOD_TORCH_PREFIX"
+  say "LibTorch from python3's torch: $torch_prefix"
+fi
+[ -n "$torch_prefix" ] && prefix_path="${torch_prefix}${prefix_path:+;$prefix_path}"
+
+# -- Tools ------------------------------------------------------------------------
+command -v cmake >/dev/null || fail "cmake is not on PATH" "install CMake >= 3.22, or carry it with --prepare-deps"
+command -v c++ >/dev/null || fail "no C++ compiler (c++) on PATH" "install g++ (12 or later)"
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+
+# -- Build --------------------------------------------------------------------------
+start=$SECONDS
+mkdir -p "$build"
+say "configuring $build (XMOD_WORKER_ONLY: xmod-train and gpu_bench only)"
+cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DXMOD_WORKER_ONLY=ON \
+  ${prefix_path:+-DCMAKE_PREFIX_PATH="$prefix_path"} >"$build/configure.log" 2>&1 ||
+  fail "cmake configure (last lines of $build/configure.log:)
+$(tail -n 15 "$build/configure.log")" "install what it names, or carry it with --prepare-deps"
+say "building"
+cmake --build "$build" --target xmod-train gpu_bench -j "$(nproc)" >"$build/build.log" 2>&1 ||
+  fail "the build (last lines of $build/build.log:)
+$(tail -n 20 "$build/build.log")" "see the log; a compiler or LibTorch mismatch is named there"
+say "built in $((SECONDS - start)) s"
+
+# -- Run ------------------------------------------------------------------------------
+args=(--json "$build/gpu_check.json")
+if [ "$cpu" = 1 ]; then
+  args+=(--small --repeats 3 --curve-steps 20 --cpu-steps 10 --threads 2)
+else
+  peak="${XMOD_PEAK_TFLOPS:-}"
+  if [ -z "$peak" ] && command -v nvidia-smi >/dev/null; then
+    name="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
+    # Dense bf16 tensor-core peaks from the vendors' data sheets (SXM parts).
+    case "$name" in
+      *H200*|*H100*) peak=989 ;;
+      *A100*) peak=312 ;;
+      *L40S*) peak=362 ;;
+    esac
+    say "GPU: $name${peak:+ (dense bf16 peak $peak TFLOP/s)}"
+  fi
+  [ -n "$peak" ] && args+=(--peak-tflops "$peak")
+  [ -z "$peak" ] && say "no bf16 peak known for this GPU: MFU is not computed (set XMOD_PEAK_TFLOPS)"
+fi
+"$build/bin/gpu_bench" "${args[@]}" || fail "gpu_bench (its lines above say which part)" "see docs/gpu-check.md"
+say "figures in $build/gpu_check.json"
