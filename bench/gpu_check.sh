@@ -34,11 +34,21 @@ if [ "${1:-}" = "--prepare-deps" ]; then
   command -v apt-get >/dev/null || fail "apt-get is not here" "run --prepare-deps on a Debian 12 machine"
   mkdir -p "$dir/debs"
   wanted="libabsl-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin cmake ninja-build"
-  # Their dependencies, less what every Linux machine with PyTorch has (the C and
-  # C++ runtimes) and what is only for building Debian itself.
-  mapfile -t pkgs < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
-      --no-breaks --no-replaces --no-enhances $wanted | grep '^[a-z0-9]' | sort -u |
-    grep -v -x -E 'libc6|libgcc-s1|libstdc\+\+6|gcc-12-base|debconf|dpkg|perl-base|libcrypt1|tar|.*:i386')
+  # Their dependencies as apt resolves them on an empty system, less what must be
+  # the GPU machine's own: the essential and required base (glibc above all: a
+  # second libc on the library path breaks every process), and the compilers and
+  # C/C++ runtime headers (the machine's compiler is used with its own).
+  mapfile -t resolved < <(apt-get -s -o Dir::State::status=/dev/null install --no-install-recommends \
+      $wanted 2>/dev/null | awk '/^Inst /{print $2}')
+  [ "${#resolved[@]}" -gt 0 ] || fail "apt could not resolve $wanted" "run apt-get update first"
+  skip='^(libc6|libc6-dev|libc-bin|libc-dev-bin|linux-libc-dev|libstdc\+\+.*|libgcc.*|gcc.*|cpp.*|g\+\+.*|gfortran.*|libgfortran-.*-dev|binutils.*|libbinutils|libctf.*|libgprofng.*|libasan.*|liblsan.*|libtsan.*|libubsan.*|libhwasan.*|libitm.*|libcc1.*|libisl.*|libmpc.*|libmpfr.*|libgmp.*|libcrypt.*|perl.*|libperl.*|.*-perl)$'
+  pkgs=()
+  for p in "${resolved[@]}"; do
+    [[ "$p" =~ $skip ]] && continue
+    fields="$(apt-cache show --no-all-versions "$p" 2>/dev/null | grep -E '^(Priority|Essential):' || true)"
+    grep -q -E 'Priority: (required|important)|Essential: yes' <<<"$fields" && continue
+    pkgs+=("$p")
+  done
   say "downloading ${#pkgs[@]} packages into $dir/debs"
   (cd "$dir/debs" && apt-get download "${pkgs[@]}" >/dev/null 2>"$dir/download.log") ||
     fail "apt-get download (see $dir/download.log)" "run apt-get update first, or check the mirror"

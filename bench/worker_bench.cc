@@ -125,8 +125,78 @@ double RunAllocatorChild(const std::string& mode, int steps) {
 }  // namespace
 }  // namespace xmod
 
+namespace xmod {
+namespace {
+
+// --time FAMILY,PATH,PRECISION (or mm,PRECISION): the median seconds of `steps`
+// training steps of one configuration (or torch::mm products of the dense MLP's
+// up-projection), printed as "time CONFIG SECONDS FLOPS" for bench/cross_release.sh,
+// which runs it alternately under two LibTorch installations.
+int TimeOne(const std::string& config, int steps, int threads) {
+  ApplyHostAllocatorSettings(TrainingAllocatorSettings());
+  torch::set_num_threads(threads);
+  torch::manual_seed(0);
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t comma = config.find(',', start);
+    parts.push_back(config.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  std::vector<double> times;
+  double flops = 0;
+  if (parts.size() == 2 && parts[0] == "mm") {
+    const bool bf16 = parts[1] == "bf16";
+    const int64_t m = kBatch * kContext, k = kD, n = 2 * DefaultDff(kD);
+    const auto type = bf16 ? torch::kBFloat16 : torch::kFloat32;
+    const torch::Tensor a = torch::randn({m, k}).to(type), b = torch::randn({k, n}).to(type);
+    torch::Tensor c = torch::mm(a, b);
+    for (int i = 0; i < steps * 8; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      c = torch::mm(a, b);
+      times.push_back(Seconds(start));
+    }
+    flops = 2.0 * static_cast<double>(m * k * n);
+  } else if (parts.size() == 3 && (parts[0] == "dense" || parts[0] == "xmod")) {
+    const bool xmod = parts[0] == "xmod";
+    const AttentionPath path = parts[1] == "eager"   ? AttentionPath::kEager
+                               : parts[1] == "fused" ? AttentionPath::kFused
+                                                     : AttentionPath::kAuto;
+    if (path == AttentionPath::kFused && !HaveFusedAttention()) {
+      std::printf("time %s unavailable\n", config.c_str());
+      return 0;
+    }
+    Stepper stepper(xmod ? Shape(Family::kXmod, 2, 0.125) : Shape(Family::kDense, 1, 1.0));
+    stepper.path = path;
+    stepper.bf16 = parts[2] == "bf16";
+    stepper.Step();
+    stepper.Step();
+    for (int i = 0; i < steps; ++i) times.push_back(stepper.Step());
+    flops = stepper.flops_per_step;
+  } else {
+    std::fprintf(stderr,
+                 "worker_bench: --time wants dense|xmod,eager|fused|auto,fp32|bf16 or "
+                 "mm,fp32|bf16; got %s\n",
+                 config.c_str());
+    return 2;
+  }
+  std::printf("time %s %.6g %.6g\n", config.c_str(), Median(times), flops);
+  return 0;
+}
+
+}  // namespace
+}  // namespace xmod
+
 int main(int argc, char** argv) {
   using namespace xmod;
+  if (argc >= 3 && !std::strcmp(argv[1], "--time")) {
+    int steps = 5, threads = 1;
+    for (int i = 3; i + 1 < argc; i += 2) {
+      if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+      if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    }
+    return TimeOne(argv[2], steps, threads);
+  }
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int repeats = 15;
   std::string python = "/usr/bin/python3";
