@@ -93,6 +93,33 @@ TEST(JobFile, FinalEvalTokensIsOptionalAndNeverNegative) {
   }
 }
 
+// The memory settings are optional, round-trip, and stay out of the canonical
+// JSON (so out of the id) at their defaults.
+TEST(JobFile, MemorySettingsAreOptionalAndRoundTrip) {
+  nlohmann::json j = ValidJob();
+  auto plain = JobFileFromJson(j);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->recompute);
+  EXPECT_EQ(plain->optimizer_sharding, "none");
+  EXPECT_FALSE(CanonicalJson(*plain).contains("recompute"));
+  EXPECT_FALSE(CanonicalJson(*plain).contains("optimizer_sharding"));
+  j["recompute"] = true;
+  j["optimizer_sharding"] = "zero1";
+  auto set = JobFileFromJson(j);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_TRUE(set->recompute);
+  EXPECT_EQ(set->optimizer_sharding, "zero1");
+  auto again = JobFileFromJson(ToJson(*set));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(CanonicalJson(*again), CanonicalJson(*set));
+  j["optimizer_sharding"] = "zero3";
+  EXPECT_THAT(std::string(JobFileFromJson(j).status().message()),
+              HasSubstr("'optimizer_sharding' must be 'none' or 'zero1'"));
+  j["optimizer_sharding"] = "none";
+  j["recompute"] = "yes";
+  EXPECT_THAT(std::string(JobFileFromJson(j).status().message()), HasSubstr("'recompute'"));
+}
+
 // Every field replaced by a value of every wrong kind, or removed: an error
 // naming that field (or, for optional fields, a job), never an exception.
 TEST(JobFile, AnyMistypedFieldIsAnErrorNamingItNeverAThrow) {
