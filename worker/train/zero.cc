@@ -56,15 +56,9 @@ ShardedAdamW::ShardedAdamW(std::vector<torch::Tensor> params, Communicator& comm
   std::vector<int64_t> numels;
   for (const auto& p : params_) numels.push_back(p.numel());
   owners_ = ShardOwners(numels, comm_.size());
+  runs_.resize(comm_.size());
+  for (size_t i = 0; i < params_.size(); ++i) runs_[owners_[i]].push_back(params_[i]);
   local_ = make_(Run(comm_.rank()));
-}
-
-std::vector<torch::Tensor> ShardedAdamW::Run(int rank) const {
-  std::vector<torch::Tensor> run;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (owners_[i] == rank) run.push_back(params_[i]);
-  }
-  return run;
 }
 
 absl::StatusOr<double> ShardedAdamW::Step(double max_norm, bool update) {
@@ -78,7 +72,7 @@ absl::StatusOr<double> ShardedAdamW::Step(double max_norm, bool update) {
   // 2. The global norm from the owned gradients.
   const torch::Device device = params_.front().device();
   torch::Tensor squares = torch::zeros({1}, torch::dtype(torch::kFloat64).device(device));
-  const std::vector<torch::Tensor> mine = Run(me);
+  const std::vector<torch::Tensor>& mine = Run(me);
   for (const auto& p : mine) squares += p.grad().to(torch::kFloat64).pow(2).sum();
   std::vector<torch::Tensor> list{squares};
   RETURN_IF_ERROR(comm_.AllReduceSum(list));
@@ -106,7 +100,7 @@ absl::StatusOr<std::unique_ptr<torch::optim::AdamW>> ShardedAdamW::Gather() {
   std::unique_ptr<torch::optim::AdamW> full = me == 0 ? make_(params_) : nullptr;
   const torch::Device device = params_.front().device();
   for (int r = 0; r < comm_.size(); ++r) {
-    const std::vector<torch::Tensor> run = Run(r);
+    const std::vector<torch::Tensor>& run = Run(r);
     if (run.empty()) continue;
     // The run's steps (0: no state yet), then both moments of each parameter.
     torch::Tensor steps =

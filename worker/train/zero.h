@@ -56,12 +56,14 @@ class ShardedAdamW {
   int owner(size_t param) const { return owners_[param]; }
 
  private:
-  std::vector<torch::Tensor> Run(int rank) const;  // the parameters rank `rank` owns
+  // The parameters rank `rank` owns, in model order.
+  const std::vector<torch::Tensor>& Run(int rank) const { return runs_[rank]; }
 
   std::vector<torch::Tensor> params_;
   Communicator& comm_;
   AdamWFactory make_;
   std::vector<int> owners_;
+  std::vector<std::vector<torch::Tensor>> runs_;  // per rank, cut once at construction
   std::unique_ptr<torch::optim::AdamW> local_;
 };
 
