@@ -1,5 +1,6 @@
 #include "orchestrator/sweep/spec.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -77,29 +78,69 @@ std::string DidYouMean(const std::string& word, const std::vector<std::string>& 
   return best ? absl::StrCat(" (did you mean '", *best, "'?)") : "";
 }
 
-// yaml-cpp 0.7 (Debian's) never returns, allocating without bound, on a line that
-// starts with ',' followed later by a flow collection (found by fuzz/sweep_fuzz.cc:
-// ",\n{{\n" is enough). No valid sweep file needs such a line (a ',' cannot start a
-// plain scalar, and a flow continuation can put it at the end of the line before),
-// so it is refused before the parser sees it: the coordinator parses untrusted
-// SubmitSweep text, and a hang there would be a denial of service.
-absl::Status RefuseWhatHangsTheYamlParser(const std::string& text, const std::string& source) {
-  int line = 1;
-  bool at_start = true;
-  for (char c : text) {
-    if (c == '\n') {
-      ++line;
-      at_start = true;
-    } else if (at_start && c != ' ' && c != '\t' && c != '\r') {
-      if (c == ',') {
-        return absl::InvalidArgumentError(absl::StrCat(
-            source, ":", line,
-            ": (document): a line may not start with ','; put it at the end of the line before"));
-      }
-      at_start = false;
+// Counts the documents of a YAML stream without building them, and remembers
+// where the second one starts.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  int documents = 0;
+  YAML::Mark second;  // the first node of the second document
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents == 2) second = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Node(const YAML::Mark& mark) {
+    if (documents == 2 && !seen_second_node_) {
+      second = mark;
+      seen_second_node_ = true;
     }
   }
-  return absl::OkStatus();
+  bool seen_second_node_ = false;
+};
+
+// The first document of `text`; an error when there is a second. yaml-cpp's own
+// LoadAll (0.7 in Debian 12, 0.8.0 in Debian 13) never returns on some malformed
+// streams, for instance "'a',": the parser reports an empty document at the stray
+// ',' again and again without consuming it, and LoadAll collects them until memory
+// runs out (jbeder/yaml-cpp#1040, fixed upstream after 0.8.0). The coordinator
+// parses untrusted SubmitSweep text, so a hang there would be a denial of service:
+// the documents are counted here, stopping at the second.
+absl::StatusOr<YAML::Node> LoadSingleDocument(const std::string& text, const std::string& source) {
+  try {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentCounter counter;
+    while (counter.documents < 2 && parser.HandleNextDocument(counter)) {
+    }
+    if (counter.documents > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ":", counter.second.line + 1,
+                       ": (document): a sweep file holds one YAML document; a second one (or text "
+                       "after the end of the first) starts here"));
+    }
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", e.mark.line + 1, ": (document): ", e.msg));
+  }
 }
 
 // Collects problems while walking the document, so one run reports all of them.
@@ -108,23 +149,9 @@ class SpecParser {
   explicit SpecParser(std::string source) : source_(std::move(source)) {}
 
   absl::StatusOr<SweepSpec> Parse(const std::string& text) {
-    if (absl::Status s = RefuseWhatHangsTheYamlParser(text, source_); !s.ok()) return s;
-    YAML::Node root;
-    try {
-      // Every document, so that a second one is refused instead of dropped.
-      const std::vector<YAML::Node> documents = YAML::LoadAll(text);
-      if (documents.size() > 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            source_, ":", documents[1].Mark().line + 1,
-            ": (document): a sweep file holds one YAML document; this one has a second from "
-            "here on (",
-            documents.size(), " in all)"));
-      }
-      if (!documents.empty()) root = documents[0];
-    } catch (const YAML::ParserException& e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source_, ":", e.mark.line + 1, ": (document): ", e.msg));
-    }
+    absl::StatusOr<YAML::Node> loaded = LoadSingleDocument(text, source_);
+    if (!loaded.ok()) return loaded.status();
+    const YAML::Node root = *std::move(loaded);
     if (!root.IsMap()) {
       return absl::InvalidArgumentError(
           absl::StrCat(source_, ":1: (document): a sweep file must be a YAML mapping"));
