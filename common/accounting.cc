@@ -15,6 +15,10 @@ std::string_view FamilyName(Family family) {
       return "xmod";
     case Family::kMod:
       return "mod";
+    case Family::kMoe:
+      return "moe";
+    case Family::kDeco:
+      return "deco";
   }
   return "unknown";
 }
@@ -23,12 +27,14 @@ absl::StatusOr<Family> ParseFamily(std::string_view name) {
   if (name == "dense") return Family::kDense;
   if (name == "xmod") return Family::kXmod;
   if (name == "mod") return Family::kMod;
-  if (name == "moe" || name == "deco" || name == "mol") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "family '", std::string(name), "' is not specified yet (known: dense, xmod, mod)"));
+  if (name == "moe") return Family::kMoe;
+  if (name == "deco") return Family::kDeco;
+  if (name == "mol") {
+    return absl::InvalidArgumentError(
+        "family 'mol' is not specified yet (known: dense, xmod, mod, moe, deco)");
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown family '", std::string(name), "' (known: dense, xmod, mod)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown family '", std::string(name),
+                                                 "' (known: dense, xmod, mod, moe, deco)"));
 }
 
 int64_t DefaultDff(int64_t d_model) {
@@ -38,7 +44,7 @@ int64_t DefaultDff(int64_t d_model) {
 }
 
 int64_t NumRoutedLayers(const ModelShape& shape) {
-  if (shape.family == Family::kDense || shape.stride <= 1) return 0;
+  if (shape.family == Family::kDense || IsExpertFamily(shape.family) || shape.stride <= 1) return 0;
   const int64_t anchors = (shape.n_layers + shape.stride - 1) / shape.stride;
   return shape.n_layers - anchors;
 }
@@ -60,15 +66,69 @@ int64_t LayerMatmulParams(const ModelShape& s) {
   return 4 * s.d_model * s.d_model + 3 * s.d_model * s.d_ff;
 }
 
+int64_t ExpertLayers(const ModelShape& s) {
+  if (!IsExpertFamily(s.family)) return 0;
+  return std::max<int64_t>(0, s.n_layers - s.experts.dense_layers);
+}
+
 }  // namespace
+
+int64_t ExpertMlpParams(const ModelShape& s) {
+  const int64_t d = s.d_model;
+  const ExpertShape& e = s.experts;
+  if (s.family == Family::kMoe) {
+    // Router d→E (no bias), E routed and K_s shared SwiGLU experts of width d_e.
+    return d * e.experts + 3 * d * e.width * (e.experts + e.shared);
+  }
+  if (s.family == Family::kDeco) {
+    // Router d→E, up d→E·d_e and down E·d_e→d (non-gated), the per-expert scale λ
+    // [E], NormSiLU's γ [d_e] shared by the experts, the SwiGLU shared expert.
+    return d * e.experts + 2 * d * e.experts * e.width + e.experts + e.width +
+           3 * d * e.shared_width;
+  }
+  return 0;
+}
+
+double ExpertMlpFlops(const ModelShape& s) {
+  const double d = static_cast<double>(s.d_model);
+  const ExpertShape& e = s.experts;
+  const double experts = static_cast<double>(e.experts);
+  if (s.family == Family::kMoe) {
+    return 2.0 * d * experts + 6.0 * d * static_cast<double>(e.width * (e.top_k + e.shared));
+  }
+  if (s.family == Family::kDeco) {
+    return 2.0 * d * experts + 4.0 * d * experts * static_cast<double>(e.width) +
+           6.0 * d * static_cast<double>(e.shared_width);
+  }
+  return 0.0;
+}
+
+double ExpertMlpActiveParams(const ModelShape& s) {
+  const double d = static_cast<double>(s.d_model);
+  const ExpertShape& e = s.experts;
+  const double experts = static_cast<double>(e.experts);
+  if (s.family == Family::kMoe) {
+    return d * experts + 3.0 * d * static_cast<double>(e.width * (e.top_k + e.shared));
+  }
+  if (s.family == Family::kDeco) {
+    return d * experts + e.target_ratio * 2.0 * d * experts * static_cast<double>(e.width) +
+           3.0 * d * static_cast<double>(e.shared_width);
+  }
+  return 0.0;
+}
 
 ParamCount CountParams(const ModelShape& s) {
   const int64_t routed = NumRoutedLayers(s);
   const int64_t per_layer = LayerMatmulParams(s) + 2 * s.d_model;  // + two RMSNorm weights
   // Routers are d→1 linears without bias; X-MoD adds one learnable gate γ per routed layer.
   const int64_t per_routed_extra = s.d_model + (s.family == Family::kXmod ? 1 : 0);
+  // An expert layer holds its expert MLP instead of the dense one.
+  const int64_t expert_layers = ExpertLayers(s);
+  const int64_t per_expert_extra =
+      expert_layers > 0 ? ExpertMlpParams(s) - 3 * s.d_model * s.d_ff : 0;
   ParamCount count;
-  count.non_embedding = s.n_layers * per_layer + routed * per_routed_extra + s.d_model;
+  count.non_embedding = s.n_layers * per_layer + routed * per_routed_extra +
+                        expert_layers * per_expert_extra + s.d_model;
   count.embedding = s.vocab_size * s.d_model;
   count.head = s.d_model * s.vocab_size;
   return count;
@@ -83,8 +143,62 @@ double ForwardFlopsPerToken(const ModelShape& s) {
   const double rho = EffectiveCapacity(s);
   const double dense_layer = matmul + attention;
   const double routed_layer = rho * matmul + rho * rho * attention + 2.0 * d;
+  const int64_t expert_layers = ExpertLayers(s);
+  const double expert_extra =
+      expert_layers > 0 ? ExpertMlpFlops(s) - 6.0 * d * static_cast<double>(s.d_ff) : 0.0;
   return static_cast<double>(s.n_layers - routed) * dense_layer +
-         static_cast<double>(routed) * routed_layer + 2.0 * d * static_cast<double>(s.vocab_size);
+         static_cast<double>(routed) * routed_layer +
+         static_cast<double>(expert_layers) * expert_extra +
+         2.0 * d * static_cast<double>(s.vocab_size);
+}
+
+double InferenceFlopsPerToken(const ModelShape& s) {
+  if (s.family != Family::kDeco) return ForwardFlopsPerToken(s);
+  const double d = static_cast<double>(s.d_model);
+  const double routed = 4.0 * d * static_cast<double>(s.experts.experts * s.experts.width);
+  return ForwardFlopsPerToken(s) -
+         static_cast<double>(ExpertLayers(s)) * (1.0 - s.experts.target_ratio) * routed;
+}
+
+Sparsity SparsityOf(const ModelShape& s, int64_t dense_layers) {
+  Sparsity out;
+  const double total = static_cast<double>(CountParams(s).non_embedding);
+  const int64_t expert_layers = ExpertLayers(s);
+  if (expert_layers > 0 && total > 0.0) {
+    const double saved = static_cast<double>(expert_layers) *
+                         (static_cast<double>(ExpertMlpParams(s)) - ExpertMlpActiveParams(s));
+    out.parameter = saved / total;
+    out.expert = s.family == Family::kMoe ? 1.0 - static_cast<double>(s.experts.top_k) /
+                                                      static_cast<double>(s.experts.experts)
+                                          : 1.0 - s.experts.target_ratio;
+  } else if (NumRoutedLayers(s) > 0 && total > 0.0) {
+    out.parameter = 1.0 - static_cast<double>(ActiveParams(s, dense_layers)) / total;
+    out.token = 1.0 - EffectiveCapacity(s);
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> ExpertsMatchingParams(const ModelShape& shape, int64_t target_params,
+                                              int64_t max_experts) {
+  ModelShape s = shape;
+  const int64_t first = std::max<int64_t>(1, s.experts.top_k);
+  const double target = static_cast<double>(target_params);
+  double previous = 0.0;
+  // Parameters grow with every added expert, so walk up until the target is passed.
+  for (int64_t e = first; e <= max_experts; ++e) {
+    s.experts.experts = e;
+    const double n = static_cast<double>(CountParams(s).non_embedding);
+    if (e == first && n > 2.0 * target) break;
+    if (n >= target) {
+      if (e > first && target - previous <= n - target) return e - 1;
+      return e;
+    }
+    previous = n;
+  }
+  if (previous > 0.0 && previous >= 0.5 * target) return max_experts;
+  return absl::InvalidArgumentError(absl::StrCat("no expert count from ", first, " to ",
+                                                 max_experts, " comes within a factor of 2 of ",
+                                                 target_params, " parameters"));
 }
 
 double ForwardFlopsPerTokenAt(const ModelShape& s,
@@ -113,10 +227,18 @@ ModelShape DenseReference(const ModelShape& shape, int64_t dense_layers) {
   dense.n_layers = dense_layers;
   dense.stride = 1;
   dense.capacity = 1.0;
+  dense.experts = ExpertShape{};
   return dense;
 }
 
 int64_t ActiveParams(const ModelShape& shape, int64_t dense_layers) {
+  if (shape.family == Family::kDeco) return CountParams(shape).non_embedding;
+  if (shape.family == Family::kMoe) {
+    const double unused =
+        static_cast<double>(ExpertLayers(shape)) *
+        (static_cast<double>(ExpertMlpParams(shape)) - ExpertMlpActiveParams(shape));
+    return std::llround(static_cast<double>(CountParams(shape).non_embedding) - unused);
+  }
   const ModelShape dense = DenseReference(shape, dense_layers);
   const double n_dense = static_cast<double>(CountParams(dense).non_embedding);
   return std::llround(n_dense * ForwardFlopsPerToken(shape) / ForwardFlopsPerToken(dense));

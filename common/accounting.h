@@ -1,4 +1,5 @@
-// Parameter and FLOP accounting for dense, X-MoD and MoD decoders (docs/metrics.md),
+// Parameter and FLOP accounting for dense, X-MoD, MoD, top-k MoE and DECO decoders
+// (docs/metrics.md, docs/baselines.md),
 // and the sizing and budget arithmetic built on it. Torch-free: the orchestrator
 // uses it to resolve jobs and the worker's tests check the modules against it.
 //
@@ -10,6 +11,10 @@
 //   N_total  = every parameter except the token embedding and the output head
 //              (attention, MLP, both RMSNorms of each layer, routers, gates, final norm);
 //   N_active = N_dense(L0) · F_model / F_dense(L0), the FLOP-equivalent dense size.
+// Expert layers (moe, deco) replace the MLP of a layer; their FLOPs are the matmuls
+// as executed in training (docs/baselines.md):
+//   moe layer MLP   2·d·E + 2·3·d·d_e·(k + K_s)        (router + routed + shared)
+//   deco layer MLP  2·d·E + 2·2·d·E·d_e + 2·3·d·d_s    (every expert computed densely)
 // All functions are pure and thread-safe.
 #ifndef XMOD_COMMON_ACCOUNTING_H_
 #define XMOD_COMMON_ACCOUNTING_H_
@@ -22,25 +27,42 @@
 
 namespace xmod {
 
-enum class Family { kDense, kXmod, kMod };
+enum class Family { kDense, kXmod, kMod, kMoe, kDeco };
 
-// "dense", "xmod", "mod".
+// "dense", "xmod", "mod", "moe", "deco".
 std::string_view FamilyName(Family family);
 // Inverse of FamilyName; INVALID_ARGUMENT naming the known families otherwise, and
-// saying so for the literature baselines that are not specified yet (moe, deco, mol).
+// saying so for the literature baseline that is not specified yet (mol).
 absl::StatusOr<Family> ParseFamily(std::string_view name);
 
-// A job is a dense run when its family is dense or its anchor stride is 1 (every
-// layer an anchor: nothing is routed). The one test of it for jobs; expansion
-// rewrites such a point as the dense model, plots and laws read its top-k loss.
-// (A law point also counts capacity 1 as dense: LawPoint::dense in fit/law.h.)
+// Families whose layers route tokens to experts inside the MLP (every token passes
+// every layer): moe and deco.
+inline bool IsExpertFamily(Family family) {
+  return family == Family::kMoe || family == Family::kDeco;
+}
+
+// A job is a dense run when its family is dense or, for the depth-routing families
+// (xmod, mod), its anchor stride is 1 (every layer an anchor: nothing is routed). The one test of
+// it for jobs; expansion rewrites such a point as the dense model, plots and laws read its top-k
+// loss. (A law point also counts capacity 1 as dense: LawPoint::dense in fit/law.h.)
 inline bool IsDenseRun(Family family, int64_t stride) {
-  return family == Family::kDense || stride <= 1;
+  return family == Family::kDense || (!IsExpertFamily(family) && stride <= 1);
 }
 // The same for a family stored by name.
 inline bool IsDenseRun(std::string_view family, int64_t stride) {
-  return family == "dense" || stride <= 1;
+  return family == "dense" || (family != "moe" && family != "deco" && stride <= 1);
 }
+
+// The expert layers of the moe and deco families. Zero everywhere for the others.
+struct ExpertShape {
+  int64_t experts = 0;        // E routed experts per expert layer
+  int64_t top_k = 0;          // moe: routed experts per token (deco: 0, data-dependent)
+  int64_t width = 0;          // d_e, hidden width of one routed expert
+  int64_t shared = 0;         // moe: always-on SwiGLU experts of width d_e
+  int64_t shared_width = 0;   // deco: hidden width d_s of its SwiGLU shared expert
+  int64_t dense_layers = 0;   // leading layers that keep the dense MLP (deco: 1)
+  double target_ratio = 0.0;  // deco: activation ratio the controller steers to
+};
 
 // The shape of one decoder, as the worker builds it.
 struct ModelShape {
@@ -53,7 +75,43 @@ struct ModelShape {
   int64_t context = 0;    // T, tokens per sequence
   int64_t stride = 1;     // anchor stride s: layer l is dense when l % s == 0
   double capacity = 1.0;  // nominal ρ = 1 − σ of routed layers
+  ExpertShape experts;    // moe and deco only
 };
+
+// True when layer `layer` of `shape` has an expert MLP (moe, deco).
+inline bool IsExpertLayer(const ModelShape& shape, int64_t layer) {
+  return IsExpertFamily(shape.family) && layer >= shape.experts.dense_layers;
+}
+
+// Parameters of one expert MLP (router, routed and shared experts, scales).
+int64_t ExpertMlpParams(const ModelShape& shape);
+// Forward matmul FLOPs per token of one expert MLP as training executes it.
+double ExpertMlpFlops(const ModelShape& shape);
+// Parameters one token uses in one expert MLP: moe: router, k routed and the shared
+// experts; deco: router, the target fraction of the routed experts, the shared expert.
+double ExpertMlpActiveParams(const ModelShape& shape);
+
+// The three sparsity notions stored per job (docs/baselines.md):
+//   parameter sparsity 1 − N_active/N_total over the non-embedding parameters;
+//   expert sparsity    1 − k/E (moe), 1 − target ratio (deco), 0 otherwise;
+//   token sparsity     1 − ρ of the routed layers (xmod, mod), 0 otherwise.
+struct Sparsity {
+  double parameter = 0.0;
+  double expert = 0.0;
+  double token = 0.0;
+};
+Sparsity SparsityOf(const ModelShape& shape, int64_t dense_layers);
+
+// Forward FLOPs per token at inference, where a DECO layer computes only its active
+// experts (the target fraction); equal to ForwardFlopsPerToken for other families.
+double InferenceFlopsPerToken(const ModelShape& shape);
+
+// The number of routed experts E >= max(1, top_k) of `shape` (its own count is
+// ignored) whose non-embedding parameter count is closest to `target_params`; ties
+// go to the smaller E. INVALID_ARGUMENT when even E = max(1, top_k) is more than
+// twice the target.
+absl::StatusOr<int64_t> ExpertsMatchingParams(const ModelShape& shape, int64_t target_params,
+                                              int64_t max_experts = 100000);
 
 // round_up(8/3 · d, 16), the SwiGLU width that keeps the MLP at 8d² parameters.
 int64_t DefaultDff(int64_t d_model);
@@ -100,7 +158,10 @@ double TrainFlopsPerToken(const ModelShape& shape);
 // `shape`, with `dense_layers` layers.
 ModelShape DenseReference(const ModelShape& shape, int64_t dense_layers);
 
-// N_dense(L0) · F_shape / F_dense(L0), rounded to the nearest integer.
+// For xmod and mod: N_dense(L0) · F_shape / F_dense(L0), rounded to the nearest
+// integer. For moe: the parameters one token uses (attention, norms, router, k
+// routed and the shared experts). For deco: N_total, since training computes every
+// expert (its inference-time active count is SparsityOf().parameter's complement).
 int64_t ActiveParams(const ModelShape& shape, int64_t dense_layers);
 
 // The layer count L ≥ 1 of `shape` (its own n_layers is ignored) whose forward

@@ -72,6 +72,24 @@ nlohmann::json CanonicalJson(const JobFile& job) {
   if (job.final_eval_tokens.has_value()) j["final_eval_tokens"] = *job.final_eval_tokens;
   if (job.recompute) j["recompute"] = true;
   if (job.optimizer_sharding != "none") j["optimizer_sharding"] = job.optimizer_sharding;
+  if (IsExpertFamily(job.shape.family)) {
+    const ExpertShape& e = job.shape.experts;
+    const ExpertTraining& t = job.expert_training;
+    j["experts"] = nlohmann::json{
+        {"count", e.experts},
+        {"top_k", e.top_k},
+        {"width", e.width},
+        {"shared", e.shared},
+        {"shared_width", e.shared_width},
+        {"dense_layers", e.dense_layers},
+        {"target_ratio", e.target_ratio},
+        {"z_coef", t.z_coef},
+        {"capacity_factor", t.capacity_factor},
+        {"bias_rate", t.bias_rate},
+        {"entropy_init", t.entropy_init},
+        {"entropy_multiplier", t.entropy_multiplier},
+    };
+  }
   return j;
 }
 
@@ -188,6 +206,61 @@ absl::Status ReadData(const nlohmann::json& json, JobFile* job) {
   return data.status();
 }
 
+absl::Status ReadExperts(const nlohmann::json& json, JobFile* job) {
+  if (!IsExpertFamily(job->shape.family)) return absl::OkStatus();
+  auto it = json.find("experts");
+  if (it == json.end() || !it->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job: field 'experts' must be an object for "
+                     "family ",
+                     std::string(FamilyName(job->shape.family))));
+  }
+  Reader r(*it, "experts.");
+  ExpertShape& e = job->shape.experts;
+  ExpertTraining& t = job->expert_training;
+  r.Int("count", &e.experts);
+  r.Int("top_k", &e.top_k);
+  r.Int("width", &e.width);
+  r.Int("shared", &e.shared);
+  r.Int("shared_width", &e.shared_width);
+  r.Int("dense_layers", &e.dense_layers);
+  r.Real("target_ratio", &e.target_ratio);
+  r.Real("z_coef", &t.z_coef);
+  r.Real("capacity_factor", &t.capacity_factor);
+  r.Real("bias_rate", &t.bias_rate);
+  r.Real("entropy_init", &t.entropy_init);
+  r.Real("entropy_multiplier", &t.entropy_multiplier);
+  if (!r.status().ok()) return r.status();
+  const auto fail = [](const char* field, const char* why) {
+    return absl::InvalidArgumentError(absl::StrCat("job: field 'experts.", field, "' ", why));
+  };
+  if (e.experts < 1) return fail("count", "must be positive");
+  if (e.width < 1) return fail("width", "must be positive");
+  if (e.shared < 0 || e.shared_width < 0) return fail("shared", "must not be negative");
+  if (e.dense_layers < 0 || e.dense_layers > job->shape.n_layers) {
+    return fail("dense_layers", "must be between 0 and n_layers");
+  }
+  if (t.z_coef < 0 || t.capacity_factor < 0 || t.bias_rate < 0 || t.entropy_init < 0) {
+    return fail("z_coef", "and the other coefficients must not be negative");
+  }
+  if (job->shape.family == Family::kMoe) {
+    if (e.top_k < 1 || e.top_k > e.experts) return fail("top_k", "must be between 1 and count");
+    if (job->gate != "softmax" && job->gate != "pre_softmax" && job->gate != "sigmoid") {
+      return absl::InvalidArgumentError(
+          "job: field 'gate' must be softmax, pre_softmax or sigmoid for family moe");
+    }
+  } else {
+    if (e.target_ratio <= 0 || e.target_ratio >= 1) {
+      return fail("target_ratio", "must be in (0, 1)");
+    }
+    if (t.entropy_multiplier < 1) return fail("entropy_multiplier", "must be at least 1");
+    if (job->gate != "relu") {
+      return absl::InvalidArgumentError("job: field 'gate' must be relu for family deco");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckRanges(const JobFile& job) {
   const std::pair<const char*, int64_t> positive[] = {
       {"d_model", job.shape.d_model},       {"n_heads", job.shape.n_heads},
@@ -292,6 +365,7 @@ absl::StatusOr<JobFile> JobFileFromJson(const nlohmann::json& json) {
   if (job.data_vocab_size == 0) job.data_vocab_size = job.shape.vocab_size;
   if (absl::Status s = ReadData(json, &job); !s.ok()) return s;
   if (absl::Status s = CheckRanges(job); !s.ok()) return s;
+  if (absl::Status s = ReadExperts(json, &job); !s.ok()) return s;
   return job;
 }
 

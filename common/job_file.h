@@ -27,12 +27,26 @@ std::string_view ScheduleName(Schedule schedule);
 // Inverse of ScheduleName; INVALID_ARGUMENT naming the known schedules otherwise.
 absl::StatusOr<Schedule> ParseSchedule(std::string_view name);
 
+// How the expert layers of a moe or deco job train (docs/baselines.md). The
+// balancing coefficient α of moe is JobFile::balance_coef; JobFile::gate names the
+// gate: "softmax", "pre_softmax", "sigmoid" (moe) or "relu" (deco).
+struct ExpertTraining {
+  double z_coef = 0.0;              // moe: β of the router z-loss
+  double capacity_factor = 0.0;     // moe: C = ceil(N·k/E · cf) per expert; 0 is dropless
+  double bias_rate = 0.0;           // moe: aux-loss-free bias step u (0: off)
+  double entropy_init = 0.0;        // deco: initial (and floor) entropy coefficient c_init
+  double entropy_multiplier = 1.0;  // deco: m, c ← c·m above the target ratio, c/m below
+};
+
 struct JobFile {
   std::string id;  // HexId of CanonicalJson(): expanding twice gives the same id
   ModelShape shape;
   int64_t routed_tokens = 0;  // k per sequence (context for dense models)
-  std::string gate;           // "variance_scaled" (X-MoD), "sigmoid" (MoD), "none" (dense)
+  // "variance_scaled" (X-MoD), "sigmoid" (MoD), "none" (dense); moe and deco as
+  // ExpertTraining says.
+  std::string gate;
   double balance_coef = 0.0;
+  ExpertTraining expert_training;  // moe and deco; with shape.experts the "experts" object
   double router_coef = 0.0;
   int64_t tokens = 0;  // D the budget asks for (steps × batch_tokens >= tokens)
   int64_t steps = 0;

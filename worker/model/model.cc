@@ -116,29 +116,35 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   return proj(out.transpose(1, 2).reshape({b, n, d}));
 }
 
-MlpImpl::MlpImpl(int64_t d_model, int64_t d_ff) {
-  w13 = register_module("w13",
-                        torch::nn::Linear(torch::nn::LinearOptions(d_model, 2 * d_ff).bias(false)));
-  w2 =
-      register_module("w2", torch::nn::Linear(torch::nn::LinearOptions(d_ff, d_model).bias(false)));
-}
-
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  auto gate_up = w13(x).chunk(2, -1);
-  return w2(torch::silu(gate_up[0]) * gate_up[1]);
-}
-
-BlockImpl::BlockImpl(int64_t d_model, int64_t n_heads, int64_t d_ff) {
+void BlockImpl::Common(int64_t d_model, int64_t n_heads) {
   norm1 = register_module("norm1", RMSNorm(d_model));
   attn = register_module("attn", Attention(d_model, n_heads));
   norm2 = register_module("norm2", RMSNorm(d_model));
+}
+
+BlockImpl::BlockImpl(int64_t d_model, int64_t n_heads, int64_t d_ff) {
+  Common(d_model, n_heads);
   mlp = register_module("mlp", Mlp(d_model, d_ff));
 }
 
+BlockImpl::BlockImpl(int64_t d_model, int64_t n_heads, MoeMlp moe_mlp) {
+  Common(d_model, n_heads);
+  moe = register_module("mlp", std::move(moe_mlp));
+}
+
+BlockImpl::BlockImpl(int64_t d_model, int64_t n_heads, DecoMlp deco_mlp) {
+  Common(d_model, n_heads);
+  deco = register_module("mlp", std::move(deco_mlp));
+}
+
 torch::Tensor BlockImpl::Delta(const torch::Tensor& x, const torch::Tensor& cos,
-                               const torch::Tensor& sin, const torch::Tensor& allowed) {
+                               const torch::Tensor& sin, const torch::Tensor& allowed,
+                               ExpertStats* stats) {
   const torch::Tensor a = attn(norm1(x), cos, sin, allowed);
-  return a + mlp(norm2(x + a));
+  const torch::Tensor h = norm2(x + a);
+  if (!moe.is_empty()) return a + moe->forward(h, stats);
+  if (!deco.is_empty()) return a + deco->forward(h, stats);
+  return a + mlp(h);
 }
 
 namespace {
@@ -208,7 +214,21 @@ torch::Tensor RecomputedDelta(BlockImpl& block, const torch::Tensor& x, const to
 }
 
 LayerImpl::LayerImpl(const DecoderOptions& o, int64_t index) {
-  block = register_module("block", Block(o.d_model(), o.n_heads(), o.d_ff()));
+  const ExpertShape& e = o.experts();
+  if (o.IsExpertLayer(index) && o.family() == Family::kMoe) {
+    block = register_module("block",
+                            Block(o.d_model(), o.n_heads(),
+                                  MoeMlp(MoeMlpOptions(o.d_model(), e.experts, e.top_k, e.width)
+                                             .shared(e.shared)
+                                             .gate(o.moe_gate())
+                                             .capacity_factor(o.capacity_factor()))));
+  } else if (o.IsExpertLayer(index)) {
+    block = register_module(
+        "block", Block(o.d_model(), o.n_heads(),
+                       DecoMlp(DecoMlpOptions(o.d_model(), e.experts, e.width, e.shared_width))));
+  } else {
+    block = register_module("block", Block(o.d_model(), o.n_heads(), o.d_ff()));
+  }
   if (o.IsRouted(index)) {
     router = register_module(
         "router", torch::nn::Linear(torch::nn::LinearOptions(o.d_model(), 1).bias(false)));
@@ -234,7 +254,45 @@ DecoderImpl::DecoderImpl(DecoderOptions options) : options_(std::move(options)) 
       torch::outer(torch::arange(o.context(), torch::kFloat64), inv_freq);  // [T, half]
   rope_cos_ = register_buffer("rope_cos", angles.cos().to(torch::kFloat32));
   rope_sin_ = register_buffer("rope_sin", angles.sin().to(torch::kFloat32));
+  if (o.family() == Family::kDeco) {
+    entropy_coef_ =
+        register_buffer("entropy_coef", torch::full({}, o.entropy_init(), torch::kFloat64));
+  }
+  // Recomputation replays a block in a custom autograd function whose forward runs
+  // without autograd; the expert losses computed there would carry no gradient.
+  TORCH_CHECK(!(o.recompute() && IsExpertFamily(o.family())),
+              "recompute is not available for the expert families (moe, deco)");
   reset_parameters();
+}
+
+double DecoderImpl::entropy_coef() const {
+  return entropy_coef_.defined() ? entropy_coef_.item<double>() : 0.0;
+}
+
+void DecoderImpl::UpdateEntropyCoef(double ratio) {
+  if (!entropy_coef_.defined()) return;
+  torch::NoGradGuard no_grad;
+  const double c = entropy_coef_.item<double>();
+  const double m = options_.entropy_multiplier();
+  const double next =
+      ratio > options_.experts().target_ratio ? c * m : std::max(c / m, options_.entropy_init());
+  entropy_coef_.fill_(next);
+}
+
+std::vector<MoeMlp> DecoderImpl::MoeLayers() const {
+  std::vector<MoeMlp> out;
+  for (const auto& module : *layers) {
+    auto layer = std::dynamic_pointer_cast<LayerImpl>(module);
+    if (!layer->block->moe.is_empty()) out.push_back(layer->block->moe);
+  }
+  return out;
+}
+
+void DecoderImpl::UpdateExpertBias(const torch::Tensor& routed, double rate) {
+  std::vector<MoeMlp> moe = MoeLayers();
+  TORCH_CHECK(routed.size(0) == static_cast<int64_t>(moe.size()),
+              "expert bias: one row of loads per expert layer");
+  for (size_t i = 0; i < moe.size(); ++i) moe[i]->UpdateBias(routed[int64_t(i)], rate);
 }
 
 double InitDepth(const DecoderOptions& o) {
@@ -256,7 +314,10 @@ void DecoderImpl::reset_parameters() {
       p.fill_(1.0);
     } else if (name.find("gamma") != std::string::npos) {
       p.fill_(1.0);
-    } else if (name.find("proj") != std::string::npos || name.find(".w2.") != std::string::npos) {
+    } else if (name.find("expert_scale") != std::string::npos) {
+      p.fill_(kDecoScaleInit);
+    } else if (name.find("proj") != std::string::npos || name.find(".w2") != std::string::npos ||
+               name.find(".down.") != std::string::npos) {
       p.normal_(0.0, out_std);
     } else {
       p.normal_(0.0, std);
@@ -290,8 +351,15 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
                          : block.Delta(in, c, s, allowed);
   };
 
+  std::vector<ExpertStats> expert_stats;
   for (const auto& module : *layers) {
     auto layer = std::dynamic_pointer_cast<LayerImpl>(module);
+    if (!layer->block->moe.is_empty() || !layer->block->deco.is_empty()) {
+      expert_stats.emplace_back();
+      x = x + layer->block->Delta(x, cos, sin, {}, &expert_stats.back());
+      layers_used = layers_used + 1.0;
+      continue;
+    }
     if (!layer->routed()) {
       x = x + BlockDelta(*layer->block, x, cos, sin);
       layers_used = layers_used + 1.0;
@@ -357,7 +425,22 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tokens, Routing routing)
     const torch::Tensor u = torch::stack(router_probs).mean(0);  // [B, T]
     out.balance_loss = (u - rho).pow(2).mean() / (rho * (1.0 - rho));
   }
-  out.aux_loss = o.balance_coef() * out.balance_loss + o.router_coef() * out.router_loss;
+  out.z_loss = torch::zeros({}, x.options());
+  out.entropy = torch::zeros({}, x.options());
+  if (!expert_stats.empty()) {
+    const double layers_with_experts = double(expert_stats.size());
+    for (const ExpertStats& st : expert_stats) {
+      if (o.family() == Family::kMoe) {
+        out.balance_loss = out.balance_loss + st.balance_loss / layers_with_experts;
+        out.z_loss = out.z_loss + st.z_loss / layers_with_experts;
+      } else {
+        out.entropy = out.entropy + st.entropy / double(o.n_layers());
+      }
+    }
+  }
+  out.expert_stats = std::move(expert_stats);
+  out.aux_loss = o.balance_coef() * out.balance_loss + o.router_coef() * out.router_loss +
+                 o.z_coef() * out.z_loss + entropy_coef() * out.entropy;
   out.depth_fraction = (layers_used / double(o.n_layers())).mean().detach();
   return out;
 }

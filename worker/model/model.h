@@ -1,7 +1,9 @@
-// LibTorch decoders for the three families (docs/metrics.md): dense (pre-norm,
-// RMSNorm, RoPE, causal attention, SwiGLU, untied head), X-MoD (anchors every
-// `stride` layers, routed blocks with variance-scaled gates, depth-wise balancing
-// and causal router losses) and MoD (stride 2, sigmoid gate only).
+// LibTorch decoders for the five families (docs/metrics.md, docs/baselines.md):
+// dense (pre-norm, RMSNorm, RoPE, causal attention, SwiGLU, untied head), X-MoD
+// (anchors every `stride` layers, routed blocks with variance-scaled gates,
+// depth-wise balancing and causal router losses), MoD (stride 2, sigmoid gate
+// only), and the expert baselines moe and deco, whose blocks replace the MLP with
+// the expert MLPs of experts.h.
 //
 // Routed layers really shrink: the block runs on the gathered [B, k, d] tokens.
 // Submodule names are the checkpoint format: layers.{l}.block.{attn,mlp,norm1,norm2},
@@ -15,6 +17,7 @@
 #include <torch/torch.h>
 
 #include "common/accounting.h"
+#include "worker/model/experts.h"
 
 namespace xmod {
 
@@ -44,10 +47,23 @@ struct DecoderOptions {
   // Activation recomputation per layer: each block keeps only its input for the
   // backward pass and runs its forward again there (RecomputedDelta).
   TORCH_ARG(bool, recompute) = false;
+  // moe and deco: the expert layers (shape) and how they train. balance_coef is
+  // moe's α; the entropy coefficient of deco starts at entropy_init and moves by
+  // entropy_multiplier per step (DecoderImpl::UpdateEntropyCoef).
+  TORCH_ARG(ExpertShape, experts) = {};
+  TORCH_ARG(MoeGate, moe_gate) = MoeGate::kSoftmax;
+  TORCH_ARG(double, capacity_factor) = 0.0;
+  TORCH_ARG(double, z_coef) = 0.0;
+  TORCH_ARG(double, entropy_init) = 0.0;
+  TORCH_ARG(double, entropy_multiplier) = 1.0;
 
  public:
   bool IsRouted(int64_t layer) const {
-    return family_ != Family::kDense && stride_ > 1 && !IsAnchorLayer(layer, stride_);
+    return family_ != Family::kDense && !IsExpertFamily(family_) && stride_ > 1 &&
+           !IsAnchorLayer(layer, stride_);
+  }
+  bool IsExpertLayer(int64_t layer) const {
+    return IsExpertFamily(family_) && layer >= experts_.dense_layers;
   }
 };
 
@@ -100,25 +116,25 @@ class AttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
-// SwiGLU: w2(silu(w1 x) · w3 x), with w1 and w3 fused into one matmul.
-class MlpImpl : public torch::nn::Module {
- public:
-  MlpImpl(int64_t d_model, int64_t d_ff);
-  torch::Tensor forward(const torch::Tensor& x);  // [..., d] -> [..., d]
-  torch::nn::Linear w13{nullptr}, w2{nullptr};
-};
-TORCH_MODULE(Mlp);
-
 // Pre-norm transformer block. Delta() is what the block adds to its input:
-// attn(norm1(x)) + mlp(norm2(x + attn(...))).
+// attn(norm1(x)) + mlp(norm2(x + attn(...))). The MLP is the dense SwiGLU or, in
+// an expert layer, a MoeMlp or DecoMlp (registered as "mlp" all the same); only
+// those fill `stats`.
 class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(int64_t d_model, int64_t n_heads, int64_t d_ff);
+  BlockImpl(int64_t d_model, int64_t n_heads, MoeMlp moe);
+  BlockImpl(int64_t d_model, int64_t n_heads, DecoMlp deco);
   torch::Tensor Delta(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                      const torch::Tensor& allowed = {});
+                      const torch::Tensor& allowed = {}, ExpertStats* stats = nullptr);
   RMSNorm norm1{nullptr}, norm2{nullptr};
   Attention attn{nullptr};
-  Mlp mlp{nullptr};
+  Mlp mlp{nullptr};       // dense layers
+  MoeMlp moe{nullptr};    // moe expert layers
+  DecoMlp deco{nullptr};  // deco expert layers
+
+ private:
+  void Common(int64_t d_model, int64_t n_heads);
 };
 TORCH_MODULE(Block);
 
@@ -162,6 +178,12 @@ struct DecoderOutput {
   // Per routed layer, in layer order: the router's logits [B, T], fp32 even inside
   // a bf16 autocast region, detached (for inspection and tests).
   std::vector<torch::Tensor> router_logits;
+  // moe and deco, per expert layer in layer order (ExpertStats). For moe,
+  // balance_loss is the mean over expert layers of L_bal and z_loss that of the
+  // z-loss; for deco, entropy is Σ_layers H / n_layers (DECO's (c/L)·H per layer).
+  std::vector<ExpertStats> expert_stats;
+  torch::Tensor z_loss;   // scalar, unweighted (0 unless moe)
+  torch::Tensor entropy;  // scalar, unweighted (0 unless deco)
 };
 
 class DecoderImpl : public torch::nn::Module {
@@ -172,6 +194,17 @@ class DecoderImpl : public torch::nn::Module {
   // Re-initialises every parameter from the global LibTorch generator.
   void reset_parameters();
   const DecoderOptions& options() const { return options_; }
+  // deco: the entropy coefficient c (a buffer, so checkpoints carry it), and
+  // DECO's controller, run once per optimizer step with the step's activation
+  // ratio over all expert layers, micro-batches and ranks: c ← c·m above the
+  // target, c ← max(c/m, entropy_init) otherwise.
+  double entropy_coef() const;
+  void UpdateEntropyCoef(double ratio);
+  // moe with bias balancing: every expert layer's bias steps by `rate` against
+  // the step's assignments, `routed` [expert layers, E] summed over micro-batches
+  // and ranks.
+  void UpdateExpertBias(const torch::Tensor& routed, double rate);
+  std::vector<MoeMlp> MoeLayers() const;
 
   torch::nn::Embedding tok_emb{nullptr};
   torch::nn::ModuleList layers;
@@ -181,6 +214,7 @@ class DecoderImpl : public torch::nn::Module {
  private:
   DecoderOptions options_;
   torch::Tensor rope_cos_, rope_sin_;  // [context, head_dim / 2]
+  torch::Tensor entropy_coef_;         // deco: [] float64
 };
 TORCH_MODULE(Decoder);
 

@@ -51,6 +51,13 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenJobData(const JobFile& job) {
 
 namespace {
 
+// The job file has checked the name for moe jobs; other families ignore it.
+MoeGate MoeGateOf(const std::string& name) {
+  MoeGate gate = MoeGate::kSoftmax;
+  ParseMoeGate(name, &gate);
+  return gate;
+}
+
 DecoderOptions ModelOptionsFor(const JobFile& job) {
   const ModelShape& s = job.shape;
   return DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context)
@@ -59,7 +66,13 @@ DecoderOptions ModelOptionsFor(const JobFile& job) {
       .routed_tokens(job.routed_tokens)
       .balance_coef(job.balance_coef)
       .router_coef(job.router_coef)
-      .recompute(job.recompute);
+      .recompute(job.recompute)
+      .experts(s.experts)
+      .moe_gate(MoeGateOf(job.gate))
+      .capacity_factor(job.expert_training.capacity_factor)
+      .z_coef(job.expert_training.z_coef)
+      .entropy_init(job.expert_training.entropy_init)
+      .entropy_multiplier(job.expert_training.entropy_multiplier);
 }
 
 // AdamW with weight decay on matrices only (embeddings, projections, head, routers),
@@ -195,6 +208,12 @@ class Run {
  private:
   struct StepStats {
     double loss = 0.0, balance = 0.0, router = 0.0, depth = 0.0, grad_norm = 0.0;
+    // moe and deco (all expert layers, micro-batches and ranks of the step):
+    double z = 0.0, entropy = 0.0;
+    double dropped_fraction = 0.0;  // moe: assignments over capacity / all assignments
+    double activation_ratio = 0.0;  // deco: positive scores / (tokens · E)
+    double entropy_coef = 0.0;      // deco: c the step trained with
+    double load_spread = 0.0;       // mean over expert layers of max_e load / mean_e load
   };
 
   // What rank 0 decides at each step boundary, broadcast to every rank.
@@ -343,7 +362,17 @@ class Run {
         {"grad_norm", step, stats.grad_norm, tokens, flops},
         {"tokens_per_s", step, tps, tokens, flops},
     };
-    if (job_.shape.family != Family::kDense) {
+    if (job_.shape.family == Family::kMoe) {
+      metrics.push_back({"balance_loss", step, stats.balance, tokens, flops});
+      metrics.push_back({"z_loss", step, stats.z, tokens, flops});
+      metrics.push_back({"dropped_fraction", step, stats.dropped_fraction, tokens, flops});
+      metrics.push_back({"expert_load_spread", step, stats.load_spread, tokens, flops});
+    } else if (job_.shape.family == Family::kDeco) {
+      metrics.push_back({"router_entropy", step, stats.entropy, tokens, flops});
+      metrics.push_back({"entropy_coef", step, stats.entropy_coef, tokens, flops});
+      metrics.push_back({"activation_ratio", step, stats.activation_ratio, tokens, flops});
+      metrics.push_back({"expert_load_spread", step, stats.load_spread, tokens, flops});
+    } else if (job_.shape.family != Family::kDense) {
       metrics.push_back({"balance_loss", step, stats.balance, tokens, flops});
       metrics.push_back({"router_loss", step, stats.router, tokens, flops});
       metrics.push_back({"depth_fraction", step, stats.depth, tokens, flops});
@@ -425,6 +454,11 @@ class Run {
       // Sums over this rank's micro-batches, each weighted by its share of the global batch.
       // On the model's device, so that NCCL can reduce it with the gradients.
       torch::Tensor sums = torch::zeros({4}, torch::dtype(torch::kFloat64).device(device_));
+      // Expert layers: [z, entropy, dropped, assignments, positive scores, score slots],
+      // and per layer and expert the assignments before dropping (moe) and the load.
+      torch::Tensor expert_sums = torch::zeros({6}, torch::dtype(torch::kFloat64).device(device_));
+      torch::Tensor routed, load;
+      stats.entropy_coef = model_->entropy_coef();
       const int64_t row0 = comm_.rank() * rows_per_rank_;
       for (int64_t r = 0; r < rows_per_rank_; r += micro_) {
         const int64_t rows = std::min(micro_, rows_per_rank_ - r);
@@ -442,6 +476,7 @@ class Run {
                               out.depth_fraction})
                     .to(sums.options()) *
                 share;
+        if (!out.expert_stats.empty()) AddExpertStats(out, share, &expert_sums, &routed, &load);
       }
       std::vector<torch::Tensor> grads;
       for (auto& p : model_->parameters()) {
@@ -449,9 +484,12 @@ class Run {
         grads.push_back(p.grad());
       }
       if (!sharded_) RETURN_IF_ERROR(comm_.AllReduceSum(grads));
-      std::vector<torch::Tensor> stat_list{sums};
+      std::vector<torch::Tensor> stat_list{sums, expert_sums};
+      if (routed.defined()) stat_list.push_back(routed);
+      if (load.defined()) stat_list.push_back(load);
       RETURN_IF_ERROR(comm_.AllReduceSum(stat_list));
       sums = sums.cpu();
+      if (load.defined()) ReadExpertStats(stat_list[1].cpu(), load.cpu(), &stats);
       stats.loss = sums[0].item<double>();
       stats.balance = sums[1].item<double>();
       stats.router = sums[2].item<double>();
@@ -459,19 +497,67 @@ class Run {
       if (sharded_) {
         // Reduce onto owners, global norm, clip, owners' update, broadcast (zero.h).
         ASSIGN_OR_RETURN(stats.grad_norm, zero_->Step(job_.grad_clip, std::isfinite(stats.loss)));
-        return stats;
+      } else {
+        stats.grad_norm =
+            job_.grad_clip > 0
+                ? torch::nn::utils::clip_grad_norm_(model_->parameters(), job_.grad_clip)
+                : torch::nn::utils::clip_grad_norm_(model_->parameters(),
+                                                    std::numeric_limits<double>::infinity());
+        if (std::isfinite(stats.loss) && std::isfinite(stats.grad_norm)) optimizer_->step();
       }
-      stats.grad_norm =
-          job_.grad_clip > 0
-              ? torch::nn::utils::clip_grad_norm_(model_->parameters(), job_.grad_clip)
-              : torch::nn::utils::clip_grad_norm_(model_->parameters(),
-                                                  std::numeric_limits<double>::infinity());
-      if (std::isfinite(stats.loss) && std::isfinite(stats.grad_norm)) optimizer_->step();
+      // After the update, from the step's statistics over every rank (the same on
+      // each, so the ranks stay identical): DECO's controller, MoE's bias balancing.
+      if (job_.shape.family == Family::kDeco) model_->UpdateEntropyCoef(stats.activation_ratio);
+      if (routed.defined() && job_.expert_training.bias_rate > 0) {
+        model_->UpdateExpertBias(routed, job_.expert_training.bias_rate);
+      }
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("job ", job_.id, " step ", step, " on ",
                                               comm_.Where(), ": ", e.what_without_backtrace()));
     }
     return stats;
+  }
+
+  // Adds one micro-batch's expert statistics: the losses weighted by its share of
+  // the batch, the counts as they are.
+  static void AddExpertStats(const DecoderOutput& out, double share, torch::Tensor* sums,
+                             torch::Tensor* routed, torch::Tensor* load) {
+    double dropped = 0.0, assignments = 0.0, positive = 0.0, slots = 0.0;
+    std::vector<torch::Tensor> routed_rows, load_rows;
+    for (const ExpertStats& st : out.expert_stats) {
+      const double n = double(st.tokens), e = double(st.load.size(0));
+      load_rows.push_back(st.load);
+      if (st.routed.defined()) {
+        routed_rows.push_back(st.routed);
+        dropped += st.dropped.item<double>();
+        assignments += st.routed.sum().item<double>();
+      } else {
+        positive += st.load.sum().item<double>();
+        slots += n * e;
+      }
+    }
+    const auto on = [&](const torch::Tensor& t) { return t.to(sums->options()); };
+    *sums +=
+        torch::cat({on(torch::stack({out.z_loss.detach(), out.entropy.detach()})) * share,
+                    on(torch::tensor({dropped, assignments, positive, slots}, torch::kFloat64))});
+    const torch::Tensor l = on(torch::stack(load_rows));
+    *load = load->defined() ? *load + l : l;
+    if (!routed_rows.empty()) {
+      const torch::Tensor r = on(torch::stack(routed_rows));
+      *routed = routed->defined() ? *routed + r : r;
+    }
+  }
+
+  static void ReadExpertStats(const torch::Tensor& sums, const torch::Tensor& load,
+                              StepStats* stats) {
+    const auto at = [&](int64_t i) { return sums[i].item<double>(); };
+    stats->z = at(0);
+    stats->entropy = at(1);
+    stats->dropped_fraction = at(3) > 0 ? at(2) / at(3) : 0.0;
+    stats->activation_ratio = at(5) > 0 ? at(4) / at(5) : 0.0;
+    const torch::Tensor mean = load.mean(1);
+    const torch::Tensor spread = load.amax(1) / mean.clamp_min(1e-12);
+    stats->load_spread = spread.mean().item<double>();
   }
 
   // What one evaluation measured, summed over every rank's windows.
@@ -497,7 +583,8 @@ class Run {
     result->val_loss = top.loss;
     add("val_loss", top.loss);
     if (top.windows >= 2) add("val_loss_se", top.loss_se);
-    if (job_.shape.family == Family::kDense) {
+    if (job_.shape.family == Family::kDense || IsExpertFamily(job_.shape.family)) {
+      // Token-choice experts route each token alone: the trained routing is causal.
       result->val_loss_causal = top.loss;
       return absl::OkStatus();
     }
