@@ -104,6 +104,8 @@ void OnServeSignal(int) {
   InterruptLocalRun();
 }
 
+std::string ExpertsCell(const ModelShape& s);
+
 QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
   QueryResult t;
   t.columns = {"id",
@@ -124,16 +126,41 @@ QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
                "micro_batch",
                "recompute",
                "sharding",
-               "memory_per_rank_gib"};
+               "memory_per_rank_gib",
+               "experts"};
   for (const ResolvedJob& j : jobs) {
     t.rows.push_back({j.id, std::string(FamilyName(j.shape.family)), j.scale, j.sparsity,
                       j.shape.stride, j.shape.context, j.shape.n_layers, j.shape.d_model,
                       j.n_params_total, j.n_params_active, j.flops_per_token, j.flops_ratio(),
                       j.tokens, j.steps, j.train_flops, j.micro_batch_size,
                       std::string(j.recompute ? "on" : "off"), j.optimizer_sharding,
-                      j.memory.peak / double(int64_t{1} << 30)});
+                      j.memory.peak / double(int64_t{1} << 30), ExpertsCell(j.shape)});
   }
   return t;
+}
+
+// "E x d_e top-k" (moe), "E x d_e relu" (deco), "" otherwise.
+std::string ExpertsCell(const ModelShape& s) {
+  if (!IsExpertFamily(s.family)) return "";
+  return s.family == Family::kMoe
+             ? fmt::format("{}x{} top-{}", s.experts.experts, s.experts.width, s.experts.top_k)
+             : fmt::format("{}x{} relu", s.experts.experts, s.experts.width);
+}
+
+// One line per sized baseline: what it was sized against and how close it came.
+void PrintSizing(const std::vector<ResolvedJob>& jobs, std::ostream& err) {
+  for (const ResolvedJob& j : jobs) {
+    if (j.matched_to.empty()) continue;
+    const ExpertShape& e = j.shape.experts;
+    err << fmt::format(
+        "sizing: {} at scale {}, T = {}, against {}: {} experts of width {}{}: {} parameters vs "
+        "{} ({:+.1f}%); training FLOPs per token {:.3f} x dense\n",
+        FamilyName(j.shape.family), j.scale, j.shape.context, j.matched_to, e.experts, e.width,
+        j.shape.family == Family::kMoe ? fmt::format(", top-{}", e.top_k)
+                                       : fmt::format(", shared {}", e.shared_width),
+        j.n_params_total, j.matched_params,
+        100.0 * (double(j.n_params_total) / double(j.matched_params) - 1.0), j.flops_ratio());
+  }
 }
 
 // Parses, expands and design-checks a sweep file: design errors refuse it (unless
@@ -148,6 +175,7 @@ absl::StatusOr<std::vector<ResolvedJob>> LoadAndExpand(const Flags& f, SweepSpec
       *f.err << f.spec << ":" << d.line << ": " << d.field << ": "
              << (d.error ? "error (allowed): " : "warning: ") << d.message << "\n";
     }
+    PrintSizing(jobs, *f.err);
   }
   if (spec_out != nullptr) *spec_out = std::move(spec);
   return jobs;

@@ -232,18 +232,35 @@ absl::Status SqliteStore::MigrateLocked() {
         absl::StrCat(options_.path, ": schema version ", current, " is newer than this xmod (",
                      migrations.back().version, "); upgrade xmod"));
   }
+  if (current == migrations.back().version) return absl::OkStatus();
+  // Foreign keys are off while migrations run (a migration may rebuild a table
+  // others refer to, as SQLite's documented procedure for schema changes does)
+  // and checked before each migration commits.
+  RETURN_IF_ERROR(ExecLocked("PRAGMA foreign_keys=OFF"));
   for (const Migration& m : migrations) {
     if (m.version <= current) continue;
-    RETURN_IF_ERROR(TransactionLocked([&]() -> absl::Status {
+    absl::Status applied = TransactionLocked([&]() -> absl::Status {
       RETURN_IF_ERROR(FaultLocked(m.name));
       absl::Status s = ExecLocked(m.sql);
       if (!s.ok()) {
         return absl::InternalError(absl::StrCat("migration ", m.name, ": ", s.message()));
       }
+      ASSIGN_OR_RETURN(Statement * check, PrepareLocked("PRAGMA foreign_key_check"));
+      check->Reset();
+      const int rc = sqlite3_step(check->get());
+      check->Reset();
+      if (rc == SQLITE_ROW) {
+        return absl::InternalError(
+            absl::StrCat("migration ", m.name, ": leaves rows whose foreign keys do not resolve"));
+      }
       return ExecLocked(absl::StrCat("PRAGMA user_version=", m.version));
-    }));
+    });
+    if (!applied.ok()) {
+      (void)ExecLocked("PRAGMA foreign_keys=ON");
+      return applied;
+    }
   }
-  return absl::OkStatus();
+  return ExecLocked("PRAGMA foreign_keys=ON");
 }
 
 absl::StatusOr<SqliteStore::Statement*> SqliteStore::PrepareLocked(const std::string& sql) {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "orchestrator/store/store_test_util.h"
+#include "schema/migrations.h"
 
 namespace xmod {
 namespace {
@@ -54,7 +55,7 @@ TEST(SqliteStore, MigratesANewFileToTheLatestSchemaVersion) {
   options.path = dir.File("x.db");
   auto store = SqliteStore::Open(options);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ((*store)->SchemaVersion().value(), 5);
+  EXPECT_EQ((*store)->SchemaVersion().value(), 6);
   store->reset();
   // The journal mode is a property of the file; read it back with SQLite itself.
   sqlite3* db = nullptr;
@@ -64,6 +65,61 @@ TEST(SqliteStore, MigratesANewFileToTheLatestSchemaVersion) {
   ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
   EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "wal");
   sqlite3_finalize(stmt);
+  sqlite3_close(db);
+}
+
+// Version 6 rebuilds `jobs` (its family check admits moe and deco): a version-5
+// file keeps every row of every table, its foreign keys still hold and are still
+// enforced, and a moe job can then be stored.
+TEST(SqliteStore, MigratesAVersionFiveFileKeepingItsRowsAndForeignKeys) {
+  TempDir dir;
+  const std::string path = dir.File("v5.db");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const auto exec = [&](const std::string& sql) {
+    char* message = nullptr;
+    const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &message);
+    const std::string text = message ? message : "";
+    sqlite3_free(message);
+    return rc == SQLITE_OK ? std::string() : text;
+  };
+  for (const Migration& m : SchemaMigrations()) {
+    if (m.version > 5) break;
+    ASSERT_EQ(exec(m.sql), "") << m.name;
+    ASSERT_EQ(exec("PRAGMA user_version=" + std::to_string(m.version)), "");
+  }
+  const std::string job_columns =
+      "job_id, family, scale, sparsity, capacity, stride, context, n_layers, dense_layers, "
+      "d_model, n_heads, d_ff, vocab_size, n_params_total, n_params_active, flops_per_token, "
+      "dense_flops_per_token, budget_kind, budget_value, tokens, steps, train_flops, "
+      "batch_tokens, ranks, max_attempts, config_json, created_at, updated_at";
+  ASSERT_EQ(exec("INSERT INTO sweeps VALUES (1, 's', 'name: s', 's.yaml', 0, 0);"
+                 "INSERT INTO jobs (" + job_columns + ") VALUES ('a', 'xmod', 'x', 0.5, 0.5, 2, "
+                 "32, 4, 2, 32, 4, 96, 64, 1000, 800, 6000, 6000, 'tokens', 1, 10, 1, 60000, 10, "
+                 "1, 3, '{\"seed\": 1}', 0, 0);"
+                 "INSERT INTO sweep_jobs VALUES (1, 'a');"
+                 "INSERT INTO metrics VALUES ('a', 'val_loss', 1, 2.5, 10, 60000, 1, 0);"),
+            "");
+  sqlite3_close(db);
+  SqliteStore::Options options;
+  options.path = path;
+  auto store = SqliteStore::Open(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->SchemaVersion().value(), 6);
+  auto rows = (*store)->Query(
+      "SELECT job_id, family, final_val_loss, param_sparsity FROM job_results");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->rows.size(), 1u);
+  EXPECT_EQ(AsText(Cell(*rows, 0, 0)), "a");
+  EXPECT_EQ(AsText(Cell(*rows, 0, 1)), "xmod");
+  EXPECT_EQ(AsReal(Cell(*rows, 0, 2)), 2.5);
+  EXPECT_TRUE(std::holds_alternative<std::monostate>(Cell(*rows, 0, 3)));
+  store->reset();
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(exec("PRAGMA foreign_keys=ON"), "");
+  EXPECT_NE(exec("INSERT INTO sweep_jobs VALUES (1, 'missing')"), "");  // still enforced
+  EXPECT_EQ(exec("UPDATE jobs SET family = 'moe' WHERE job_id = 'a'"), "");
+  EXPECT_NE(exec("UPDATE jobs SET family = 'mol' WHERE job_id = 'a'"), "");
   sqlite3_close(db);
 }
 

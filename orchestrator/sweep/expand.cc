@@ -18,6 +18,7 @@ JobFile ResolvedJob::ToJobFile() const {
   f.routed_tokens = routed_tokens;
   f.gate = gate;
   f.balance_coef = balance_coef;
+  f.expert_training = expert_training;
   f.router_coef = router_coef;
   f.tokens = tokens;
   f.steps = steps;
@@ -63,6 +64,16 @@ nlohmann::json ResolvedJob::ToJson() const {
   j["n_params_active"] = n_params_active;
   j["n_params_embedding"] = n_params_embedding;
   j["dense_flops_per_token"] = dense_flops_per_token;
+  j["inference_flops_per_token"] = inference_flops_per_token;
+  j["param_sparsity"] = sparsity_notions.parameter;
+  j["expert_sparsity"] = sparsity_notions.expert;
+  j["token_sparsity"] = sparsity_notions.token;
+  if (!matched_to.empty()) {
+    j["matched_to"] = matched_to;
+    j["matched_params"] = matched_params;
+    j["matched_params_error"] =
+        double(n_params_total) / double(std::max<int64_t>(1, matched_params)) - 1.0;
+  }
   j["flops_ratio"] = flops_ratio();
   j["budget_kind"] = BudgetKindName(budget_kind);
   j["budget_value"] = budget_value;
@@ -82,12 +93,89 @@ nlohmann::json ResolvedJob::ToJson() const {
 
 namespace {
 
-// One point before sizing: which family, at what capacity and stride.
+// One point before sizing: which family, at what capacity and stride; for moe
+// its experts per token and granularity. A moe baseline of an X-MoD point is
+// sized against that point (match_sparsity, match_stride); a deco point against
+// the dense model.
 struct Point {
   Family family;
   double sparsity;
   int64_t stride;
+  int64_t top_k = 0;
+  int64_t granularity = 0;
+  bool match_xmod = false;
+  double match_sparsity = 0.0;
+  int64_t match_stride = 1;
 };
+
+// The depth-routing shape of a point: its family at the scale's width, with the
+// layers that match the dense model's FLOPs under match: flops.
+absl::StatusOr<ModelShape> RoutedShape(const SweepSpec& spec, const ScaleSpec& scale,
+                                       int64_t context, Family family, double sparsity,
+                                       int64_t stride) {
+  ModelShape s;
+  s.family = family;
+  s.d_model = scale.d_model;
+  s.n_heads = scale.n_heads;
+  s.d_ff = scale.d_ff;
+  s.vocab_size = spec.data.vocab_size;
+  s.context = context;
+  s.stride = stride;
+  s.capacity = 1.0 - sparsity;
+  s.n_layers = scale.n_layers;
+  if (IsDenseRun(family, stride)) return DenseReference(s, scale.n_layers);
+  if (spec.match == MatchMode::kFlops) {
+    auto layers = LayersMatchingFlops(s, ForwardFlopsPerToken(DenseReference(s, scale.n_layers)));
+    if (!layers.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("scale ", scale.name, ", context ", context,
+                                                     ", sparsity ", sparsity, ", stride ", stride,
+                                                     ": ", layers.status().message()));
+    }
+    s.n_layers = *layers;
+  }
+  return s;
+}
+
+// Sizes the experts of a moe or deco point (docs/baselines.md): the moe family
+// from its sparsity (E = k / (1 − S)); a moe baseline to the total parameters of
+// its X-MoD point; deco to the dense model's.
+absl::Status SizeExperts(const SweepSpec& spec, const ScaleSpec& scale, const Point& point,
+                         ResolvedJob* job) {
+  ModelShape& s = job->shape;
+  if (point.family == Family::kMoe) {
+    s.experts.top_k = point.top_k;
+    s.experts.width = scale.d_ff / point.granularity;
+    s.experts.shared = spec.moe.shared_experts;
+    if (!point.match_xmod) {
+      s.experts.experts = std::llround(double(point.top_k) / (1.0 - point.sparsity));
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(const ModelShape xmod,
+                     RoutedShape(spec, scale, s.context, Family::kXmod, point.match_sparsity,
+                                 point.match_stride));
+    job->matched_params = CountParams(xmod).non_embedding;
+    job->matched_to = IsDenseRun(Family::kXmod, point.match_stride)
+                          ? std::string("dense")
+                          : absl::StrCat("xmod sparsity ", point.match_sparsity, " stride ",
+                                         point.match_stride);
+  } else {
+    s.experts.width = spec.deco.expert_width;
+    s.experts.shared_width = DecoSharedWidth(spec.deco, scale.d_ff);
+    s.experts.dense_layers = std::min(spec.deco.dense_layers, s.n_layers);
+    s.experts.target_ratio = spec.deco.target_ratio;
+    job->matched_params = CountParams(DenseReference(s, scale.n_layers)).non_embedding;
+    job->matched_to = "dense";
+  }
+  auto experts = ExpertsMatchingParams(s, job->matched_params);
+  if (!experts.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("scale ", scale.name, ", ",
+                                                   std::string(FamilyName(point.family)),
+                                                   " sized against ", job->matched_to, ": ",
+                                                   experts.status().message()));
+  }
+  s.experts.experts = *experts;
+  return absl::OkStatus();
+}
 
 // The memory settings of one configuration, as the model prices them (GPU: fused
 // attention, CUDA autocast).
@@ -119,7 +207,10 @@ absl::Status PlanMemory(const SweepSpec& spec, const std::string& where, int64_t
                      (t.optimizer_sharding == MemoryChoice::kAuto && job->ranks > 1);
   std::vector<bool> recompute_options;
   if (t.recompute != MemoryChoice::kOn) recompute_options.push_back(false);
-  if (t.recompute != MemoryChoice::kOff) recompute_options.push_back(true);
+  // The expert families have no recomputation yet (the spec refuses `true`).
+  if (t.recompute != MemoryChoice::kOff && !IsExpertFamily(job->shape.family)) {
+    recompute_options.push_back(true);
+  }
   std::vector<int64_t> micro_options;
   if (fixed_micro > 0) {
     micro_options.push_back(fixed_micro);
@@ -174,27 +265,16 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
   job.sparsity = point.sparsity;
 
   ModelShape& s = job.shape;
-  s.family = point.family;
-  s.d_model = scale.d_model;
-  s.n_heads = scale.n_heads;
-  s.d_ff = scale.d_ff;
-  s.vocab_size = spec.data.vocab_size;
-  s.context = context;
-  s.stride = point.stride;
-  s.capacity = 1.0 - point.sparsity;
-  s.n_layers = scale.n_layers;
-
+  if (IsExpertFamily(point.family)) {
+    ASSIGN_OR_RETURN(s, RoutedShape(spec, scale, context, Family::kDense, 0.0, 1));
+    s.family = point.family;
+    RETURN_IF_ERROR(SizeExperts(spec, scale, point, &job));
+  } else {
+    ASSIGN_OR_RETURN(s, RoutedShape(spec, scale, context, point.family, point.sparsity,
+                                    point.stride));
+  }
   const ModelShape dense = DenseReference(s, scale.n_layers);
   const double dense_forward = ForwardFlopsPerToken(dense);
-  if (s.family != Family::kDense && spec.match == MatchMode::kFlops) {
-    auto layers = LayersMatchingFlops(s, dense_forward);
-    if (!layers.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("scale ", scale.name, ", context ", context, ", sparsity ", point.sparsity,
-                       ", stride ", point.stride, ": ", layers.status().message()));
-    }
-    s.n_layers = *layers;
-  }
 
   switch (s.family) {
     case Family::kDense:
@@ -209,8 +289,23 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
       job.gate = "sigmoid";
       job.router_coef = t.router_coef;
       break;
+    case Family::kMoe:
+      job.gate = spec.moe.gate;
+      job.balance_coef = spec.moe.balance_coef;
+      job.expert_training.z_coef = spec.moe.z_coef;
+      job.expert_training.capacity_factor = spec.moe.capacity_factor;
+      job.expert_training.bias_rate = spec.moe.bias_rate;
+      // The sparsity of a moe job is its expert sparsity 1 − k/E, as the grid states it.
+      job.sparsity = 1.0 - double(s.experts.top_k) / double(s.experts.experts);
+      break;
+    case Family::kDeco:
+      job.gate = "relu";
+      job.expert_training.entropy_init = spec.deco.entropy_init;
+      job.expert_training.entropy_multiplier = spec.deco.entropy_multiplier;
+      job.sparsity = 1.0 - spec.deco.target_ratio;
+      break;
   }
-  job.routed_tokens = s.family == Family::kDense ? context : RoutedTokens(s.capacity, context);
+  job.routed_tokens = NumRoutedLayers(s) == 0 ? context : RoutedTokens(s.capacity, context);
 
   const ParamCount params = CountParams(s);
   job.n_params_total = params.non_embedding;
@@ -218,6 +313,8 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
   job.n_params_active = ActiveParams(s, scale.n_layers);
   job.flops_per_token = TrainFlopsPerToken(s);
   job.dense_flops_per_token = 3.0 * dense_forward;
+  job.inference_flops_per_token = InferenceFlopsPerToken(s);
+  job.sparsity_notions = SparsityOf(s, scale.n_layers);
 
   job.budget_kind = block.budget_kind;
   job.budget_value = budget_value;
@@ -329,15 +426,26 @@ int64_t SaturatingProduct(std::initializer_list<int64_t> factors) {
 int64_t CountGridPoints(const SweepSpec& spec) {
   int64_t total = 0;
   for (const GridBlock& block : spec.Blocks()) {
-    const int64_t family_points =
-        block.family == Family::kXmod
-            ? SaturatingProduct({static_cast<int64_t>(block.sparsity.size()),
-                                 static_cast<int64_t>(block.stride.size())})
-            : 1;
-    const int64_t points = family_points > std::numeric_limits<int64_t>::max() -
-                                               static_cast<int64_t>(block.baselines.size())
+    int64_t family_points = 1;
+    if (block.family == Family::kXmod) {
+      family_points = SaturatingProduct({static_cast<int64_t>(block.sparsity.size()),
+                                         static_cast<int64_t>(block.stride.size())});
+    } else if (block.family == Family::kMoe) {
+      family_points = SaturatingProduct(
+          {static_cast<int64_t>(block.sparsity.size()),
+           block.top_k.empty() ? 1 : static_cast<int64_t>(block.top_k.size()),
+           block.granularity.empty() ? 1 : static_cast<int64_t>(block.granularity.size())});
+    }
+    // A moe baseline of an X-MoD block is one point per X-MoD point.
+    int64_t baseline_points = 0;
+    for (Family baseline : block.baselines) {
+      baseline_points += baseline == Family::kMoe && block.family == Family::kXmod
+                             ? std::min<int64_t>(family_points, int64_t{1} << 40)
+                             : 1;
+    }
+    const int64_t points = family_points > std::numeric_limits<int64_t>::max() - baseline_points
                                ? std::numeric_limits<int64_t>::max()
-                               : family_points + static_cast<int64_t>(block.baselines.size());
+                               : family_points + baseline_points;
     const int64_t n =
         SaturatingProduct({points, static_cast<int64_t>(block.scales.size()),
                            static_cast<int64_t>(block.context.size()),
@@ -348,6 +456,74 @@ int64_t CountGridPoints(const SweepSpec& spec) {
   }
   return total;
 }
+
+namespace {
+
+// The points of one block: its family's, then its baselines' (a moe baseline per
+// X-MoD point of the block; the others once).
+std::vector<Point> BlockPoints(const SweepSpec& spec, const GridBlock& block) {
+  std::vector<Point> points;
+  switch (block.family) {
+    case Family::kXmod:
+      for (double sparsity : block.sparsity) {
+        for (int64_t stride : block.stride) points.push_back({Family::kXmod, sparsity, stride});
+      }
+      break;
+    case Family::kDense:
+      points.push_back({Family::kDense, 0.0, 1});
+      break;
+    case Family::kMod:
+      points.push_back({Family::kMod, 0.875, 2});
+      break;
+    case Family::kMoe: {
+      const std::vector<int64_t> top_k =
+          block.top_k.empty() ? std::vector<int64_t>{spec.moe.top_k} : block.top_k;
+      const std::vector<int64_t> granularity =
+          block.granularity.empty() ? std::vector<int64_t>{spec.moe.granularity}
+                                    : block.granularity;
+      for (double sparsity : block.sparsity) {
+        for (int64_t k : top_k) {
+          for (int64_t g : granularity) points.push_back({Family::kMoe, sparsity, 1, k, g});
+        }
+      }
+      break;
+    }
+    case Family::kDeco:
+      points.push_back({Family::kDeco, 0.0, 1});
+      break;
+  }
+  const std::vector<Point> own = points;
+  for (Family baseline : block.baselines) {
+    switch (baseline) {
+      case Family::kDense:
+        points.push_back({Family::kDense, 0.0, 1});
+        break;
+      case Family::kMod:
+        points.push_back({Family::kMod, 0.875, 2});
+        break;
+      case Family::kDeco:
+        points.push_back({Family::kDeco, 0.0, 1});
+        break;
+      case Family::kMoe:
+        if (block.family == Family::kXmod) {
+          for (const Point& p : own) {
+            points.push_back({Family::kMoe, 0.0, 1, spec.moe.top_k, spec.moe.granularity, true,
+                              p.sparsity, p.stride});
+          }
+        } else {
+          // Beside a dense (or mod, deco) block: sized against the dense model.
+          points.push_back(
+              {Family::kMoe, 0.0, 1, spec.moe.top_k, spec.moe.granularity, true, 0.0, 1});
+        }
+        break;
+      case Family::kXmod:
+        break;
+    }
+  }
+  return points;
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec, int64_t max_jobs) {
   const int64_t count = CountGridPoints(spec);
@@ -362,24 +538,7 @@ absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec, int6
   std::vector<ResolvedJob> jobs;
   std::unordered_set<std::string> seen;
   for (const GridBlock& block : spec.Blocks()) {
-    std::vector<Point> points;
-    switch (block.family) {
-      case Family::kXmod:
-        for (double sparsity : block.sparsity) {
-          for (int64_t stride : block.stride) points.push_back({Family::kXmod, sparsity, stride});
-        }
-        break;
-      case Family::kDense:
-        points.push_back({Family::kDense, 0.0, 1});
-        break;
-      case Family::kMod:
-        points.push_back({Family::kMod, 0.875, 2});
-        break;
-    }
-    for (Family baseline : block.baselines) {
-      if (baseline == Family::kDense) points.push_back({Family::kDense, 0.0, 1});
-      if (baseline == Family::kMod) points.push_back({Family::kMod, 0.875, 2});
-    }
+    std::vector<Point> points = BlockPoints(spec, block);
     const std::vector<uint64_t> seeds =
         block.seeds.empty() ? std::vector<uint64_t>{spec.train.seed} : block.seeds;
     for (const std::string& scale_name : block.scales) {

@@ -26,8 +26,11 @@ struct ResolvedJob {
   int64_t dense_layers = 0;   // L0 of the scale
   ModelShape shape;           // family, widths, layers, context, stride, capacity
   int64_t routed_tokens = 0;  // k per sequence (context for dense models)
-  std::string gate;           // "variance_scaled" (X-MoD), "sigmoid" (MoD), "none" (dense)
+  // "variance_scaled" (X-MoD), "sigmoid" (MoD), "none" (dense), the MoE gate
+  // ("softmax", "pre_softmax", "sigmoid") or "relu" (DECO).
+  std::string gate;
   double balance_coef = 0.0;
+  ExpertTraining expert_training;  // moe and deco
   double router_coef = 0.0;
   MatchMode match = MatchMode::kFlops;
   // Sizes.
@@ -36,6 +39,13 @@ struct ResolvedJob {
   int64_t n_params_embedding = 0;      // embedding + head
   double flops_per_token = 0.0;        // training FLOPs per token (3 × forward)
   double dense_flops_per_token = 0.0;  // same, for the FLOP-matched dense job
+  double inference_flops_per_token = 0.0;  // forward; deco computes only its active experts
+  Sparsity sparsity_notions;               // parameter, expert and token sparsity
+  // A sized baseline (moe, deco): what it was sized against ("xmod sparsity 0.5
+  // stride 2" or "dense") and that job's non-embedding parameters; empty and 0
+  // otherwise.
+  std::string matched_to;
+  int64_t matched_params = 0;
   // Budget.
   BudgetKind budget_kind = BudgetKind::kTokensPerParam;
   double budget_value = 0.0;

@@ -27,6 +27,12 @@ const ScaleSpec* SweepSpec::FindScale(const std::string& scale_name) const {
   return nullptr;
 }
 
+int64_t DecoSharedWidth(const DecoSpec& deco, int64_t d_ff) {
+  if (deco.shared_width > 0) return deco.shared_width;
+  // round_up(ceil(d_ff / 15), 8), at most DECO's 128.
+  return std::min<int64_t>(128, ((d_ff + 14) / 15 + 7) / 8 * 8);
+}
+
 std::vector<GridBlock> SweepSpec::Blocks() const {
   if (!blocks.empty()) return blocks;
   GridBlock b;
@@ -42,6 +48,8 @@ std::vector<GridBlock> SweepSpec::Blocks() const {
   b.budget_kind = budget_kind;
   b.budget_values = budget_values;
   b.seeds = grid_seeds;
+  b.top_k = grid_top_k;
+  b.granularity = grid_granularity;
   b.line = grid_line;
   b.budget_line = budget_line;
   return {b};
@@ -267,7 +275,7 @@ class SpecParser {
     }
     CheckKeys(root, "",
               {"name", "description", "data", "family", "match", "scales", "grid", "baselines",
-               "budget", "train", "resources", "design"});
+               "budget", "train", "moe", "deco", "resources", "design"});
     if (root["name"]) {
       if (String(root["name"], "name", &spec->name)) {
         const bool ok =
@@ -327,6 +335,8 @@ class SpecParser {
       Error(1, "grid", "missing; the grid needs at least a context axis");
     }
     if (root["design"]) ParseDesign(root["design"], spec);
+    if (root["moe"]) ParseMoe(root["moe"], &spec->moe);
+    if (root["deco"]) ParseDeco(root["deco"], &spec->deco);
     if (root["train"]) {
       ParseTrain(root["train"], spec);
     } else {
@@ -482,7 +492,8 @@ class SpecParser {
 
   void ParseBlock(const YAML::Node& node, const std::string& prefix, bool in_list, SweepSpec* spec,
                   GridBlock* block) {
-    std::vector<std::string> keys = {"scale", "sparsity", "stride", "context", "seed"};
+    std::vector<std::string> keys = {"scale",   "sparsity", "stride",     "context",
+                                     "seed",    "top_k",    "granularity"};
     if (in_list) {
       for (const char* k : {"family", "budget", "baselines"}) keys.push_back(k);
     }
@@ -549,6 +560,19 @@ class SpecParser {
              return true;
            });
     }
+    for (const char* key : {"top_k", "granularity"}) {
+      if (!node[key]) continue;
+      (key[0] == 't' ? info.has_top_k : info.has_granularity) = true;
+      Axis(node[key], prefix + "." + key, key[0] == 't' ? &block->top_k : &block->granularity,
+           [&](const YAML::Node& n, const std::string& f, int64_t* v) {
+             if (!Int(n, f, v)) return false;
+             if (*v < 1) {
+               Error(Line(n), f, absl::StrCat("must be at least 1, got ", *v));
+               return false;
+             }
+             return true;
+           });
+    }
     if (node["context"]) {
       Axis(node["context"], prefix + ".context", &block->context,
            [&](const YAML::Node& n, const std::string& f, int64_t* v) {
@@ -584,7 +608,7 @@ class SpecParser {
 
   void ParseBaselines(const YAML::Node& node, const std::string& prefix, std::vector<Family>* out) {
     if (!node.IsSequence()) {
-      Error(Line(node), prefix, "expected a list of families (dense, mod)");
+      Error(Line(node), prefix, "expected a list of families (dense, mod, moe, deco)");
       return;
     }
     for (size_t i = 0; i < node.size(); ++i) {
@@ -595,7 +619,8 @@ class SpecParser {
       if (!family.ok()) {
         Error(Line(node[i]), field, std::string(family.status().message()));
       } else if (*family == Family::kXmod) {
-        Error(Line(node[i]), field, "xmod is the swept family, not a baseline (use dense, mod)");
+        Error(Line(node[i]), field,
+              "xmod is the swept family, not a baseline (use dense, mod, moe, deco)");
       } else {
         out->push_back(*family);
       }
@@ -665,6 +690,66 @@ class SpecParser {
       Error(Line(node["flop_tolerance"]), "design.flop_tolerance",
             absl::StrCat("must be in (0, 1], got ", node["flop_tolerance"].Scalar()));
     }
+  }
+
+  // A number in [lo, hi] (hi excluded when hi_open) at `prefix.key`, if given.
+  void InRange(const YAML::Node& node, const std::string& prefix, const char* key, double lo,
+               double hi, bool hi_open, double* out) {
+    if (!node[key]) return;
+    const std::string field = absl::StrCat(prefix, ".", key);
+    if (!Double(node[key], field, out)) return;
+    if (*out < lo || *out > hi || (hi_open && *out == hi)) {
+      Error(Line(node[key]), field,
+            absl::StrCat("must be in [", lo, ", ", hi, hi_open ? ")" : "]", ", got ",
+                         node[key].Scalar()));
+    }
+  }
+
+  void ParseMoe(const YAML::Node& node, MoeSpec* moe) {
+    if (!ExpectMap(node, "moe")) return;
+    CheckKeys(node, "moe",
+              {"top_k", "granularity", "shared_experts", "gate", "balance_coef", "z_coef",
+               "capacity_factor", "bias_rate"});
+    if (node["top_k"]) Positive(node["top_k"], "moe.top_k", &moe->top_k);
+    if (node["granularity"]) Positive(node["granularity"], "moe.granularity", &moe->granularity);
+    if (node["shared_experts"] &&
+        Int(node["shared_experts"], "moe.shared_experts", &moe->shared_experts) &&
+        moe->shared_experts < 0) {
+      Error(Line(node["shared_experts"]), "moe.shared_experts", "must not be negative");
+    }
+    if (node["gate"] && String(node["gate"], "moe.gate", &moe->gate) && moe->gate != "softmax" &&
+        moe->gate != "pre_softmax" && moe->gate != "sigmoid") {
+      Error(Line(node["gate"]), "moe.gate",
+            absl::StrCat("unknown gate '", moe->gate, "' (known: softmax, pre_softmax, sigmoid)"));
+    }
+    InRange(node, "moe", "balance_coef", 0.0, 1e3, false, &moe->balance_coef);
+    InRange(node, "moe", "z_coef", 0.0, 1e3, false, &moe->z_coef);
+    InRange(node, "moe", "capacity_factor", 0.0, 1e3, false, &moe->capacity_factor);
+    InRange(node, "moe", "bias_rate", 0.0, 1.0, false, &moe->bias_rate);
+  }
+
+  void ParseDeco(const YAML::Node& node, DecoSpec* deco) {
+    if (!ExpectMap(node, "deco")) return;
+    CheckKeys(node, "deco",
+              {"expert_width", "shared_width", "dense_layers", "target_ratio", "entropy_init",
+               "entropy_multiplier"});
+    if (node["expert_width"]) Positive(node["expert_width"], "deco.expert_width",
+                                       &deco->expert_width);
+    if (node["shared_width"] && !(node["shared_width"].IsScalar() &&
+                                  node["shared_width"].Scalar() == "auto")) {
+      Positive(node["shared_width"], "deco.shared_width", &deco->shared_width);
+    }
+    if (node["dense_layers"] &&
+        Int(node["dense_layers"], "deco.dense_layers", &deco->dense_layers) &&
+        deco->dense_layers < 0) {
+      Error(Line(node["dense_layers"]), "deco.dense_layers", "must not be negative");
+    }
+    InRange(node, "deco", "target_ratio", 0.0, 1.0, true, &deco->target_ratio);
+    if (node["target_ratio"] && deco->target_ratio <= 0) {
+      Error(Line(node["target_ratio"]), "deco.target_ratio", "must be positive");
+    }
+    InRange(node, "deco", "entropy_init", 0.0, 1e3, false, &deco->entropy_init);
+    InRange(node, "deco", "entropy_multiplier", 1.0, 10.0, false, &deco->entropy_multiplier);
   }
 
   void ParseTrain(const YAML::Node& node, SweepSpec* spec) {
@@ -860,12 +945,31 @@ class SpecParser {
               "missing; give one of tokens_per_param, flops or tokens");
       }
       const std::string family(FamilyName(block.family));
+      if (block.family != Family::kMoe) {
+        for (const auto& [given, key] : {std::pair<bool, const char*>{info.has_top_k, "top_k"},
+                                         {info.has_granularity, "granularity"}}) {
+          if (given) {
+            Error(info.line, prefix + "." + key,
+                  absl::StrCat("only family moe has a ", key,
+                               " axis (a moe baseline takes moe.", key, ")"));
+          }
+        }
+      }
       if (block.family == Family::kXmod) {
         if (!info.has_sparsity) {
           Error(info.line, prefix + ".sparsity", "family xmod needs a sparsity axis");
         }
         if (!info.has_stride)
           Error(info.line, prefix + ".stride", "family xmod needs a stride axis");
+      } else if (block.family == Family::kMoe) {
+        if (!info.has_sparsity) {
+          Error(info.line, prefix + ".sparsity",
+                "family moe needs a sparsity axis (1 - top_k / experts)");
+        }
+        if (info.has_stride) {
+          Error(info.line, prefix + ".stride", "family moe has no stride; remove this axis");
+        }
+        CheckMoeGrid(*spec, block, prefix, info.line);
       } else {
         if (info.has_sparsity) {
           Error(info.line, prefix + ".sparsity",
@@ -875,6 +979,16 @@ class SpecParser {
           Error(info.line, prefix + ".stride",
                 absl::StrCat("family ", family, " has a fixed stride; remove this axis"));
         }
+      }
+      if (std::count(block.baselines.begin(), block.baselines.end(), Family::kMoe) > 0) {
+        CheckGranularity(*spec, block, {spec->moe.granularity}, "moe.granularity", info.line);
+      }
+      if (spec->train.recompute == MemoryChoice::kOn &&
+          (IsExpertFamily(block.family) ||
+           std::any_of(block.baselines.begin(), block.baselines.end(), IsExpertFamily))) {
+        Error(Line(train_node_["recompute"]), "train.recompute",
+              "recompute: true is not available for the expert families (moe, deco) yet; use "
+              "auto (which leaves them without) or false");
       }
       if (!block.seeds.empty() && train_node_["seed"]) {
         Error(
@@ -899,9 +1013,49 @@ class SpecParser {
       spec->grid_stride = b.stride;
       spec->grid_context = b.context;
       spec->grid_seeds = b.seeds;
+      spec->grid_top_k = b.top_k;
+      spec->grid_granularity = b.granularity;
       spec->grid_line = b.line;
       spec->budget_line = b.budget_line;
       spec->blocks.clear();
+    }
+  }
+
+  // Every (sparsity, top_k) of a moe block makes a whole number of experts, and
+  // every granularity divides each scale's d_ff; the same for a moe baseline.
+  void CheckMoeGrid(const SweepSpec& spec, const GridBlock& block, const std::string& prefix,
+                    int line) {
+    const std::vector<int64_t> top_k =
+        block.top_k.empty() ? std::vector<int64_t>{spec.moe.top_k} : block.top_k;
+    const std::vector<int64_t> granularity =
+        block.granularity.empty() ? std::vector<int64_t>{spec.moe.granularity}
+                                  : block.granularity;
+    for (double sparsity : block.sparsity) {
+      for (int64_t k : top_k) {
+        const double experts = double(k) / (1.0 - sparsity);
+        if (std::abs(experts - std::round(experts)) > 1e-6) {
+          Error(line, prefix + ".sparsity",
+                absl::StrCat("sparsity ", sparsity, " with top_k ", k, " needs ", experts,
+                             " experts (E = top_k / (1 - sparsity) must be a whole number)"));
+        }
+      }
+    }
+    CheckGranularity(spec, block, granularity, prefix + ".granularity", line);
+  }
+
+  void CheckGranularity(const SweepSpec& spec, const GridBlock& block,
+                        const std::vector<int64_t>& granularity, const std::string& field,
+                        int line) {
+    for (const std::string& name : block.scales) {
+      const ScaleSpec* scale = spec.FindScale(name);
+      if (scale == nullptr) continue;
+      for (int64_t g : granularity) {
+        if (scale->d_ff % g != 0) {
+          Error(line, field,
+                absl::StrCat("granularity ", g, " does not divide d_ff ", scale->d_ff,
+                             " of scale ", name));
+        }
+      }
     }
   }
 
@@ -945,6 +1099,8 @@ class SpecParser {
     std::string prefix;
     bool has_sparsity = false;
     bool has_stride = false;
+    bool has_top_k = false;
+    bool has_granularity = false;
     bool has_budget = false;
     YAML::Node scale_axis;
   };
