@@ -153,7 +153,7 @@ QueryResult ReportCsv(const LawReport& r) {
 }  // namespace
 
 std::optional<double> SweepJob::Loss(const std::string& metric) const {
-  if (metric == "val_loss" || !routed()) return final_val_loss;
+  if (metric == "val_loss" || !causal_metric()) return final_val_loss;
   return final_val_loss_causal;
 }
 
@@ -168,7 +168,7 @@ LawPoint SweepJob::ToLawPoint(const PointOptions& options) const {
   // What the job trained on (whole steps), not the budget it was sized for.
   p.d = static_cast<double>(tokens_trained > 0 ? tokens_trained : tokens);
   p.loss = Loss(options.metric).value_or(0.0);
-  const bool top_k = options.metric == "val_loss" || !routed();
+  const bool top_k = options.metric == "val_loss" || !causal_metric();
   p.se = (top_k ? final_val_loss_se : final_val_loss_causal_se).value_or(0.0);
   p.context = static_cast<double>(context);
   const bool dense = !routed();
@@ -196,6 +196,9 @@ absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const st
     j.status = Text(Cell(t, row, "status"));
     j.budget_kind = Text(Cell(t, row, "budget_kind"));
     j.config_key = Text(Cell(t, row, "config_key"));
+    j.matched_to = Text(Cell(t, row, "matched_to"));
+    j.experts = static_cast<int64_t>(Number(Cell(t, row, "experts")));
+    j.top_k = static_cast<int64_t>(Number(Cell(t, row, "top_k")));
     j.budget_value = Number(Cell(t, row, "budget_value"));
     j.sparsity = Number(Cell(t, row, "sparsity"));
     j.capacity = Number(Cell(t, row, "capacity"));
@@ -252,7 +255,7 @@ QueryResult ReplicateTable(const std::vector<SweepJob>& jobs) {
     if (j.status == "succeeded" && loss.has_value()) {
       g.losses.push_back(*loss);
       const std::optional<double> se =
-          j.routed() ? j.final_val_loss_causal_se : j.final_val_loss_se;
+          j.causal_metric() ? j.final_val_loss_causal_se : j.final_val_loss_se;
       if (se.has_value()) g.ses.push_back(*se);
     }
   }

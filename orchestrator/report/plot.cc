@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cerrno>
 #include <cmath>
 #include <filesystem>
@@ -79,6 +80,8 @@ absl::Status RunGnuplot(const std::string& gnuplot, const fs::path& dir,
 std::string ConfigLabel(const SweepJob& j) {
   if (!j.routed()) return "dense";
   if (j.family == "mod") return fmt::format("MoD (ρ={:g}, s={})", j.capacity, j.stride);
+  if (j.family == "moe") return fmt::format("MoE E={} k={}", j.experts, j.top_k);
+  if (j.family == "deco") return fmt::format("DECO E={}", j.experts);
   return fmt::format("X-MoD ρ={:g} s={}", j.capacity, j.stride);
 }
 
@@ -86,8 +89,14 @@ std::string ConfigLabel(const SweepJob& j) {
 std::vector<std::string> ConfigOrder(const std::vector<SweepJob>& jobs) {
   std::map<std::tuple<int, double, int64_t>, std::string> ordered;
   for (const SweepJob& j : jobs) {
-    const int kind = !j.routed() ? 0 : j.family == "mod" ? 1 : 2;
-    ordered[{kind, kind == 0 ? 0.0 : -j.capacity, kind == 0 ? 0 : j.stride}] = ConfigLabel(j);
+    const int kind = !j.routed()           ? 0
+                     : j.family == "mod"   ? 1
+                     : j.family == "moe"   ? 3
+                     : j.family == "deco" ? 4
+                                           : 2;
+    const int64_t second = kind >= 3 ? j.experts * 1000 + j.top_k : j.stride;
+    ordered[{kind, kind == 0 || kind >= 3 ? 0.0 : -j.capacity, kind == 0 ? 0 : second}] =
+        ConfigLabel(j);
   }
   std::vector<std::string> labels;
   for (const auto& [key, label] : ordered) labels.push_back(label);
@@ -516,10 +525,26 @@ absl::Status PlotRun::XmodVsDense() {
     if (!j.routed()) continue;
     auto it = dense_loss.find({j.scale, j.context, j.budget_kind, j.budget_value, j.seed});
     if (it == dense_loss.end() || !j.Loss("auto").has_value()) continue;
-    const std::string name = j.family == "mod" ? fmt::format("MoD baseline (s={})", j.stride)
-                                               : fmt::format("X-MoD, stride s={}", j.stride);
-    series[name].push_back({j.sparsity, 100.0 * (*j.Loss("auto") / it->second - 1.0)});
-    sparsities.insert(j.sparsity);
+    std::string name;
+    double x = j.sparsity;
+    if (j.family == "mod") {
+      name = fmt::format("MoD baseline (s={})", j.stride);
+    } else if (j.family == "moe") {
+      // Beside the X-MoD point it was sized against (same total parameters).
+      name = fmt::format("MoE baseline (top-{}, at its X-MoD point's sparsity)", j.top_k);
+      double matched = 0.0;
+      long long matched_stride = 0;
+      if (std::sscanf(j.matched_to.c_str(), "xmod sparsity %lf stride %lld", &matched,
+                      &matched_stride) == 2) {
+        x = matched;
+      }
+    } else if (j.family == "deco") {
+      name = "DECO baseline (at 1 - target ratio)";
+    } else {
+      name = fmt::format("X-MoD, stride s={}", j.stride);
+    }
+    series[name].push_back({x, 100.0 * (*j.Loss("auto") / it->second - 1.0)});
+    sparsities.insert(x);
   }
   if (series.empty()) {
     problems.push_back(

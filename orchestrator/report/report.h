@@ -59,12 +59,20 @@ struct PointOptions {
 
 struct SweepJob {
   std::string id, family, scale, status, budget_kind, config_key;
+  std::string matched_to;           // a sized baseline: what it was sized against
+  int64_t experts = 0, top_k = 0;   // moe, deco
   double sparsity = 0.0, capacity = 1.0, budget_value = 0.0;
   int64_t stride = 1, context = 0, tokens = 0, tokens_trained = 0, n_layers = 0, seed = 0;
   double n_total = 0.0, n_active = 0.0, n_embedding = 0.0, flops_per_token = 0.0, train_flops = 0.0;
   std::optional<double> final_val_loss, final_val_loss_causal, final_val_loss_se,
       final_val_loss_causal_se, final_capacity, final_capacity_causal, final_flops_ratio_causal;
+  // Not the dense model (an X-MoD, MoD, MoE or DECO run).
   bool routed() const { return !IsDenseRun(family, stride); }
+  // A token-choice expert baseline (moe, deco): every token passes every layer, so
+  // its trained routing is already causal and it has only the top-k losses.
+  bool experts_family() const { return family == "moe" || family == "deco"; }
+  // Whether its laws and plots read the threshold-routed (causal) losses.
+  bool causal_metric() const { return routed() && !experts_family(); }
   // The loss `metric` selects (see PointOptions), if the job has it.
   std::optional<double> Loss(const std::string& metric) const;
   // The law's view of this job (capacity as k/T, stride 1 for dense runs, D the
