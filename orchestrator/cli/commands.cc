@@ -64,6 +64,7 @@ struct Flags {
   bool allow_unidentifiable = false;   // expand, check, submit: design errors become warnings
   int64_t max_jobs = kDefaultMaxJobs;  // expand, check, submit, serve: the sweep size bound
   bool by_config = false;              // results: one row per configuration (seeds together)
+  bool baselines = false;              // results: each sized baseline beside its matched job
   std::ostream* err = nullptr;         // where design warnings go
   // Remote coordinator.
   std::string coordinator;
@@ -357,9 +358,12 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
 absl::Status Results(const Flags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
   ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
-  if (f.by_config) {
+  if (f.by_config || f.baselines) {
+    if (f.by_config && f.baselines) {
+      return absl::InvalidArgumentError("give --by-config or --baselines, not both");
+    }
     ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store.get(), f.sweep));
-    PrintResult(ReplicateTable(jobs), format, out);
+    PrintResult(f.by_config ? ReplicateTable(jobs) : BaselineComparison(jobs), format, out);
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(QueryResult rows, store->JobResults(f.sweep));
@@ -497,6 +501,8 @@ void ResultsFlags(CLI::App* cmd, Flags& f) {
   AddFormat(cmd, f);
   cmd->add_flag("--by-config", f.by_config,
                 "One row per configuration: seeds, mean loss, seed spread, evaluation SE");
+  cmd->add_flag("--baselines", f.baselines,
+                "Each sized baseline (moe, deco) beside the job it was sized against");
 }
 void CurvesFlags(CLI::App* cmd, Flags& f) {
   cmd->add_option("job", f.job, "Job id")->required();

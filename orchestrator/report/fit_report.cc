@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -233,6 +234,52 @@ std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs, const PointOp
     points.push_back(j.ToLawPoint(options));
   }
   return points;
+}
+
+QueryResult BaselineComparison(const std::vector<SweepJob>& jobs) {
+  QueryResult t;
+  t.columns = {"baseline",     "family",     "scale",       "context",    "seed",
+               "experts",      "matched_to", "matched_job", "loss",       "matched_loss",
+               "loss_ratio",   "params_ratio", "flops_ratio"};
+  for (const SweepJob& b : jobs) {
+    if (!b.experts_family() || b.matched_to.empty()) continue;
+    double sparsity = 0.0;
+    long long stride = 0;
+    const bool xmod =
+        std::sscanf(b.matched_to.c_str(), "xmod sparsity %lf stride %lld", &sparsity, &stride) == 2;
+    const SweepJob* match = nullptr;
+    for (const SweepJob& j : jobs) {
+      if (j.scale != b.scale || j.context != b.context || j.seed != b.seed ||
+          j.budget_kind != b.budget_kind || j.budget_value != b.budget_value) {
+        continue;
+      }
+      const bool hit = xmod ? j.family == "xmod" && j.stride == stride &&
+                                  std::abs(j.sparsity - sparsity) < 1e-9
+                            : !j.routed();
+      if (hit) {
+        match = &j;
+        break;
+      }
+    }
+    std::vector<Value> row = {b.id,      b.family, b.scale, b.context, b.seed,
+                              fmt::format("{}{}", b.experts,
+                                          b.family == "moe" ? fmt::format(" top-{}", b.top_k)
+                                                            : std::string()),
+                              b.matched_to};
+    const std::optional<double> loss = b.status == "succeeded" ? b.Loss("auto") : std::nullopt;
+    const std::optional<double> other =
+        match != nullptr && match->status == "succeeded" ? match->Loss("auto") : std::nullopt;
+    const double loss_value = loss.value_or(0.0), other_value = other.value_or(0.0);
+    row.push_back(match != nullptr ? Value(match->id) : Value());
+    row.push_back(loss.has_value() ? Value(loss_value) : Value());
+    row.push_back(other.has_value() ? Value(other_value) : Value());
+    row.push_back(loss.has_value() && other.has_value() ? Value(loss_value / other_value)
+                                                        : Value());
+    row.push_back(match != nullptr ? Value(b.n_total / match->n_total) : Value());
+    row.push_back(match != nullptr ? Value(b.flops_per_token / match->flops_per_token) : Value());
+    t.rows.push_back(std::move(row));
+  }
+  return t;
 }
 
 QueryResult ReplicateTable(const std::vector<SweepJob>& jobs) {

@@ -90,6 +90,15 @@ absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const st
 // standard deviation and the mean evaluation standard error.
 QueryResult ReplicateTable(const std::vector<SweepJob>& jobs);
 
+// Each sized baseline (moe, deco) beside the job it was sized against: the X-MoD
+// job of its sizing (same scale, context, budget and seed), or the dense job for
+// deco and for a moe baseline of a dense block. Columns: the baseline's id,
+// family, scale, context, seed, experts, matched_to, the matched job's id, both
+// final losses (top-k for the baselines and the dense model, causal for X-MoD, as
+// the laws read them), loss_ratio, params_ratio (total) and flops_ratio (training
+// FLOPs per token). A baseline whose matched job has no loss yet has empty cells.
+QueryResult BaselineComparison(const std::vector<SweepJob>& jobs);
+
 std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs,
                                 const PointOptions& options = {});
 
