@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 namespace xmod {
 namespace {
 
@@ -138,10 +140,100 @@ TEST(Accounting, BudgetsTurnIntoTokensAndSteps) {
 
 TEST(Accounting, UnknownAndUnspecifiedFamiliesAreRejected) {
   EXPECT_EQ(ParseFamily("xmod").value(), Family::kXmod);
-  EXPECT_FALSE(ParseFamily("moe").ok());
-  EXPECT_NE(ParseFamily("moe").status().message().find("not specified"), std::string::npos);
+  for (Family f : {Family::kDense, Family::kXmod, Family::kMod, Family::kMoe, Family::kDeco}) {
+    EXPECT_EQ(ParseFamily(FamilyName(f)).value(), f);
+  }
+  EXPECT_FALSE(ParseFamily("mol").ok());
+  EXPECT_NE(ParseFamily("mol").status().message().find("not specified"), std::string::npos);
   EXPECT_NE(ParseFamily("dens").status().message().find("unknown family"), std::string::npos);
 }
 
+// DECO's 0.1B layer (d = 768, E = 42 experts of 64, shared SwiGLU of 128) against
+// its dense twin (d_ff = 1920), as the baselines reference works it out: 4.456M
+// against 4.424M parameters per FFN (+0.7%).
+TEST(Accounting, DecoLayerMatchesItsPublishedParameterCount) {
+  ModelShape s;
+  s.family = Family::kDeco;
+  s.d_model = 768;
+  s.d_ff = 1920;
+  s.experts = ExpertShape{42, 0, 64, 0, 128, 1, 0.2};
+  EXPECT_EQ(ExpertMlpParams(s), 32256 + 4128768 + 294912 + 42 + 64);
+  EXPECT_NEAR(double(ExpertMlpParams(s)) / (3.0 * 768 * 1920), 1.0073, 1e-4);
+  // Active per token at the target ratio: router, a fifth of the experts, shared.
+  EXPECT_NEAR(ExpertMlpActiveParams(s), 32256 + 0.2 * 4128768 + 294912, 1e-6);
+  // Training computes every expert: the FLOPs are twice the matmul parameters.
+  EXPECT_EQ(ExpertMlpFlops(s), 2.0 * (32256 + 4128768 + 294912));
+}
+
+TEST(Accounting, MoeCountsEveryExpertButChargesOnlyTheRoutedOnes) {
+  ModelShape s;
+  s.family = Family::kMoe;
+  s.d_model = 32;
+  s.n_heads = 4;
+  s.n_layers = 2;
+  s.d_ff = 96;
+  s.vocab_size = 64;
+  s.context = 16;
+  s.experts = ExpertShape{8, 2, 48, 1, 0, 0, 0.0};
+  const int64_t attention = 4 * 32 * 32, norms = 2 * 32;
+  const int64_t mlp = 32 * 8 + 3 * 32 * 48 * (8 + 1);
+  EXPECT_EQ(CountParams(s).non_embedding, 2 * (attention + norms + mlp) + 32);
+  const int64_t unused = 2 * 3 * 32 * 48 * (8 - 2);
+  EXPECT_EQ(ActiveParams(s, 2), CountParams(s).non_embedding - unused);
+  const ModelShape dense = DenseReference(s, 2);
+  // Two routed and one shared expert of d_ff / 2: 1.5x the dense MLP, plus the router.
+  EXPECT_NEAR(ForwardFlopsPerToken(s) - ForwardFlopsPerToken(dense),
+              2.0 * (2 * 32 * 8 + 0.5 * 6.0 * 32 * 96), 1e-6);
+  const Sparsity sp = SparsityOf(s, 2);
+  EXPECT_NEAR(sp.expert, 0.75, 1e-12);
+  EXPECT_NEAR(sp.parameter, double(unused) / double(CountParams(s).non_embedding), 1e-12);
+  EXPECT_EQ(sp.token, 0.0);
+  EXPECT_EQ(NumRoutedLayers(s), 0);
+}
+
+TEST(Accounting, ExpertsMatchingParamsTakesTheClosestWholeCount) {
+  ModelShape s;
+  s.family = Family::kMoe;
+  s.d_model = 32;
+  s.n_heads = 4;
+  s.n_layers = 2;
+  s.d_ff = 96;
+  s.vocab_size = 64;
+  s.context = 16;
+  s.experts = ExpertShape{0, 2, 48, 0, 0, 0, 0.0};
+  for (int64_t target : {30000, 40000, 50000, 100000}) {
+    auto e = ExpertsMatchingParams(s, target);
+    ASSERT_TRUE(e.ok()) << e.status();
+    ModelShape at = s;
+    at.experts.experts = *e;
+    const int64_t n = CountParams(at).non_embedding;
+    for (int64_t other : {*e - 1, *e + 1}) {
+      if (other < 2) continue;
+      at.experts.experts = other;
+      EXPECT_GE(std::llabs(CountParams(at).non_embedding - target), std::llabs(n - target));
+    }
+  }
+  // Even top_k experts are more than twice a tiny target: refused.
+  EXPECT_FALSE(ExpertsMatchingParams(s, 1000).ok());
+}
+
+TEST(Accounting, TokenSparsityOfXmodIsOneMinusItsCapacity) {
+  ModelShape s;
+  s.family = Family::kXmod;
+  s.d_model = 32;
+  s.n_heads = 4;
+  s.n_layers = 5;
+  s.d_ff = 96;
+  s.vocab_size = 64;
+  s.context = 32;
+  s.stride = 2;
+  s.capacity = 0.5;
+  const Sparsity sp = SparsityOf(s, 4);
+  EXPECT_NEAR(sp.token, 0.5, 1e-12);
+  EXPECT_EQ(sp.expert, 0.0);
+  EXPECT_NEAR(sp.parameter, 1.0 - double(ActiveParams(s, 4)) / double(CountParams(s).non_embedding),
+              1e-12);
+  EXPECT_EQ(InferenceFlopsPerToken(s), ForwardFlopsPerToken(s));
+}
 }  // namespace
 }  // namespace xmod

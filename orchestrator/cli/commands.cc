@@ -130,12 +130,26 @@ QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
                "memory_per_rank_gib",
                "experts"};
   for (const ResolvedJob& j : jobs) {
-    t.rows.push_back({j.id, std::string(FamilyName(j.shape.family)), j.scale, j.sparsity,
-                      j.shape.stride, j.shape.context, j.shape.n_layers, j.shape.d_model,
-                      j.n_params_total, j.n_params_active, j.flops_per_token, j.flops_ratio(),
-                      j.tokens, j.steps, j.train_flops, j.micro_batch_size,
-                      std::string(j.recompute ? "on" : "off"), j.optimizer_sharding,
-                      j.memory.peak / double(int64_t{1} << 30), ExpertsCell(j.shape)});
+    t.rows.push_back({j.id,
+                      std::string(FamilyName(j.shape.family)),
+                      j.scale,
+                      j.sparsity,
+                      j.shape.stride,
+                      j.shape.context,
+                      j.shape.n_layers,
+                      j.shape.d_model,
+                      j.n_params_total,
+                      j.n_params_active,
+                      j.flops_per_token,
+                      j.flops_ratio(),
+                      j.tokens,
+                      j.steps,
+                      j.train_flops,
+                      j.micro_batch_size,
+                      std::string(j.recompute ? "on" : "off"),
+                      j.optimizer_sharding,
+                      j.memory.peak / double(int64_t{1} << 30),
+                      ExpertsCell(j.shape)});
   }
   return t;
 }

@@ -238,9 +238,9 @@ std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs, const PointOp
 
 QueryResult BaselineComparison(const std::vector<SweepJob>& jobs) {
   QueryResult t;
-  t.columns = {"baseline",     "family",     "scale",       "context",    "seed",
-               "experts",      "matched_to", "matched_job", "loss",       "matched_loss",
-               "loss_ratio",   "params_ratio", "flops_ratio"};
+  t.columns = {"baseline",   "family",       "scale",       "context", "seed",
+               "experts",    "matched_to",   "matched_job", "loss",    "matched_loss",
+               "loss_ratio", "params_ratio", "flops_ratio"};
   for (const SweepJob& b : jobs) {
     if (!b.experts_family() || b.matched_to.empty()) continue;
     double sparsity = 0.0;
@@ -253,19 +253,23 @@ QueryResult BaselineComparison(const std::vector<SweepJob>& jobs) {
           j.budget_kind != b.budget_kind || j.budget_value != b.budget_value) {
         continue;
       }
-      const bool hit = xmod ? j.family == "xmod" && j.stride == stride &&
-                                  std::abs(j.sparsity - sparsity) < 1e-9
-                            : !j.routed();
+      const bool hit =
+          xmod ? j.family == "xmod" && j.stride == stride && std::abs(j.sparsity - sparsity) < 1e-9
+               : !j.routed();
       if (hit) {
         match = &j;
         break;
       }
     }
-    std::vector<Value> row = {b.id,      b.family, b.scale, b.context, b.seed,
-                              fmt::format("{}{}", b.experts,
-                                          b.family == "moe" ? fmt::format(" top-{}", b.top_k)
-                                                            : std::string()),
-                              b.matched_to};
+    std::vector<Value> row = {
+        b.id,
+        b.family,
+        b.scale,
+        b.context,
+        b.seed,
+        fmt::format("{}{}", b.experts,
+                    b.family == "moe" ? fmt::format(" top-{}", b.top_k) : std::string()),
+        b.matched_to};
     const std::optional<double> loss = b.status == "succeeded" ? b.Loss("auto") : std::nullopt;
     const std::optional<double> other =
         match != nullptr && match->status == "succeeded" ? match->Loss("auto") : std::nullopt;

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -89,11 +89,11 @@ std::string ConfigLabel(const SweepJob& j) {
 std::vector<std::string> ConfigOrder(const std::vector<SweepJob>& jobs) {
   std::map<std::tuple<int, double, int64_t>, std::string> ordered;
   for (const SweepJob& j : jobs) {
-    const int kind = !j.routed()           ? 0
-                     : j.family == "mod"   ? 1
-                     : j.family == "moe"   ? 3
+    const int kind = !j.routed()          ? 0
+                     : j.family == "mod"  ? 1
+                     : j.family == "moe"  ? 3
                      : j.family == "deco" ? 4
-                                           : 2;
+                                          : 2;
     const int64_t second = kind >= 3 ? j.experts * 1000 + j.top_k : j.stride;
     ordered[{kind, kind == 0 || kind >= 3 ? 0.0 : -j.capacity, kind == 0 ? 0 : second}] =
         ConfigLabel(j);

@@ -59,8 +59,8 @@ struct PointOptions {
 
 struct SweepJob {
   std::string id, family, scale, status, budget_kind, config_key;
-  std::string matched_to;           // a sized baseline: what it was sized against
-  int64_t experts = 0, top_k = 0;   // moe, deco
+  std::string matched_to;          // a sized baseline: what it was sized against
+  int64_t experts = 0, top_k = 0;  // moe, deco
   double sparsity = 0.0, capacity = 1.0, budget_value = 0.0;
   int64_t stride = 1, context = 0, tokens = 0, tokens_trained = 0, n_layers = 0, seed = 0;
   double n_total = 0.0, n_active = 0.0, n_embedding = 0.0, flops_per_token = 0.0, train_flops = 0.0;

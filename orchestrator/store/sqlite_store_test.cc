@@ -94,7 +94,9 @@ TEST(SqliteStore, MigratesAVersionFiveFileKeepingItsRowsAndForeignKeys) {
       "dense_flops_per_token, budget_kind, budget_value, tokens, steps, train_flops, "
       "batch_tokens, ranks, max_attempts, config_json, created_at, updated_at";
   ASSERT_EQ(exec("INSERT INTO sweeps VALUES (1, 's', 'name: s', 's.yaml', 0, 0);"
-                 "INSERT INTO jobs (" + job_columns + ") VALUES ('a', 'xmod', 'x', 0.5, 0.5, 2, "
+                 "INSERT INTO jobs (" +
+                 job_columns +
+                 ") VALUES ('a', 'xmod', 'x', 0.5, 0.5, 2, "
                  "32, 4, 2, 32, 4, 96, 64, 1000, 800, 6000, 6000, 'tokens', 1, 10, 1, 60000, 10, "
                  "1, 3, '{\"seed\": 1}', 0, 0);"
                  "INSERT INTO sweep_jobs VALUES (1, 'a');"
@@ -106,8 +108,8 @@ TEST(SqliteStore, MigratesAVersionFiveFileKeepingItsRowsAndForeignKeys) {
   auto store = SqliteStore::Open(options);
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_EQ((*store)->SchemaVersion().value(), 6);
-  auto rows = (*store)->Query(
-      "SELECT job_id, family, final_val_loss, param_sparsity FROM job_results");
+  auto rows =
+      (*store)->Query("SELECT job_id, family, final_val_loss, param_sparsity FROM job_results");
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->rows.size(), 1u);
   EXPECT_EQ(AsText(Cell(*rows, 0, 0)), "a");

@@ -150,14 +150,13 @@ absl::Status SizeExperts(const SweepSpec& spec, const ScaleSpec& scale, const Po
       s.experts.experts = std::llround(double(point.top_k) / (1.0 - point.sparsity));
       return absl::OkStatus();
     }
-    ASSIGN_OR_RETURN(const ModelShape xmod,
-                     RoutedShape(spec, scale, s.context, Family::kXmod, point.match_sparsity,
-                                 point.match_stride));
+    ASSIGN_OR_RETURN(const ModelShape xmod, RoutedShape(spec, scale, s.context, Family::kXmod,
+                                                        point.match_sparsity, point.match_stride));
     job->matched_params = CountParams(xmod).non_embedding;
-    job->matched_to = IsDenseRun(Family::kXmod, point.match_stride)
-                          ? std::string("dense")
-                          : absl::StrCat("xmod sparsity ", point.match_sparsity, " stride ",
-                                         point.match_stride);
+    job->matched_to =
+        IsDenseRun(Family::kXmod, point.match_stride)
+            ? std::string("dense")
+            : absl::StrCat("xmod sparsity ", point.match_sparsity, " stride ", point.match_stride);
   } else {
     s.experts.width = spec.deco.expert_width;
     s.experts.shared_width = DecoSharedWidth(spec.deco, scale.d_ff);
@@ -168,10 +167,9 @@ absl::Status SizeExperts(const SweepSpec& spec, const ScaleSpec& scale, const Po
   }
   auto experts = ExpertsMatchingParams(s, job->matched_params);
   if (!experts.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("scale ", scale.name, ", ",
-                                                   std::string(FamilyName(point.family)),
-                                                   " sized against ", job->matched_to, ": ",
-                                                   experts.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("scale ", scale.name, ", ", std::string(FamilyName(point.family)),
+                     " sized against ", job->matched_to, ": ", experts.status().message()));
   }
   s.experts.experts = *experts;
   return absl::OkStatus();
@@ -270,8 +268,8 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
     s.family = point.family;
     RETURN_IF_ERROR(SizeExperts(spec, scale, point, &job));
   } else {
-    ASSIGN_OR_RETURN(s, RoutedShape(spec, scale, context, point.family, point.sparsity,
-                                    point.stride));
+    ASSIGN_OR_RETURN(s,
+                     RoutedShape(spec, scale, context, point.family, point.sparsity, point.stride));
   }
   const ModelShape dense = DenseReference(s, scale.n_layers);
   const double dense_forward = ForwardFlopsPerToken(dense);
@@ -428,8 +426,8 @@ int64_t CountGridPoints(const SweepSpec& spec) {
   for (const GridBlock& block : spec.Blocks()) {
     int64_t family_points = 1;
     if (block.family == Family::kXmod) {
-      family_points = SaturatingProduct({static_cast<int64_t>(block.sparsity.size()),
-                                         static_cast<int64_t>(block.stride.size())});
+      family_points = SaturatingProduct(
+          {static_cast<int64_t>(block.sparsity.size()), static_cast<int64_t>(block.stride.size())});
     } else if (block.family == Family::kMoe) {
       family_points = SaturatingProduct(
           {static_cast<int64_t>(block.sparsity.size()),
@@ -478,9 +476,9 @@ std::vector<Point> BlockPoints(const SweepSpec& spec, const GridBlock& block) {
     case Family::kMoe: {
       const std::vector<int64_t> top_k =
           block.top_k.empty() ? std::vector<int64_t>{spec.moe.top_k} : block.top_k;
-      const std::vector<int64_t> granularity =
-          block.granularity.empty() ? std::vector<int64_t>{spec.moe.granularity}
-                                    : block.granularity;
+      const std::vector<int64_t> granularity = block.granularity.empty()
+                                                   ? std::vector<int64_t>{spec.moe.granularity}
+                                                   : block.granularity;
       for (double sparsity : block.sparsity) {
         for (int64_t k : top_k) {
           for (int64_t g : granularity) points.push_back({Family::kMoe, sparsity, 1, k, g});

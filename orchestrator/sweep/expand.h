@@ -36,9 +36,9 @@ struct ResolvedJob {
   // Sizes.
   int64_t n_params_total = 0;
   int64_t n_params_active = 0;
-  int64_t n_params_embedding = 0;      // embedding + head
-  double flops_per_token = 0.0;        // training FLOPs per token (3 × forward)
-  double dense_flops_per_token = 0.0;  // same, for the FLOP-matched dense job
+  int64_t n_params_embedding = 0;          // embedding + head
+  double flops_per_token = 0.0;            // training FLOPs per token (3 × forward)
+  double dense_flops_per_token = 0.0;      // same, for the FLOP-matched dense job
   double inference_flops_per_token = 0.0;  // forward; deco computes only its active experts
   Sparsity sparsity_notions;               // parameter, expert and token sparsity
   // A sized baseline (moe, deco): what it was sized against ("xmod sparsity 0.5

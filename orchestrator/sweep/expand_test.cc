@@ -4,8 +4,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "common/id.h"
 
 namespace xmod {
@@ -273,5 +275,94 @@ TEST(ExpandMemory, AutoMicroBatchNeedsADeclaredDeviceMemory) {
       << bad.status();
 }
 
+// The baselines sweep: per X-MoD point a MoE baseline at the dense model's active
+// FLOPs and (within one expert) the X-MoD job's total parameters; DECO at the dense
+// model's total parameters; every count as the accounting states it.
+TEST(ExpandBaselines, MoeMatchesEachXmodPointAndDecoTheDenseModel) {
+  auto jobs = ExpandSweep(Load("baselines"));
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  std::map<std::string, const ResolvedJob*> by_config;
+  int moe = 0, deco = 0;
+  for (const ResolvedJob& j : *jobs) {
+    if (j.shape.family == Family::kXmod) {
+      by_config[absl::StrCat(j.scale, " xmod sparsity ", j.sparsity, " stride ", j.shape.stride)] =
+          &j;
+    }
+    if (j.shape.family == Family::kDense) by_config[j.scale + " dense"] = &j;
+  }
+  for (const ResolvedJob& j : *jobs) {
+    if (!IsExpertFamily(j.shape.family)) continue;
+    const ResolvedJob* match = by_config[j.scale + " " + j.matched_to];
+    ASSERT_NE(match, nullptr) << j.scale << " " << j.matched_to;
+    EXPECT_EQ(j.matched_params, match->n_params_total);
+    // The count is the closest whole number of experts: one more or one fewer is
+    // no closer to the target.
+    ModelShape other = j.shape;
+    const double error = std::abs(double(j.n_params_total - j.matched_params));
+    for (int64_t step : {-1, 1}) {
+      other.experts.experts = j.shape.experts.experts + step;
+      if (other.experts.experts < std::max<int64_t>(1, j.shape.experts.top_k)) continue;
+      EXPECT_GE(std::abs(double(CountParams(other).non_embedding - j.matched_params)), error);
+    }
+    EXPECT_EQ(j.shape.n_layers, j.dense_layers);
+    if (j.shape.family == Family::kMoe) {
+      ++moe;
+      EXPECT_EQ(j.matched_to.rfind("xmod sparsity ", 0), 0u) << j.matched_to;
+      EXPECT_EQ(j.shape.experts.top_k, 2);
+      EXPECT_EQ(j.shape.experts.width, j.shape.d_ff / 2);
+      // Two experts of d_ff / 2: the dense MLP's FLOPs plus the router's 2·d·E.
+      const double router =
+          3.0 * 2.0 * j.shape.d_model * j.shape.experts.experts * double(j.shape.n_layers);
+      EXPECT_NEAR(j.flops_per_token, j.dense_flops_per_token + router, 1e-6);
+      EXPECT_NEAR(j.sparsity, 1.0 - 2.0 / double(j.shape.experts.experts), 1e-12);
+      EXPECT_EQ(j.gate, "softmax");
+      EXPECT_EQ(j.balance_coef, 0.01);
+      EXPECT_EQ(j.expert_training.z_coef, 1e-3);
+    } else {
+      ++deco;
+      EXPECT_EQ(j.matched_to, "dense");
+      EXPECT_EQ(j.shape.experts.dense_layers, 1);
+      EXPECT_EQ(j.gate, "relu");
+      // DECO trains every expert: active = total, training FLOPs as executed.
+      EXPECT_EQ(j.n_params_active, j.n_params_total);
+      EXPECT_LT(j.inference_flops_per_token, j.flops_per_token / 3.0);
+      EXPECT_NEAR(j.sparsity_notions.expert, 0.8, 1e-12);
+    }
+    // The job file carries the experts and reads back to the same job.
+    auto back = JobFileFromJson(ToJson(j.ToJobFile()));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->shape.experts.experts, j.shape.experts.experts);
+    EXPECT_EQ(HexId(CanonicalJson(*back).dump()), j.id);
+  }
+  EXPECT_EQ(moe, 4);  // two X-MoD points at each of two scales
+  EXPECT_EQ(deco, 2);
+}
+
+TEST(ExpandBaselines, TheMoeFamilyTakesItsExpertsFromSparsityAndTopK) {
+  SweepSpec spec = Load("baselines");
+  spec.family = Family::kMoe;
+  spec.baselines = {Family::kDense};
+  spec.grid_sparsity = {0.5, 0.75};
+  spec.grid_stride = {};
+  spec.grid_top_k = {1, 2};
+  spec.grid_granularity = {1, 4};
+  EXPECT_EQ(CountGridPoints(spec), 2 * (8 + 1));
+  auto jobs = ExpandSweep(spec);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  int moe = 0;
+  for (const ResolvedJob& j : *jobs) {
+    if (j.shape.family != Family::kMoe) continue;
+    ++moe;
+    const ExpertShape& e = j.shape.experts;
+    EXPECT_NEAR(1.0 - double(e.top_k) / double(e.experts), j.sparsity, 1e-12);
+    EXPECT_NEAR(j.sparsity_notions.expert, j.sparsity, 1e-12);
+    EXPECT_TRUE(e.width == j.shape.d_ff || e.width == j.shape.d_ff / 4) << e.width;
+    EXPECT_TRUE(j.matched_to.empty());
+    // Active parameters: everything but the E − k unused experts of each layer.
+    EXPECT_EQ(j.n_params_active, j.n_params_total - j.shape.n_layers * (e.experts - e.top_k) * 3 *
+                                                        j.shape.d_model * e.width);
+  }
+  EXPECT_EQ(moe, 16);
+}
 }  // namespace
 }  // namespace xmod

@@ -492,8 +492,8 @@ class SpecParser {
 
   void ParseBlock(const YAML::Node& node, const std::string& prefix, bool in_list, SweepSpec* spec,
                   GridBlock* block) {
-    std::vector<std::string> keys = {"scale",   "sparsity", "stride",     "context",
-                                     "seed",    "top_k",    "granularity"};
+    std::vector<std::string> keys = {"scale", "sparsity", "stride",     "context",
+                                     "seed",  "top_k",    "granularity"};
     if (in_list) {
       for (const char* k : {"family", "budget", "baselines"}) keys.push_back(k);
     }
@@ -733,10 +733,10 @@ class SpecParser {
     CheckKeys(node, "deco",
               {"expert_width", "shared_width", "dense_layers", "target_ratio", "entropy_init",
                "entropy_multiplier"});
-    if (node["expert_width"]) Positive(node["expert_width"], "deco.expert_width",
-                                       &deco->expert_width);
-    if (node["shared_width"] && !(node["shared_width"].IsScalar() &&
-                                  node["shared_width"].Scalar() == "auto")) {
+    if (node["expert_width"])
+      Positive(node["expert_width"], "deco.expert_width", &deco->expert_width);
+    if (node["shared_width"] &&
+        !(node["shared_width"].IsScalar() && node["shared_width"].Scalar() == "auto")) {
       Positive(node["shared_width"], "deco.shared_width", &deco->shared_width);
     }
     if (node["dense_layers"] &&
@@ -950,8 +950,8 @@ class SpecParser {
                                          {info.has_granularity, "granularity"}}) {
           if (given) {
             Error(info.line, prefix + "." + key,
-                  absl::StrCat("only family moe has a ", key,
-                               " axis (a moe baseline takes moe.", key, ")"));
+                  absl::StrCat("only family moe has a ", key, " axis (a moe baseline takes moe.",
+                               key, ")"));
           }
         }
       }
@@ -981,7 +981,10 @@ class SpecParser {
         }
       }
       if (std::count(block.baselines.begin(), block.baselines.end(), Family::kMoe) > 0) {
-        CheckGranularity(*spec, block, {spec->moe.granularity}, "moe.granularity", info.line);
+        const YAML::Node moe = root["moe"];
+        CheckGranularity(
+            *spec, block, {spec->moe.granularity}, "moe.granularity",
+            moe && moe.IsMap() && moe["granularity"] ? Line(moe["granularity"]) : info.line);
       }
       if (spec->train.recompute == MemoryChoice::kOn &&
           (IsExpertFamily(block.family) ||
@@ -1028,8 +1031,7 @@ class SpecParser {
     const std::vector<int64_t> top_k =
         block.top_k.empty() ? std::vector<int64_t>{spec.moe.top_k} : block.top_k;
     const std::vector<int64_t> granularity =
-        block.granularity.empty() ? std::vector<int64_t>{spec.moe.granularity}
-                                  : block.granularity;
+        block.granularity.empty() ? std::vector<int64_t>{spec.moe.granularity} : block.granularity;
     for (double sparsity : block.sparsity) {
       for (int64_t k : top_k) {
         const double experts = double(k) / (1.0 - sparsity);
@@ -1052,8 +1054,8 @@ class SpecParser {
       for (int64_t g : granularity) {
         if (scale->d_ff % g != 0) {
           Error(line, field,
-                absl::StrCat("granularity ", g, " does not divide d_ff ", scale->d_ff,
-                             " of scale ", name));
+                absl::StrCat("granularity ", g, " does not divide d_ff ", scale->d_ff, " of scale ",
+                             name));
         }
       }
     }

@@ -154,8 +154,8 @@ struct SweepSpec {
   std::vector<double> grid_sparsity;
   std::vector<int64_t> grid_stride;
   std::vector<int64_t> grid_context;
-  std::vector<uint64_t> grid_seeds;  // empty: train.seed
-  std::vector<int64_t> grid_top_k;   // moe; empty: moe.top_k
+  std::vector<uint64_t> grid_seeds;       // empty: train.seed
+  std::vector<int64_t> grid_top_k;        // moe; empty: moe.top_k
   std::vector<int64_t> grid_granularity;  // moe; empty: moe.granularity
   int grid_line = 1;
   int budget_line = 1;
