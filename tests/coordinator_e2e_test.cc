@@ -299,6 +299,59 @@ TEST_F(CoordinatorE2e, XmodRunTrainsTheSmokeSweepAndContinuesWhereItStopped) {
   EXPECT_EQ(Count("SELECT MAX(attempt) FROM jobs"), 1);
 }
 
+// The baselines sweep end to end: X-MoD with dense, MoD, MoE and DECO baselines
+// trained by `xmod run`; every family's curves in the database with its own
+// step metrics; `xmod results --baselines` pairs each sized baseline with its
+// matched job; `xmod plot` draws all five families.
+TEST_F(CoordinatorE2e, XmodRunTrainsEveryBaselineFamilyAndReportsThem) {
+  const std::string sweep = std::string(XMOD_SOURCE_DIR) + "/sweeps/baselines.yaml";
+  CommandResult r = Command(
+      XMOD_BIN, {"run", sweep, "--db", Path("x.db"), "--groups", "2", "--run-dir", Path("runs")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("14 succeeded, 0 failed or cancelled, 0 unfinished"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("sizing: moe at scale micro"));
+  for (const char* family : {"dense", "xmod", "mod", "moe", "deco"}) {
+    EXPECT_GT(Count(std::string("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded' AND "
+                                "family = '") +
+                    family + "'"),
+              0)
+        << family;
+  }
+  // Per-step expert metrics, one per step of every expert job.
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM metrics m JOIN jobs j ON j.job_id = m.job_id WHERE "
+                  "j.family = 'moe' AND m.name = 'z_loss'"),
+            Count("SELECT SUM(steps) FROM jobs WHERE family = 'moe'"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM metrics m JOIN jobs j ON j.job_id = m.job_id WHERE "
+                  "j.family = 'deco' AND m.name = 'activation_ratio'"),
+            Count("SELECT SUM(steps) FROM jobs WHERE family = 'deco'"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM job_results WHERE family IN ('moe', 'deco') AND "
+                  "final_val_loss IS NOT NULL AND param_sparsity > 0 AND expert_sparsity > 0"),
+            6);
+  r = Command(XMOD_BIN,
+              {"results", "baselines", "--db", Path("x.db"), "--baselines", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 6u);
+  for (const auto& row : rows) {
+    ASSERT_TRUE(row["loss_ratio"].is_number()) << row.dump();
+    EXPECT_NEAR(row["loss_ratio"].get<double>(), 1.0, 0.1) << row.dump();
+    EXPECT_NEAR(row["params_ratio"].get<double>(), 1.0, 0.15) << row.dump();
+  }
+  r = Command(XMOD_BIN, {"plot", "baselines", "--db", Path("x.db"), "--out", Path("plots")});
+  std::ifstream in(Path("plots/xmod_vs_dense.svg"));
+  ASSERT_TRUE(in.good()) << r.out << r.err;
+  const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const char* text : {"X-MoD, stride s=2", "MoD baseline", "MoE baseline", "DECO baseline"}) {
+    EXPECT_THAT(svg, ::testing::HasSubstr(text));
+  }
+  std::ifstream curves_in(Path("plots/loss_vs_tokens.svg"));
+  const std::string curves((std::istreambuf_iterator<char>(curves_in)),
+                           std::istreambuf_iterator<char>());
+  for (const char* text : {"dense", "MoE E=", "DECO E="}) {
+    EXPECT_THAT(curves, ::testing::HasSubstr(text));
+  }
+}
+
 // Each local group is its own mpirun. With binding left on, every one pins its
 // rank to core 0, and G groups share one core. A rank started the way `xmod run`
 // starts a group must be allowed on every core this process may use.

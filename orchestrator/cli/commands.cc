@@ -162,22 +162,6 @@ std::string ExpertsCell(const ModelShape& s) {
              : fmt::format("{}x{} relu", s.experts.experts, s.experts.width);
 }
 
-// One line per sized baseline: what it was sized against and how close it came.
-void PrintSizing(const std::vector<ResolvedJob>& jobs, std::ostream& err) {
-  for (const ResolvedJob& j : jobs) {
-    if (j.matched_to.empty()) continue;
-    const ExpertShape& e = j.shape.experts;
-    err << fmt::format(
-        "sizing: {} at scale {}, T = {}, against {}: {} experts of width {}{}: {} parameters vs "
-        "{} ({:+.1f}%); training FLOPs per token {:.3f} x dense\n",
-        FamilyName(j.shape.family), j.scale, j.shape.context, j.matched_to, e.experts, e.width,
-        j.shape.family == Family::kMoe ? fmt::format(", top-{}", e.top_k)
-                                       : fmt::format(", shared {}", e.shared_width),
-        j.n_params_total, j.matched_params,
-        100.0 * (double(j.n_params_total) / double(j.matched_params) - 1.0), j.flops_ratio());
-  }
-}
-
 // Parses, expands and design-checks a sweep file: design errors refuse it (unless
 // --allow-unidentifiable), warnings go to f.err.
 absl::StatusOr<std::vector<ResolvedJob>> LoadAndExpand(const Flags& f, SweepSpec* spec_out) {
@@ -190,7 +174,7 @@ absl::StatusOr<std::vector<ResolvedJob>> LoadAndExpand(const Flags& f, SweepSpec
       *f.err << f.spec << ":" << d.line << ": " << d.field << ": "
              << (d.error ? "error (allowed): " : "warning: ") << d.message << "\n";
     }
-    PrintSizing(jobs, *f.err);
+    *f.err << SizingReport(jobs);
   }
   if (spec_out != nullptr) *spec_out = std::move(spec);
   return jobs;

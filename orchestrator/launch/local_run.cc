@@ -174,6 +174,7 @@ absl::Status LocalRun::Prepare() {
     err << o.spec_path << ":" << d.line << ": " << d.field << ": "
         << (d.error ? "error (allowed): " : "warning: ") << d.message << "\n";
   }
+  err << SizingReport(jobs);
   if (o.groups < 1 || o.ranks < 1) {
     return absl::InvalidArgumentError("--groups and --ranks must be at least 1");
   }

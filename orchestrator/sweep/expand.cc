@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <unordered_set>
 
@@ -389,6 +390,26 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
 }
 
 }  // namespace
+
+std::string SizingReport(const std::vector<ResolvedJob>& jobs) {
+  std::string out;
+  for (const ResolvedJob& j : jobs) {
+    if (j.matched_to.empty()) continue;
+    const ExpertShape& e = j.shape.experts;
+    const double error = 100.0 * (double(j.n_params_total) / double(j.matched_params) - 1.0);
+    char numbers[96];
+    std::snprintf(numbers, sizeof(numbers), "(%+.1f%%); training FLOPs per token %.3f x dense",
+                  error, j.flops_ratio());
+    absl::StrAppend(&out, "sizing: ", std::string(FamilyName(j.shape.family)), " at scale ",
+                    j.scale, ", T = ", j.shape.context, ", against ", j.matched_to, ": ", e.experts,
+                    " experts of width ", e.width,
+                    j.shape.family == Family::kMoe ? absl::StrCat(", top-", e.top_k)
+                                                   : absl::StrCat(", shared ", e.shared_width),
+                    ": ", j.n_params_total, " parameters vs ", j.matched_params, " ", numbers,
+                    "\n");
+  }
+  return out;
+}
 
 double RuleCompute(const ModelShape& dense, int64_t tokens) {
   // Non-embedding training FLOPs per token (3 x forward without the head).
