@@ -28,8 +28,12 @@ struct Stepper {
                   .family(s.family)
                   .stride(s.stride)
                   .routed_tokens(RoutedTokens(s.capacity, s.context))
-                  .balance_coef(s.family == Family::kXmod ? 0.01 : 0.0)
-                  .router_coef(s.family == Family::kDense ? 0.0 : 0.01)),
+                  .balance_coef(s.family == Family::kXmod || s.family == Family::kMoe ? 0.01 : 0.0)
+                  .router_coef(s.family == Family::kXmod || s.family == Family::kMod ? 0.01 : 0.0)
+                  .experts(s.experts)
+                  .z_coef(s.family == Family::kMoe ? 1e-3 : 0.0)
+                  .entropy_init(s.family == Family::kDeco ? 1e-8 : 0.0)
+                  .entropy_multiplier(1.002)),
         tokens(torch::randint(0, s.vocab_size, {batch, s.context}).to(device)),
         targets(torch::randint(0, s.vocab_size, {batch, s.context}).to(device)),
         flops_per_step(TrainFlopsPerToken(s) * static_cast<double>(batch * s.context)) {

@@ -13,10 +13,15 @@
 //      autocast, each vs the eager fp32 step, same weights and threads (reported;
 //      issue 12's target, bf16 + fused on 2.6 >= 1.6x faster than fp32 eager on
 //      1.13, compares two installations and is read off two runs).
+//   6. the expert baselines: a top-k MoE step (E = 8, k = 2 experts of d_ff / 2:
+//      the dense MLP's FLOPs) vs the dense step of equal active FLOPs (target:
+//      <= 1.25), with the share of the MoE step that is dispatch overhead; a
+//      DECO step vs its dense twin (same total parameters, all experts computed).
 // Every comparison runs A and B in alternating rounds and reports the median of
 // the pairwise ratios with their range (bench/paired_ratio.h).
 // Usage: worker_bench [--threads N] [--repeats N] [--python /usr/bin/python3]
-// Exits 1 when target 1, 2 or 4 is missed (or the Python side cannot run).
+//        worker_bench --experts [--threads N] [--repeats N]   (part 6 alone)
+// Exits 1 when target 1, 2, 4 or 6 is missed (or the Python side cannot run).
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -187,6 +192,56 @@ int TimeOne(const std::string& config, int steps, int threads) {
 }  // namespace
 }  // namespace xmod
 
+namespace xmod {
+namespace {
+
+// Part 6. Returns whether the MoE target was met.
+bool ExpertSteps(int repeats) {
+  ModelShape moe = Shape(Family::kMoe, 1, 1.0);
+  moe.experts.experts = 8;
+  moe.experts.top_k = 2;
+  moe.experts.width = moe.d_ff / 2;
+  ModelShape deco = Shape(Family::kDeco, 1, 1.0);
+  deco.experts.width = 64;
+  deco.experts.shared_width = std::min<int64_t>(128, ((deco.d_ff + 14) / 15 + 7) / 8 * 8);
+  deco.experts.dense_layers = 1;
+  deco.experts.target_ratio = 0.2;
+  deco.experts.experts =
+      ExpertsMatchingParams(deco, CountParams(Shape(Family::kDense, 1, 1.0)).non_embedding).value();
+  torch::manual_seed(0);
+  Stepper dense(Shape(Family::kDense, 1, 1.0)), moe_step(moe), deco_step(deco);
+  const std::vector<std::vector<double>> t = StepTimes({&dense, &moe_step, &deco_step}, repeats);
+  const double moe_flops = moe_step.flops_per_step / dense.flops_per_step;
+  const double deco_flops = deco_step.flops_per_step / dense.flops_per_step;
+  const bench::PairedRatio moe_ratio = Paired(t[1], t[0]);
+  const bench::PairedRatio deco_ratio = Paired(t[2], t[0]);
+  // What the MoE step spends beyond a dense step of its FLOPs: routing, sorting,
+  // gathering and scattering the tokens, the balancing losses.
+  const double overhead = 1.0 - moe_flops / moe_ratio.median;
+  const bool met = moe_ratio.median <= 1.25;
+  std::printf(
+      "\n6. expert baselines vs the dense step (d=%lld, %lld layers, T=%lld), one step "
+      "of each per round\n",
+      (long long)kD, (long long)kLayers, (long long)kContext);
+  std::printf("   %-40s %10s %-36s %10s\n", "config", "step ms", "time ratio (median, range)",
+              "FLOP ratio");
+  std::printf("   %-40s %10.2f\n", "dense", Median(t[0]) * 1e3);
+  std::printf(
+      "   %-40s %10.2f %-36s %10.3f  (target <= 1.25: %s; dispatch overhead %.0f%% of "
+      "the MoE step)\n",
+      "moe E=8 k=2 d_e=d_ff/2 (equal active FLOPs)", Median(t[1]) * 1e3, moe_ratio.Text().c_str(),
+      moe_flops, met ? "met" : "MISSED", 100.0 * overhead);
+  char name[64];
+  std::snprintf(name, sizeof(name), "deco E=%lld d_e=64 (dense's parameters)",
+                (long long)deco.experts.experts);
+  std::printf("   %-40s %10.2f %-36s %10.3f\n", name, Median(t[2]) * 1e3, deco_ratio.Text().c_str(),
+              deco_flops);
+  return met;
+}
+
+}  // namespace
+}  // namespace xmod
+
 int main(int argc, char** argv) {
   using namespace xmod;
   if (argc >= 3 && !std::strcmp(argv[1], "--time")) {
@@ -203,7 +258,10 @@ int main(int argc, char** argv) {
   if (argc == 4 && !std::strcmp(argv[1], "--allocator-child")) {
     return AllocatorChild(argv[2], std::atoi(argv[3]));
   }
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool experts_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--experts")) experts_only = true;
+    if (i + 1 >= argc) continue;
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--repeats")) repeats = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--python")) python = argv[i + 1];
@@ -216,6 +274,8 @@ int main(int argc, char** argv) {
       "worker_bench: d=%lld heads=%lld layers=%lld T=%lld batch=%lld, %d threads, median of %d\n",
       (long long)kD, (long long)kHeads, (long long)kLayers, (long long)kContext, (long long)kBatch,
       threads, repeats);
+
+  if (experts_only) return ExpertSteps(repeats) ? 0 : 1;
 
   // 1. Step time vs FLOPs, same width and depth (match: layers).
   Stepper dense(Shape(Family::kDense, 1, 1.0));
@@ -345,6 +405,7 @@ int main(int argc, char** argv) {
                 i == 0 ? "1" : Paired(vt[i], vt[0]).Text().c_str());
   }
 
+  met &= ExpertSteps(repeats);
   if (!met) {
     std::printf("\nworker_bench: a target was missed\n");
     return 1;

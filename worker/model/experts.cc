@@ -137,7 +137,13 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x, ExpertStats* stats) {
                 1, static_cast<int64_t>(
                        std::ceil(double(n) * double(k) / double(e_count) * o.capacity_factor())))
           : n * k;
-  std::vector<torch::Tensor> rows, outs;
+  // One gather of the routed rows in expert order, viewed per expert below; the
+  // weights unbound once per call, so that their backward is one stack, not a
+  // full-size zero gradient per expert.
+  const std::vector<torch::Tensor> w_in = w13.unbind(0), w_out = w2.unbind(0);
+  const bool dropping = capacity < n * k;
+  torch::Tensor x_sorted = dropping ? torch::Tensor() : xf.index_select(0, token_of);
+  std::vector<torch::Tensor> kept_tokens, kept_gates, outs;  // kept_*: only when dropping
   std::vector<int64_t> computed(static_cast<size_t>(e_count), 0);
   int64_t offset = 0;
   for (int64_t e = 0; e < e_count; ++e) {
@@ -145,23 +151,32 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x, ExpertStats* stats) {
     if (count == 0) continue;
     torch::Tensor tok = token_of.narrow(0, offset, count);
     torch::Tensor g = gate_of.narrow(0, offset, count);
-    offset += count;
-    if (count > capacity) {
-      // Over capacity: keep the assignments with the highest gates.
-      const torch::Tensor keep = std::get<1>(g.topk(capacity));
-      tok = tok.index_select(0, keep);
-      g = g.index_select(0, keep);
+    torch::Tensor xe;
+    if (!dropping) {
+      xe = x_sorted.narrow(0, offset, count);
+    } else {
+      if (count > capacity) {
+        // Over capacity: keep the assignments with the highest gates.
+        const torch::Tensor keep = std::get<1>(g.topk(capacity));
+        tok = tok.index_select(0, keep);
+        g = g.index_select(0, keep);
+      }
+      xe = xf.index_select(0, tok);
     }
+    offset += count;
     computed[static_cast<size_t>(e)] = tok.size(0);
-    const std::vector<torch::Tensor> h =
-        torch::matmul(xf.index_select(0, tok), w13[e]).chunk(2, -1);
-    const torch::Tensor y = torch::matmul(torch::silu(h[0]) * h[1], w2[e]);  // [n_e, d]
-    outs.push_back(y * g.unsqueeze(1).to(y.dtype()));
-    rows.push_back(tok);
+    const std::vector<torch::Tensor> h = torch::matmul(xe, w_in[e]).chunk(2, -1);
+    outs.push_back(torch::matmul(torch::silu(h[0]) * h[1], w_out[e]));  // [n_e, d]
+    if (dropping) {
+      kept_tokens.push_back(tok);
+      kept_gates.push_back(g);
+    }
   }
-  const torch::Tensor routed_out = torch::cat(outs);
-  torch::Tensor out =
-      torch::zeros({n, d}, routed_out.options()).index_add(0, torch::cat(rows), routed_out);
+  torch::Tensor routed_out = torch::cat(outs);
+  const torch::Tensor targets = dropping ? torch::cat(kept_tokens) : token_of;
+  const torch::Tensor weights = dropping ? torch::cat(kept_gates) : gate_of;
+  routed_out = routed_out * weights.unsqueeze(1).to(routed_out.dtype());
+  torch::Tensor out = torch::zeros({n, d}, routed_out.options()).index_add(0, targets, routed_out);
   if (!shared.is_empty()) out = out + shared(xf);
   if (stats != nullptr) {
     stats->load = torch::tensor(computed, torch::kInt64).to(torch::kFloat64);
