@@ -203,7 +203,7 @@ bool ExpertSteps(int repeats) {
   moe.experts.width = moe.d_ff / 2;
   ModelShape deco = Shape(Family::kDeco, 1, 1.0);
   deco.experts.width = 64;
-  deco.experts.shared_width = std::min<int64_t>(128, ((deco.d_ff + 14) / 15 + 7) / 8 * 8);
+  deco.experts.shared_width = DecoDefaultSharedWidth(deco.d_ff);
   deco.experts.dense_layers = 1;
   deco.experts.target_ratio = 0.2;
   deco.experts.experts =

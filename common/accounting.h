@@ -19,6 +19,7 @@
 #ifndef XMOD_COMMON_ACCOUNTING_H_
 #define XMOD_COMMON_ACCOUNTING_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -77,6 +78,17 @@ struct ModelShape {
   double capacity = 1.0;  // nominal ρ = 1 − σ of routed layers
   ExpertShape experts;    // moe and deco only
 };
+
+// DECO's default shared-expert width for an MLP of width d_ff:
+// min(128, round_up(ceil(d_ff / 15), 8)), its 128 at its 0.1B scale.
+inline int64_t DecoDefaultSharedWidth(int64_t d_ff) {
+  return std::min<int64_t>(128, ((d_ff + 14) / 15 + 7) / 8 * 8);
+}
+
+// The MoE gate names a sweep or job file may give: softmax, pre_softmax, sigmoid.
+inline bool IsMoeGateName(std::string_view name) {
+  return name == "softmax" || name == "pre_softmax" || name == "sigmoid";
+}
 
 // True when layer `layer` of `shape` has an expert MLP (moe, deco).
 inline bool IsExpertLayer(const ModelShape& shape, int64_t layer) {

@@ -148,6 +148,19 @@ TEST(Accounting, UnknownAndUnspecifiedFamiliesAreRejected) {
   EXPECT_NE(ParseFamily("dens").status().message().find("unknown family"), std::string::npos);
 }
 
+// A small shape (d = 32, 4 heads, d_ff = 96, V = 64) for the expert tests.
+ModelShape Small(Family family, int64_t layers, int64_t context) {
+  ModelShape s;
+  s.family = family;
+  s.d_model = 32;
+  s.n_heads = 4;
+  s.n_layers = layers;
+  s.d_ff = 96;
+  s.vocab_size = 64;
+  s.context = context;
+  return s;
+}
+
 // DECO's 0.1B layer (d = 768, E = 42 experts of 64, shared SwiGLU of 128) against
 // its dense twin (d_ff = 1920), as the baselines reference works it out: 4.456M
 // against 4.424M parameters per FFN (+0.7%).
@@ -166,14 +179,7 @@ TEST(Accounting, DecoLayerMatchesItsPublishedParameterCount) {
 }
 
 TEST(Accounting, MoeCountsEveryExpertButChargesOnlyTheRoutedOnes) {
-  ModelShape s;
-  s.family = Family::kMoe;
-  s.d_model = 32;
-  s.n_heads = 4;
-  s.n_layers = 2;
-  s.d_ff = 96;
-  s.vocab_size = 64;
-  s.context = 16;
+  ModelShape s = Small(Family::kMoe, 2, 16);
   s.experts = ExpertShape{8, 2, 48, 1, 0, 0, 0.0};
   const int64_t attention = 4 * 32 * 32, norms = 2 * 32;
   const int64_t mlp = 32 * 8 + 3 * 32 * 48 * (8 + 1);
@@ -192,14 +198,7 @@ TEST(Accounting, MoeCountsEveryExpertButChargesOnlyTheRoutedOnes) {
 }
 
 TEST(Accounting, ExpertsMatchingParamsTakesTheClosestWholeCount) {
-  ModelShape s;
-  s.family = Family::kMoe;
-  s.d_model = 32;
-  s.n_heads = 4;
-  s.n_layers = 2;
-  s.d_ff = 96;
-  s.vocab_size = 64;
-  s.context = 16;
+  ModelShape s = Small(Family::kMoe, 2, 16);
   s.experts = ExpertShape{0, 2, 48, 0, 0, 0, 0.0};
   for (int64_t target : {30000, 40000, 50000, 100000}) {
     auto e = ExpertsMatchingParams(s, target);
@@ -218,14 +217,7 @@ TEST(Accounting, ExpertsMatchingParamsTakesTheClosestWholeCount) {
 }
 
 TEST(Accounting, TokenSparsityOfXmodIsOneMinusItsCapacity) {
-  ModelShape s;
-  s.family = Family::kXmod;
-  s.d_model = 32;
-  s.n_heads = 4;
-  s.n_layers = 5;
-  s.d_ff = 96;
-  s.vocab_size = 64;
-  s.context = 32;
+  ModelShape s = Small(Family::kXmod, 5, 32);
   s.stride = 2;
   s.capacity = 0.5;
   const Sparsity sp = SparsityOf(s, 4);

@@ -245,7 +245,7 @@ absl::Status ReadExperts(const nlohmann::json& json, JobFile* job) {
   }
   if (job->shape.family == Family::kMoe) {
     if (e.top_k < 1 || e.top_k > e.experts) return fail("top_k", "must be between 1 and count");
-    if (job->gate != "softmax" && job->gate != "pre_softmax" && job->gate != "sigmoid") {
+    if (!IsMoeGateName(job->gate)) {
       return absl::InvalidArgumentError(
           "job: field 'gate' must be softmax, pre_softmax or sigmoid for family moe");
     }

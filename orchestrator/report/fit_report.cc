@@ -153,6 +153,15 @@ QueryResult ReportCsv(const LawReport& r) {
 
 }  // namespace
 
+bool SweepJob::MatchedXmodPoint(double* sparsity, int64_t* stride) const {
+  double s = 0.0;
+  long long k = 0;
+  if (std::sscanf(matched_to.c_str(), "xmod sparsity %lf stride %lld", &s, &k) != 2) return false;
+  *sparsity = s;
+  *stride = static_cast<int64_t>(k);
+  return true;
+}
+
 std::optional<double> SweepJob::Loss(const std::string& metric) const {
   if (metric == "val_loss" || !causal_metric()) return final_val_loss;
   return final_val_loss_causal;
@@ -244,9 +253,8 @@ QueryResult BaselineComparison(const std::vector<SweepJob>& jobs) {
   for (const SweepJob& b : jobs) {
     if (!b.experts_family() || b.matched_to.empty()) continue;
     double sparsity = 0.0;
-    long long stride = 0;
-    const bool xmod =
-        std::sscanf(b.matched_to.c_str(), "xmod sparsity %lf stride %lld", &sparsity, &stride) == 2;
+    int64_t stride = 0;
+    const bool xmod = b.MatchedXmodPoint(&sparsity, &stride);
     const SweepJob* match = nullptr;
     for (const SweepJob& j : jobs) {
       if (j.scale != b.scale || j.context != b.context || j.seed != b.seed ||

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -533,11 +532,8 @@ absl::Status PlotRun::XmodVsDense() {
       // Beside the X-MoD point it was sized against (same total parameters).
       name = fmt::format("MoE baseline (top-{}, at its X-MoD point's sparsity)", j.top_k);
       double matched = 0.0;
-      long long matched_stride = 0;
-      if (std::sscanf(j.matched_to.c_str(), "xmod sparsity %lf stride %lld", &matched,
-                      &matched_stride) == 2) {
-        x = matched;
-      }
+      int64_t matched_stride = 0;
+      if (j.MatchedXmodPoint(&matched, &matched_stride)) x = matched;
     } else if (j.family == "deco") {
       name = "DECO baseline (at 1 - target ratio)";
     } else {

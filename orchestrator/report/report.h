@@ -73,6 +73,10 @@ struct SweepJob {
   bool experts_family() const { return family == "moe" || family == "deco"; }
   // Whether its laws and plots read the threshold-routed (causal) losses.
   bool causal_metric() const { return routed() && !experts_family(); }
+  // A baseline sized against an X-MoD point ("xmod sparsity S stride s"): true
+  // with that point's sparsity and stride; false when sized against the dense
+  // model or not a sized baseline.
+  bool MatchedXmodPoint(double* sparsity, int64_t* stride) const;
   // The loss `metric` selects (see PointOptions), if the job has it.
   std::optional<double> Loss(const std::string& metric) const;
   // The law's view of this job (capacity as k/T, stride 1 for dense runs, D the

@@ -495,11 +495,8 @@ std::vector<Point> BlockPoints(const SweepSpec& spec, const GridBlock& block) {
       points.push_back({Family::kMod, 0.875, 2});
       break;
     case Family::kMoe: {
-      const std::vector<int64_t> top_k =
-          block.top_k.empty() ? std::vector<int64_t>{spec.moe.top_k} : block.top_k;
-      const std::vector<int64_t> granularity = block.granularity.empty()
-                                                   ? std::vector<int64_t>{spec.moe.granularity}
-                                                   : block.granularity;
+      const std::vector<int64_t> top_k = spec.TopKAxis(block);
+      const std::vector<int64_t> granularity = spec.GranularityAxis(block);
       for (double sparsity : block.sparsity) {
         for (int64_t k : top_k) {
           for (int64_t g : granularity) points.push_back({Family::kMoe, sparsity, 1, k, g});

@@ -28,9 +28,15 @@ const ScaleSpec* SweepSpec::FindScale(const std::string& scale_name) const {
 }
 
 int64_t DecoSharedWidth(const DecoSpec& deco, int64_t d_ff) {
-  if (deco.shared_width > 0) return deco.shared_width;
-  // round_up(ceil(d_ff / 15), 8), at most DECO's 128.
-  return std::min<int64_t>(128, ((d_ff + 14) / 15 + 7) / 8 * 8);
+  return deco.shared_width > 0 ? deco.shared_width : DecoDefaultSharedWidth(d_ff);
+}
+
+std::vector<int64_t> SweepSpec::TopKAxis(const GridBlock& block) const {
+  return block.top_k.empty() ? std::vector<int64_t>{moe.top_k} : block.top_k;
+}
+
+std::vector<int64_t> SweepSpec::GranularityAxis(const GridBlock& block) const {
+  return block.granularity.empty() ? std::vector<int64_t>{moe.granularity} : block.granularity;
 }
 
 std::vector<GridBlock> SweepSpec::Blocks() const {
@@ -717,8 +723,7 @@ class SpecParser {
         moe->shared_experts < 0) {
       Error(Line(node["shared_experts"]), "moe.shared_experts", "must not be negative");
     }
-    if (node["gate"] && String(node["gate"], "moe.gate", &moe->gate) && moe->gate != "softmax" &&
-        moe->gate != "pre_softmax" && moe->gate != "sigmoid") {
+    if (node["gate"] && String(node["gate"], "moe.gate", &moe->gate) && !IsMoeGateName(moe->gate)) {
       Error(Line(node["gate"]), "moe.gate",
             absl::StrCat("unknown gate '", moe->gate, "' (known: softmax, pre_softmax, sigmoid)"));
     }
@@ -816,14 +821,7 @@ class SpecParser {
     choice("recompute", "false", "true", &t.recompute);
     choice("optimizer_sharding", "none", "zero1", &t.optimizer_sharding);
     auto in_range = [&](const char* key, double lo, double hi, bool hi_open, double* out) {
-      if (!node[key]) return;
-      const std::string field = absl::StrCat("train.", key);
-      if (!Double(node[key], field, out)) return;
-      if (*out < lo || *out > hi || (hi_open && *out == hi)) {
-        Error(Line(node[key]), field,
-              absl::StrCat("must be in [", lo, ", ", hi, hi_open ? ")" : "]", ", got ",
-                           node[key].Scalar()));
-      }
+      InRange(node, "train", key, lo, hi, hi_open, out);
     };
     if (is_auto("lr")) {
       t.lr_auto = true;
@@ -1028,10 +1026,8 @@ class SpecParser {
   // every granularity divides each scale's d_ff; the same for a moe baseline.
   void CheckMoeGrid(const SweepSpec& spec, const GridBlock& block, const std::string& prefix,
                     int line) {
-    const std::vector<int64_t> top_k =
-        block.top_k.empty() ? std::vector<int64_t>{spec.moe.top_k} : block.top_k;
-    const std::vector<int64_t> granularity =
-        block.granularity.empty() ? std::vector<int64_t>{spec.moe.granularity} : block.granularity;
+    const std::vector<int64_t> top_k = spec.TopKAxis(block);
+    const std::vector<int64_t> granularity = spec.GranularityAxis(block);
     for (double sparsity : block.sparsity) {
       for (int64_t k : top_k) {
         const double experts = double(k) / (1.0 - sparsity);

@@ -173,6 +173,9 @@ struct SweepSpec {
 
   const ScaleSpec* FindScale(const std::string& name) const;
   std::vector<GridBlock> Blocks() const;
+  // A moe block's top_k and granularity axes, or the moe: section's defaults.
+  std::vector<int64_t> TopKAxis(const GridBlock& block) const;
+  std::vector<int64_t> GranularityAxis(const GridBlock& block) const;
 };
 
 // Parses and validates `text`; `source` names the file in messages. On failure the

@@ -1,6 +1,7 @@
 #include "worker/model/experts.h"
 
 #include <cmath>
+#include <numeric>
 #include <optional>
 
 #include "worker/model/precision.h"
@@ -180,8 +181,8 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x, ExpertStats* stats) {
   if (!shared.is_empty()) out = out + shared(xf);
   if (stats != nullptr) {
     stats->load = torch::tensor(computed, torch::kInt64).to(torch::kFloat64);
-    stats->dropped =
-        torch::full({}, double(n * k - stats->load.sum().item<double>()), torch::kFloat64);
+    const int64_t kept = std::accumulate(computed.begin(), computed.end(), int64_t{0});
+    stats->dropped = torch::full({}, double(n * k - kept), torch::kFloat64);
   }
   return out.view(x.sizes());
 }

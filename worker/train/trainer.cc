@@ -522,30 +522,36 @@ class Run {
   // the batch, the counts as they are.
   static void AddExpertStats(const DecoderOutput& out, double share, torch::Tensor* sums,
                              torch::Tensor* routed, torch::Tensor* load) {
-    double dropped = 0.0, assignments = 0.0, positive = 0.0, slots = 0.0;
-    std::vector<torch::Tensor> routed_rows, load_rows;
+    // Counts stay on the device (no synchronisation per layer); `dropped` is
+    // already on the host, where MoeMlp counted what each expert computed.
+    double dropped = 0.0, slots = 0.0;
+    std::vector<torch::Tensor> routed_rows, load_rows, deco_rows;
     for (const ExpertStats& st : out.expert_stats) {
-      const double n = double(st.tokens), e = double(st.load.size(0));
       load_rows.push_back(st.load);
       if (st.routed.defined()) {
         routed_rows.push_back(st.routed);
         dropped += st.dropped.item<double>();
-        assignments += st.routed.sum().item<double>();
       } else {
-        positive += st.load.sum().item<double>();
-        slots += n * e;
+        deco_rows.push_back(st.load);
+        slots += double(st.tokens) * double(st.load.size(0));
       }
     }
     const auto on = [&](const torch::Tensor& t) { return t.to(sums->options()); };
-    *sums +=
-        torch::cat({on(torch::stack({out.z_loss.detach(), out.entropy.detach()})) * share,
-                    on(torch::tensor({dropped, assignments, positive, slots}, torch::kFloat64))});
-    const torch::Tensor l = on(torch::stack(load_rows));
-    *load = load->defined() ? *load + l : l;
+    torch::Tensor assignments = torch::zeros({}, sums->options());
+    torch::Tensor positive = torch::zeros({}, sums->options());
     if (!routed_rows.empty()) {
       const torch::Tensor r = on(torch::stack(routed_rows));
+      assignments = r.sum();
       *routed = routed->defined() ? *routed + r : r;
     }
+    if (!deco_rows.empty()) positive = on(torch::stack(deco_rows)).sum();
+    const torch::Tensor counts =
+        torch::stack({torch::full({}, dropped, sums->options()), assignments, positive,
+                      torch::full({}, slots, sums->options())});
+    *sums +=
+        torch::cat({on(torch::stack({out.z_loss.detach(), out.entropy.detach()})) * share, counts});
+    const torch::Tensor l = on(torch::stack(load_rows));
+    *load = load->defined() ? *load + l : l;
   }
 
   static void ReadExpertStats(const torch::Tensor& sums, const torch::Tensor& load,
