@@ -130,6 +130,45 @@ class DocumentCounter : public YAML::EventHandler {
   bool seen_second_node_ = false;
 };
 
+// The 1-based line of the first byte of `text` that is not part of well-formed
+// UTF-8 (no overlong forms, surrogates or code points above U+10FFFF); 0 when the
+// whole text is UTF-8. YAML is UTF-8, yaml-cpp passes other bytes through, and
+// the resolved config (JSON) cannot hold them, so they are refused at the door.
+int FirstNonUtf8Line(const std::string& text) {
+  int line = 1;
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    if (c == '\n') ++line;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return line;
+    }
+    if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return line;
+    for (size_t k = 2; k < len; ++k) {
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return line;
+    }
+    i += len;
+  }
+  return 0;
+}
+
 // The first document of `text`; an error when there is a second. yaml-cpp's own
 // LoadAll (0.7 in Debian 12, 0.8.0 in Debian 13) never returns on some malformed
 // streams, for instance "'a',": the parser reports an empty document at the stray
@@ -138,6 +177,10 @@ class DocumentCounter : public YAML::EventHandler {
 // parses untrusted SubmitSweep text, so a hang there would be a denial of service:
 // the documents are counted here, stopping at the second.
 absl::StatusOr<YAML::Node> LoadSingleDocument(const std::string& text, const std::string& source) {
+  if (const int line = FirstNonUtf8Line(text); line > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ":", line, ": (document): not valid UTF-8; a sweep file is UTF-8 text"));
+  }
   try {
     std::istringstream in(text);
     YAML::Parser parser(in);
