@@ -215,6 +215,8 @@ TEST_F(Cli, FitReadsACsvAndPrintsTheDenseLawAsJson) {
 struct LawTruth {
   double e = 1.5, a = 50.0, b = 80.0, alpha = 0.35, beta = 0.3;
   double eta = 0.4, c_t = 1.0, beta_t = 0.5, c_s = 0.05, psi = 0.8;
+  double delta = 0.2, gamma = -0.01, omega = -0.5, zeta = -0.02;  // the MoE law's extras
+  double coarse = 1.0;  // moe runs of granularity 2 read this factor higher
 };
 
 void FinishWithLawLosses(const std::string& db, const std::string& sweep, double noise,
@@ -258,6 +260,13 @@ void FinishWithLawLosses(const std::string& db, const std::string& sweep, double
     const double rho = family.at(id) == "dense" ? 1.0 : k / context;
     const double n_eff = n_a * std::pow(n_t / n_a, t.eta);
     double loss = t.e + t.a / std::pow(n_eff, t.alpha) + t.b / std::pow(d, t.beta);
+    if (family.at(id) == "moe") {
+      // The MoE law at the expansion E/k, N the active parameters.
+      const double x = j.at("experts") / j.at("top_k"), lx = std::log(x);
+      loss = t.e + t.a * std::pow(x, t.delta) * std::pow(n_a, -(t.alpha - t.gamma * lx)) +
+             t.b * std::pow(x, t.omega) * std::pow(d, -(t.beta - t.zeta * lx));
+      if (j.at("top_k") == 2) loss *= t.coarse;  // the fixture's granularity-2 block
+    }
     const bool routed = family.at(id) != "dense" && stride > 1;
     if (routed) {
       const double f_r = (layers - std::ceil(layers / stride)) / layers;
@@ -403,6 +412,69 @@ TEST_F(Cli, FitOfAFinishedSweepRecoversTheLawAndStoresIt) {
   EXPECT_FALSE(std::filesystem::exists(Path("typo.db")));
   rows = (*store)->Query("SELECT COUNT(*) FROM fits");
   EXPECT_EQ(std::get<int64_t>(rows->rows[0][0]), 5);
+}
+
+// A moe-family sweep (tests/fixtures/moe_lawgrid.yaml) finished with losses from
+// a known MoE law: xmod fit --law moe gives it back, one granularity at a time.
+TEST_F(Cli, FitOfAMoeSweepRecoversTheMoeLawOneGranularityAtATime) {
+  const std::string db = Path("moe.db");
+  const std::string spec = std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/moe_lawgrid.yaml";
+  ASSERT_EQ(Xmod({"submit", spec, "--db", db}).code, 0);
+  CommandResult r = Xmod({"fit", "moelaw", "--db", db, "--law", "moe"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("no succeeded dense or moe job"));
+  LawTruth truth;
+  truth.coarse = 0.97;  // the granularity-2 runs follow another law
+  FinishWithLawLosses(db, "moelaw", 0.0, 1, truth);
+
+  // Two granularities and a law without a granularity term: refused, listed.
+  r = Xmod({"fit", "moelaw", "--db", db, "--law", "moe"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("span granularities 1, 2"));
+  r = Xmod({"fit", "moelaw", "--db", db, "--law", "moe", "--granularity", "4"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--granularity 4: no finished MoE run"));
+  EXPECT_EQ(Xmod({"fit", "moelaw", "--db", db, "--law", "dense", "--granularity", "1"}).code, 2);
+
+  r = Xmod({"fit", "moelaw", "--db", db, "--law", "moe", "--granularity", "1", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto fit = nlohmann::json::parse(r.out);
+  EXPECT_EQ(fit["law"], "moe");
+  EXPECT_EQ(fit["method"], "two-stage");
+  EXPECT_EQ(fit["n_points"], 12 + 36);  // the dense runs and the granularity-1 MoE runs
+  EXPECT_NEAR(fit["params"]["E"].get<double>(), truth.e, 1e-3 * truth.e);
+  EXPECT_NEAR(fit["params"]["alpha"].get<double>(), truth.alpha, 1e-3);
+  for (const auto& [name, value] : std::map<std::string, double>{{"delta", truth.delta},
+                                                                 {"gamma", truth.gamma},
+                                                                 {"omega", truth.omega},
+                                                                 {"zeta", truth.zeta}}) {
+    EXPECT_NEAR(fit["params"][name].get<double>(), value, 2e-3 * (1 + std::abs(value))) << name;
+  }
+  EXPECT_LT(fit["rmse"].get<double>(), 1e-5);
+  // The other granularity is a different law: the fit is exact there too, with
+  // other parameters.
+  r = Xmod({"fit", "moelaw", "--db", db, "--law", "moe", "--granularity", "2", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto coarse = nlohmann::json::parse(r.out);
+  EXPECT_GT(std::abs(coarse["params"]["delta"].get<double>() - truth.delta), 0.01);
+  // The table says what it fitted; the fits are stored under law moe.
+  r = Xmod({"fit", "moelaw", "--db", db, "--law", "moe", "--granularity", "1", "--bootstrap", "8"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("law moe (two-stage)"));
+  EXPECT_THAT(r.out, HasSubstr("extras on the MoE runs"));
+  EXPECT_THAT(r.out, HasSubstr("omega"));
+  SqliteStore::Options options;
+  options.path = db;
+  options.read_only = true;
+  auto store = SqliteStore::Open(options);
+  ASSERT_TRUE(store.ok());
+  auto rows = (*store)->Query("SELECT COUNT(*) FROM fits WHERE law = 'moe'");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(std::get<int64_t>(rows->rows[0][0]), 3);
+  // An X-MoD parameter is not one of this law's.
+  r = Xmod({"fit", "moelaw", "--db", db, "--law", "moe", "--granularity", "1", "--fix", "psi=1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("law moe has no parameter 'psi'"));
 }
 
 TEST_F(Cli, ResultsByConfigReportTheSeedSpread) {

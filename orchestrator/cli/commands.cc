@@ -541,10 +541,12 @@ void FitFlags(CLI::App* cmd, Flags& f) {
   cmd->add_option("sweep", o.sweep, "Sweep name (with --db)");
   cmd->add_option("--db", o.db, "SQLite database file");
   cmd->add_option("--csv", o.csv,
-                  "CSV file instead of a sweep: columns N,D,loss (dense) or "
-                  "N_active,N_total,D,T,capacity,stride,loss (xmod), header row");
-  cmd->add_option("--law", o.law, "Law to fit: dense or xmod")->capture_default_str();
-  cmd->add_flag("--joint", o.joint, "xmod: refine all parameters together after the two stages");
+                  "CSV file instead of a sweep: columns N,D,loss (dense), "
+                  "N_active,N_total,D,T,capacity,stride,loss (xmod) or N_active,D,expansion,loss "
+                  "(moe), header row");
+  cmd->add_option("--law", o.law, "Law to fit: dense, xmod or moe")->capture_default_str();
+  cmd->add_flag("--joint", o.joint,
+                "xmod, moe: refine all parameters together after the two stages");
   cmd->add_flag("--holdout-largest", o.holdout_largest,
                 "Fit without the largest scale and predict it");
   cmd->add_option("--bootstrap", o.bootstrap, "Resamples for percentile intervals (0: none)")
@@ -555,8 +557,8 @@ void FitFlags(CLI::App* cmd, Flags& f) {
   cmd->add_option("--threads", o.threads, "Threads (0: every core)")->capture_default_str();
   cmd->add_option("--format", o.format, "Output format: table, csv or json")->capture_default_str();
   cmd->add_option("--fix", o.fix,
-                  "Freeze a parameter: NAME=VALUE (E, A, B, alpha, beta, eta, c_T, beta_T, c_s, "
-                  "psi), repeatable");
+                  "Freeze a parameter: NAME=VALUE (E, A, B, alpha, beta; xmod: eta, c_T, beta_T, "
+                  "c_s, psi; moe: delta, gamma, omega, zeta), repeatable");
   cmd->add_option("--metric", o.metric,
                   "Loss fitted: auto (val_loss_causal for routed runs), val_loss, val_loss_causal")
       ->capture_default_str();
@@ -564,6 +566,9 @@ void FitFlags(CLI::App* cmd, Flags& f) {
                   "Parameter count N: non-embedding or total (with embedding and head)")
       ->capture_default_str();
   cmd->add_option("--context", o.context, "Fit only the runs at this context length T");
+  cmd->add_option("--granularity", o.granularity,
+                  "moe: fit only the MoE runs of this granularity d_ff / d_e (the law has no "
+                  "granularity term)");
 }
 void PlotFlags(CLI::App* cmd, Flags& f) {
   PlotCommandOptions& o = f.plot;

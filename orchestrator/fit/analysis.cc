@@ -20,6 +20,7 @@
 #include "common/id.h"
 #include "common/status_macros.h"
 #include "orchestrator/fit/dense_law.h"
+#include "orchestrator/fit/moe_law.h"
 #include "orchestrator/fit/xmod_law.h"
 
 namespace xmod {
@@ -42,27 +43,55 @@ std::vector<double> Contexts(const std::vector<LawPoint>& points) {
   return {c.begin(), c.end()};
 }
 
-// Reported name of each internal parameter of the X-MoD law (the dense law's are
-// its first five), and whether the reported value is the exponential of it.
-const char* kReported[] = {"A", "B", "E", "alpha", "beta", "eta", "c_T", "beta_T", "c_s", "psi"};
+// What analysis.cc needs to know of each law besides its header: the reported
+// name of each internal parameter (the dense law's first five are shared) and
+// its bounds. A reported A, B or E is the exponential of the internal a, b, e.
+struct LawTable {
+  std::string name;
+  std::vector<std::string> reported;
+  std::vector<std::pair<double, double>> bounds;
+  bool two_stage = false;  // the dense law first, then the extras with it frozen
+};
+
+const std::vector<LawTable>& Laws() {
+  static const std::vector<LawTable>* const laws = [] {
+    const std::vector<std::string> dense = {"A", "B", "E", "alpha", "beta"};
+    auto with = [&](std::vector<std::string> extras) {
+      std::vector<std::string> all = dense;
+      all.insert(all.end(), extras.begin(), extras.end());
+      return all;
+    };
+    return new std::vector<LawTable>{
+        {DenseLaw::Name(), dense, DenseLaw::Bounds(), false},
+        {XModLaw::Name(), with({"eta", "c_T", "beta_T", "c_s", "psi"}), XModLaw::Bounds(), true},
+        {MoeLaw::Name(), with({"delta", "gamma", "omega", "zeta"}), MoeLaw::Bounds(), true}};
+  }();
+  return *laws;
+}
+
+const LawTable* FindLaw(const std::string& name) {
+  for (const LawTable& law : Laws()) {
+    if (law.name == name) return &law;
+  }
+  return nullptr;
+}
+
 bool LogScaled(int k) { return k <= 2; }
 
-// --fix, resolved to internal parameters of `law` (dense: 5, xmod: 10).
+// --fix, resolved to internal parameters of `law`.
 absl::StatusOr<std::vector<std::optional<double>>> ResolveFixed(
-    const std::map<std::string, double>& fixed, const std::string& law) {
-  const int count = law == "dense" ? DenseLaw::kParameters : XModLaw::kParameters;
-  const auto bounds = XModLaw::Bounds();
+    const std::map<std::string, double>& fixed, const LawTable& law) {
+  const int count = static_cast<int>(law.reported.size());
   std::vector<std::optional<double>> out(count);
   for (const auto& [name, value] : fixed) {
     int index = -1;
     for (int k = 0; k < count; ++k) {
-      if (name == kReported[k]) index = k;
+      if (name == law.reported[k]) index = k;
     }
     if (index < 0) {
-      std::vector<std::string> names(kReported, kReported + count);
       return absl::InvalidArgumentError(
-          absl::StrCat("--fix ", name, ": law ", law, " has no parameter '", name,
-                       "' (known: ", absl::StrJoin(names, ", "), ")"));
+          absl::StrCat("--fix ", name, ": law ", law.name, " has no parameter '", name,
+                       "' (known: ", absl::StrJoin(law.reported, ", "), ")"));
     }
     if (!std::isfinite(value) || (LogScaled(index) && !(value > 0))) {
       return absl::InvalidArgumentError(
@@ -70,10 +99,10 @@ absl::StatusOr<std::vector<std::optional<double>>> ResolveFixed(
                        LogScaled(index) ? "must be positive" : "must be finite"));
     }
     const double raw = LogScaled(index) ? std::log(value) : value;
-    if (raw < bounds[index].first || raw > bounds[index].second) {
+    if (raw < law.bounds[index].first || raw > law.bounds[index].second) {
       return absl::InvalidArgumentError(
           absl::StrCat("--fix ", name, "=", value, ": outside the law's bounds [",
-                       bounds[index].first, ", ", bounds[index].second, "]"));
+                       law.bounds[index].first, ", ", law.bounds[index].second, "]"));
     }
     out[index] = raw;
   }
@@ -94,16 +123,16 @@ std::vector<std::vector<double>> ThinnedGrid(const std::vector<std::vector<doubl
   return GridProduct(out);
 }
 
-// Reported parameters of `raw` that sit on a bound (frozen ones excluded).
-std::vector<std::string> OnBound(const std::vector<double>& raw,
-                                 const std::vector<std::pair<double, double>>& bounds,
+// Reported parameters of `raw` that sit on a bound of `law` (frozen ones excluded).
+std::vector<std::string> OnBound(const std::vector<double>& raw, const LawTable& law,
                                  const std::vector<std::optional<double>>& fixed) {
+  const std::vector<std::pair<double, double>>& bounds = law.bounds;
   std::vector<std::string> out;
   for (size_t k = 0; k < raw.size() && k < bounds.size(); ++k) {
     if (k < fixed.size() && fixed[k].has_value()) continue;
     for (double b : {bounds[k].first, bounds[k].second}) {
       if (std::isfinite(b) && std::abs(raw[k] - b) <= 1e-6 * (1.0 + std::abs(b))) {
-        out.push_back(kReported[k]);
+        out.push_back(law.reported[k]);
         break;
       }
     }
@@ -197,7 +226,7 @@ absl::Status FitDensePerContext(const std::vector<LawPoint>& dense, const Fixed&
                                        " (", at.size(), " dense runs): ", r.status().message()));
     }
     c.fit = *std::move(r);
-    c.on_bound = OnBound(c.fit.raw, DenseLaw::Bounds(), fixed.dense);
+    c.on_bound = OnBound(c.fit.raw, *FindLaw(DenseLaw::Name()), fixed.dense);
     for (std::string& v : VanishedDenseTerms(c.fit.raw, at, fixed.dense)) c.on_bound.push_back(v);
     out->dense.push_back(std::move(c));
   }
@@ -244,13 +273,14 @@ const ContextFit* AtContext(const std::vector<ContextFit>& dense, double context
 }
 
 absl::StatusOr<std::vector<LawPoint>> WithReferences(const std::vector<LawPoint>& sparse,
-                                                     const std::vector<ContextFit>& dense) {
+                                                     const std::vector<ContextFit>& dense,
+                                                     const std::string& law) {
   std::vector<LawPoint> out = sparse;
   for (LawPoint& x : out) {
     const ContextFit* c = AtContext(dense, x.context);
     if (c == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "xmod law: ", x.id.empty() ? "a sparse run" : x.id, " is at T = ", x.context,
+          law, " law: ", x.id.empty() ? "a sparse run" : x.id, " is at T = ", x.context,
           " but no dense run is; each sparse run is compared with the dense law at its own "
           "context"));
     }
@@ -260,38 +290,48 @@ absl::StatusOr<std::vector<LawPoint>> WithReferences(const std::vector<LawPoint>
   return out;
 }
 
-absl::StatusOr<Fitted> FitXMod(const std::vector<LawPoint>& points, bool joint, const Fixed& fixed,
-                               const FitOptions& options, const Fitted* previous) {
+// A law whose first five parameters are the dense law's (xmod, moe), fitted in two
+// stages: the dense law at each context on the dense runs, then the law's extras on
+// the other runs, each against the dense law of its context (frozen). With `joint`,
+// all parameters are then refined together (one context only).
+template <typename Law>
+absl::StatusOr<Fitted> FitTwoStage(const std::vector<LawPoint>& points, bool joint,
+                                   const Fixed& fixed, const FitOptions& options,
+                                   const Fitted* previous) {
+  constexpr int kP = Law::kParameters, kDense = Law::kDenseParameters;
+  const std::string name = Law::Name();
   const std::vector<LawPoint> dense = Runs(points, true);
   const std::vector<LawPoint> sparse = Runs(points, false);
   Fitted out;
   out.method = joint ? "joint" : "two-stage";
   // Stage 1: the dense law at each context.
   if (dense.empty()) {
-    return absl::InvalidArgumentError(
-        "xmod law, stage 1: no dense runs (the dense reference needs them)");
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " law, stage 1: no dense runs (the dense reference needs them",
+        name == "moe" ? "; add baselines: [dense] to the sweep, or a sparsity 0 point" : "", ")"));
   }
-  RETURN_IF_ERROR(FitDensePerContext(dense, fixed, options, previous, "xmod law, stage 1, ", &out));
+  RETURN_IF_ERROR(FitDensePerContext(dense, fixed, options, previous,
+                                     absl::StrCat(name, " law, stage 1, "), &out));
   if (joint && out.dense.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--joint: the dense reference is fitted per context and these runs span ", out.dense.size(),
         " contexts; a joint fit shares one dense law (select one with --context T)"));
   }
-  // Stage 2: the five extras on the sparse runs, each against its context's dense law.
-  absl::StatusOr<std::vector<LawPoint>> referenced = WithReferences(sparse, out.dense);
+  // Stage 2: the extras on the sparse runs, each against its context's dense law.
+  absl::StatusOr<std::vector<LawPoint>> referenced = WithReferences(sparse, out.dense, name);
   if (!referenced.ok()) return referenced.status();
   const std::vector<double>& first = out.dense[0].fit.raw;
   std::vector<std::optional<double>> fixed2 = fixed.all;
-  fixed2.resize(XModLaw::kParameters);
-  for (int k = 0; k < XModLaw::kDenseParameters; ++k) fixed2[k] = first[k];
-  FitSetup setup2 =
-      Starts(fixed2, previous ? &previous->extras : nullptr, XModLaw::StartGrid(),
-             XModLaw::kDenseParameters, XModLaw::kParameters - XModLaw::kDenseParameters, first);
-  absl::StatusOr<FitResult> stage2 = FitLaw<XModLaw>(*referenced, options, setup2);
+  fixed2.resize(kP);
+  for (int k = 0; k < kDense; ++k) fixed2[k] = first[k];
+  FitSetup setup2 = Starts(fixed2, previous ? &previous->extras : nullptr, Law::StartGrid(), kDense,
+                           kP - kDense, first);
+  absl::StatusOr<FitResult> stage2 = FitLaw<Law>(*referenced, options, setup2);
   if (!stage2.ok()) {
     return absl::Status(stage2.status().code(),
-                        absl::StrCat("xmod law, stage 2 (extras on the ", sparse.size(),
-                                     " sparse runs): ", stage2.status().message()));
+                        absl::StrCat(name, " law, stage 2 (extras on the ", sparse.size(),
+                                     name == "moe" ? " MoE runs): " : " sparse runs): ",
+                                     stage2.status().message()));
   }
   out.extras = *stage2;
   FitResult all = *stage2;
@@ -306,8 +346,8 @@ absl::StatusOr<Fitted> FitXMod(const std::vector<LawPoint>& points, bool joint, 
     all.converged = all.converged && c.fit.converged;
   }
   if (joint) {
-    // All ten together (one context), from the two-stage optimum and from the
-    // dense optimum with each extras start of the grid.
+    // Every parameter together (one context), from the two-stage optimum and from
+    // the dense optimum with each extras start of the grid.
     std::vector<LawPoint> both = dense;
     both.insert(both.end(), sparse.begin(), sparse.end());
     FitSetup setup;
@@ -316,15 +356,15 @@ absl::StatusOr<Fitted> FitXMod(const std::vector<LawPoint>& points, bool joint, 
     if (previous != nullptr) {
       for (const auto& o : previous->fit.optima) setup.starts.push_back(o);
     } else {
-      const auto grid = XModLaw::StartGrid();
-      for (const auto& e : GridProduct({grid.begin() + XModLaw::kDenseParameters, grid.end()})) {
+      const auto grid = Law::StartGrid();
+      for (const auto& e : GridProduct({grid.begin() + kDense, grid.end()})) {
         std::vector<double> s(first.begin(), first.end());
         s.insert(s.end(), e.begin(), e.end());
         setup.starts.push_back(s);
       }
     }
     const int before = all.starts;
-    ASSIGN_OR_RETURN(all, FitLaw<XModLaw>(both, options, setup));
+    ASSIGN_OR_RETURN(all, FitLaw<Law>(both, options, setup));
     all.starts += before;
   }
   out.fit = std::move(all);
@@ -334,8 +374,11 @@ absl::StatusOr<Fitted> FitXMod(const std::vector<LawPoint>& points, bool joint, 
 absl::StatusOr<Fitted> FitOnce(const std::vector<LawPoint>& points, const AnalysisOptions& options,
                                const Fixed& fixed, const FitOptions& fit_options,
                                const Fitted* previous) {
-  if (options.law == "dense") return FitDense(points, fixed, fit_options, previous);
-  return FitXMod(points, options.joint, fixed, fit_options, previous);
+  if (options.law == DenseLaw::Name()) return FitDense(points, fixed, fit_options, previous);
+  if (options.law == MoeLaw::Name()) {
+    return FitTwoStage<MoeLaw>(points, options.joint, fixed, fit_options, previous);
+  }
+  return FitTwoStage<XModLaw>(points, options.joint, fixed, fit_options, previous);
 }
 
 double Quantile(std::vector<double> values, double q) {
@@ -422,19 +465,23 @@ NoiseSummary Noise(const std::vector<LawPoint>& points) {
 
 absl::StatusOr<double> LawReport::Predict(const LawPoint& x) const {
   if (law == "dense" || x.dense()) {
-    if (law == "xmod" && method == "joint") return std::exp(XModLaw::LogLoss(fit.raw.data(), x));
+    if (law != "dense" && method == "joint") return PredictLoss(law, fit.raw, x);
     const ContextFit* c = AtContext(dense, x.context);
     if (c == nullptr) {
       return absl::NotFoundError(absl::StrCat("no dense law was fitted at T = ", x.context));
     }
     return std::exp(DenseLaw::LogLoss(c->fit.raw.data(), x));
   }
-  if (method == "joint") return std::exp(XModLaw::LogLoss(fit.raw.data(), x));
-  ASSIGN_OR_RETURN(std::vector<LawPoint> one, WithReferences({x}, dense));
-  return std::exp(XModLaw::LogLoss(fit.raw.data(), one[0]));
+  if (method == "joint") return PredictLoss(law, fit.raw, x);
+  ASSIGN_OR_RETURN(std::vector<LawPoint> one, WithReferences({x}, dense, law));
+  return PredictLoss(law, fit.raw, one[0]);
 }
 
-std::vector<std::string> KnownLaws() { return {"dense", "xmod"}; }
+std::vector<std::string> KnownLaws() {
+  std::vector<std::string> names;
+  for (const LawTable& law : Laws()) names.push_back(law.name);
+  return names;
+}
 
 std::vector<std::string> ScaleLabels(const std::vector<LawPoint>& points, std::string* largest) {
   std::vector<std::string> labels(points.size());
@@ -482,6 +529,9 @@ absl::StatusOr<double> PredictLoss(const std::string& law, const std::vector<dou
   if (law == "xmod" && raw.size() == XModLaw::kParameters) {
     return std::exp(XModLaw::LogLoss(raw.data(), x));
   }
+  if (law == "moe" && raw.size() == MoeLaw::kParameters) {
+    return std::exp(MoeLaw::LogLoss(raw.data(), x));
+  }
   return absl::InvalidArgumentError(absl::StrCat("unknown law '", law, "' (or wrong parameters)"));
 }
 
@@ -490,6 +540,8 @@ std::string PointsHash(const std::vector<LawPoint>& points) {
   for (const LawPoint& x : points) {
     rows.push_back(absl::StrFormat("%.17g|%.17g|%.17g|%.17g|%.17g|%.17g|%.17g", x.n, x.NTotal(),
                                    x.d, x.context, x.capacity, x.stride, x.loss));
+    // A MoE run's expansion; absent at 1, so hashes stored before it existed hold.
+    if (x.expansion != 1.0) absl::StrAppend(&rows.back(), absl::StrFormat("|E%.17g", x.expansion));
   }
   std::sort(rows.begin(), rows.end());
   std::string all;
@@ -500,26 +552,33 @@ std::string PointsHash(const std::vector<LawPoint>& points) {
 absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
                                       const AnalysisOptions& options) {
   const auto started = std::chrono::steady_clock::now();
-  const std::vector<std::string> laws = KnownLaws();
-  if (std::find(laws.begin(), laws.end(), options.law) == laws.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--law ", options.law, ": unknown law (known: dense, xmod)"));
+  const LawTable* table = FindLaw(options.law);
+  if (table == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--law ", options.law, ": unknown law (known: ", absl::StrJoin(KnownLaws(), ", "), ")"));
   }
-  if (options.joint && options.law != "xmod") {
-    return absl::InvalidArgumentError("--joint: only the xmod law has stages to join");
+  if (options.joint && !table->two_stage) {
+    return absl::InvalidArgumentError("--joint: only the xmod and moe laws have stages to join");
   }
   if (options.bootstrap < 0) return absl::InvalidArgumentError("--bootstrap: must be >= 0");
   Fixed fixed;
-  ASSIGN_OR_RETURN(fixed.all, ResolveFixed(options.fixed, options.law));
+  ASSIGN_OR_RETURN(fixed.all, ResolveFixed(options.fixed, *table));
   fixed.dense.assign(fixed.all.begin(), fixed.all.begin() + DenseLaw::kParameters);
-  fixed.all.resize(options.law == "dense" ? DenseLaw::kParameters : XModLaw::kParameters);
   if (!(options.confidence > 0 && options.confidence < 1)) {
     return absl::InvalidArgumentError("confidence must be in (0, 1)");
   }
   LawReport report;
   report.law = options.law;
-  // Only the points this law reads take part (and count as scales).
-  std::vector<LawPoint> usable = options.law == "dense" ? Runs(points, true) : points;
+  // Only the points this law reads take part (and count as scales): the dense law
+  // reads dense runs, the xmod law dense and depth-routed runs, the moe law dense and
+  // MoE runs.
+  std::vector<LawPoint> usable;
+  for (const LawPoint& x : points) {
+    const bool moe = x.expansion > 1.0, depth = !x.dense() && !moe;
+    if (x.dense() || (options.law == "xmod" && depth) || (options.law == "moe" && moe)) {
+      usable.push_back(x);
+    }
+  }
   if (usable.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("law ", options.law, ": no usable points (the dense law needs dense runs)"));
@@ -546,16 +605,17 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   // A canonical order, so that the same set of points gives the same fit to the
   // last bit whatever order it came in (sums of residuals depend on the order).
   std::stable_sort(usable.begin(), usable.end(), [](const LawPoint& a, const LawPoint& b) {
-    return std::tie(a.n, a.n_total, a.d, a.context, a.capacity, a.stride, a.loss, a.id) <
-           std::tie(b.n, b.n_total, b.d, b.context, b.capacity, b.stride, b.loss, b.id);
+    return std::tie(a.n, a.n_total, a.d, a.context, a.capacity, a.stride, a.expansion, a.loss,
+                    a.id) < std::tie(b.n, b.n_total, b.d, b.context, b.capacity, b.stride,
+                                     b.expansion, b.loss, b.id);
   });
   std::vector<LawPoint> fit_points;
   if (options.holdout_largest) {
     const std::vector<std::string> labels = ScaleLabels(usable, &report.holdout_scale);
     std::set<std::string> distinct(labels.begin(), labels.end());
-    if (options.law == "xmod") {
-      // The X-MoD law holds out the largest scale that has sparse runs (a sweep
-      // may have dense-only scales above it), with its dense runs.
+    if (table->two_stage) {
+      // The X-MoD and MoE laws hold out the largest scale that has sparse runs (a
+      // sweep may have dense-only scales above it), with its dense runs.
       std::map<std::string, std::pair<double, int>> log_n;
       for (size_t i = 0; i < usable.size(); ++i) {
         if (usable[i].dense()) continue;
@@ -598,7 +658,7 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   report.method = full->method;
   report.fit = full->fit;
   report.dense = full->dense;
-  if (options.law == "xmod") report.stages = {full->dense[0].fit, full->extras};
+  if (table->two_stage) report.stages = {full->dense[0].fit, full->extras};
   report.points = fit_points;
   if (options.law == "dense") {
     // The flags of each context's fit (a vanished term included), named per
@@ -611,14 +671,14 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
       }
     }
   } else {
-    report.on_bound = OnBound(report.fit.raw, XModLaw::Bounds(), fixed.all);
+    report.on_bound = OnBound(report.fit.raw, *table, fixed.all);
   }
-  if (options.law == "xmod" && report.method != "joint") {
+  if (table->two_stage && report.method != "joint") {
     // The dense parameters' flags are per context; the extras' are the law's own.
     std::vector<std::string> extras;
     for (const std::string& name : report.on_bound) {
-      if (std::find(kReported, kReported + DenseLaw::kParameters, name) ==
-          kReported + DenseLaw::kParameters) {
+      if (std::find(table->reported.begin(), table->reported.begin() + DenseLaw::kParameters,
+                    name) == table->reported.begin() + DenseLaw::kParameters) {
         extras.push_back(name);
       }
     }
@@ -796,6 +856,7 @@ nlohmann::json ReportJson(const LawReport& report) {
                       {"context", h.point.context},
                       {"capacity", h.point.capacity},
                       {"stride", h.point.stride},
+                      {"expansion", h.point.expansion},
                       {"observed", h.point.loss},
                       {"predicted", h.predicted}});
     }

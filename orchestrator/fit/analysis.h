@@ -17,11 +17,12 @@
 namespace xmod {
 
 struct AnalysisOptions {
-  std::string law = "dense";  // "dense" or "xmod"
-  bool joint = false;         // xmod: refine all ten parameters together after the two stages
+  std::string law = "dense";  // "dense", "xmod" or "moe"
+  bool joint = false;         // xmod, moe: refine every parameter together after the two stages
                               // (one context only: the dense reference is then one law)
-  // Frozen parameters by their reported names (E, A, B, alpha, beta, eta, c_T,
-  // beta_T, c_s, psi), in reported units (E, A, B as losses, not logs).
+  // Frozen parameters by their reported names (E, A, B, alpha, beta; xmod: eta,
+  // c_T, beta_T, c_s, psi; moe: delta, gamma, omega, zeta), in reported units (E,
+  // A, B as losses, not logs).
   std::map<std::string, double> fixed;
   int bootstrap = 0;         // resamples for percentile intervals (0: none)
   uint64_t seed = 0;         // of the resampling
@@ -59,7 +60,7 @@ struct NoiseSummary {
 };
 
 struct LawReport {
-  std::string law;     // "dense" or "xmod"
+  std::string law;     // "dense", "xmod" or "moe"
   std::string method;  // "single", "per-context", "two-stage" or "joint"
   // The final parameters; objective and rmse over every fitted point. With a dense
   // reference per context, the dense part of `fit` is the first context's; the
@@ -67,8 +68,8 @@ struct LawReport {
   FitResult fit;
   // The dense law per context (the dense law's result, or the X-MoD law's stage 1).
   std::vector<ContextFit> dense;
-  // xmod: the dense law on the dense runs (first context), then the extras on the
-  // sparse runs.
+  // xmod, moe: the dense law on the dense runs (first context), then the extras on
+  // the sparse (xmod) or MoE (moe) runs.
   std::vector<FitResult> stages;
   std::vector<LawPoint> points;               // the points fitted (hold-out excluded)
   std::map<std::string, Interval> intervals;  // per reported parameter (extras for xmod)
@@ -92,7 +93,8 @@ struct LawReport {
 std::vector<std::string> KnownLaws();
 
 // Fits `options.law` to `points`. The dense law reads the dense points only
-// (stride 1 or capacity 1); the xmod law reads them all. INVALID_ARGUMENT for an
+// (stride 1 or capacity 1, expansion 1); the xmod law the dense and depth-routed
+// ones, the moe law the dense and MoE (expansion > 1) ones. INVALID_ARGUMENT for an
 // unknown law, too few points, degenerate data, or a hold-out that leaves too little.
 absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
                                       const AnalysisOptions& options);

@@ -16,8 +16,8 @@
 //                                                     // against the parameters
 //
 // LogLoss is templated on the scalar type so that Ceres differentiates it. Adding a
-// law is a new header (dense_law.h and xmod_law.h are the two so far) plus a line in
-// analysis.cc; the fitter (fitter.h) does not change. docs/laws.md defines the forms.
+// law is a new header (dense_law.h, xmod_law.h, moe_law.h so far) plus its entry in
+// analysis.cc's law table; the fitter (fitter.h) does not change. docs/laws.md defines the forms.
 #ifndef XMOD_ORCHESTRATOR_FIT_LAW_H_
 #define XMOD_ORCHESTRATOR_FIT_LAW_H_
 
@@ -37,8 +37,11 @@ struct LawPoint {
   double capacity = 1.0;  // ρ the routed layers run at (k / T)
   double stride = 1.0;    // anchor stride s; 1 is a dense model
   double layers = 0.0;    // L of the sparse model; 0: unknown (f_r falls back to (s−1)/s)
-  std::string scale;      // the sweep's scale name ("" when unknown), used for hold-out
-  std::string id;         // job id when the point came from a database
+  // MoE expansion Ê = E / k: routed expert parameters in total over those a token
+  // uses (1 − S with S the expert sparsity); 1 for every model without experts.
+  double expansion = 1.0;
+  std::string scale;  // the sweep's scale name ("" when unknown), used for hold-out
+  std::string id;     // job id when the point came from a database
   // Replicates: points of one configuration (everything but the seed) share
   // `config`; the bootstrap resamples configurations. Empty: the point is its own.
   std::string config;
@@ -58,14 +61,17 @@ struct LawPoint {
   }
 
   double NTotal() const { return n_total > 0 ? n_total : n; }
-  // A dense run: every layer sees every token.
-  bool dense() const { return stride <= 1.0 || capacity >= 1.0; }
+  // A dense run: every layer sees every token with every MLP weight.
+  bool dense() const { return (stride <= 1.0 || capacity >= 1.0) && expansion <= 1.0; }
   // Whether a law can predict this run: positive, finite sizes and loss, and for a
-  // sparse run a context T >= 1, a capacity > 0 and N_total >= N_active.
+  // depth-routed run a context T >= 1, a capacity > 0 and N_total >= N_active; for a
+  // MoE run an expansion >= 1 and N_total >= N_active.
   bool Valid() const {
     if (!(n > 0 && d > 0 && loss > 0 && NTotal() > 0) || !std::isfinite(n * d * loss * NTotal())) {
       return false;
     }
+    if (!(expansion >= 1.0) || !std::isfinite(expansion)) return false;
+    if (expansion > 1.0) return NTotal() >= n;  // a MoE run: no depth routing to check
     return dense() || (context >= 1.0 && capacity > 0.0 && NTotal() >= n);
   }
 };

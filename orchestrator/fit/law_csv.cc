@@ -76,13 +76,15 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
   const std::optional<size_t> d_col = t.Column("D"), loss_col = t.Column("loss"),
                               total_col = t.Column("N_total"), t_col = t.Column("T"),
                               cap_col = t.Column("capacity"), stride_col = t.Column("stride"),
-                              scale_col = t.Column("scale");
-  const std::string need = law == "xmod" ? "N_active,N_total,D,T,capacity,stride,loss" : "N,D,loss";
+                              scale_col = t.Column("scale"), expansion_col = t.Column("expansion");
+  const std::string need = law == "xmod"  ? "N_active,N_total,D,T,capacity,stride,loss"
+                           : law == "moe" ? "N_active,D,expansion,loss"
+                                          : "N,D,loss";
   auto missing = [&](const char* name) {
     return absl::InvalidArgumentError(absl::StrCat(path, ":1: header: missing column '", name,
                                                    "' (law ", law, " needs ", need, ")"));
   };
-  if (!n_col) return missing(law == "xmod" ? "N_active" : "N");
+  if (!n_col) return missing(law == "dense" ? "N" : "N_active");
   if (!d_col) return missing("D");
   if (!loss_col) return missing("loss");
   if (law == "xmod") {
@@ -91,6 +93,7 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
     if (!cap_col) return missing("capacity");
     if (!stride_col) return missing("stride");
   }
+  if (law == "moe" && !expansion_col) return missing("expansion");
   std::vector<LawPoint> points;
   for (size_t row = 0; row < t.rows(); ++row) {
     const std::string where = t.Where(row);
@@ -107,6 +110,7 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
     RETURN_IF_ERROR(read(t_col, &p.context));
     RETURN_IF_ERROR(read(cap_col, &p.capacity));
     RETURN_IF_ERROR(read(stride_col, &p.stride));
+    if (law == "moe") RETURN_IF_ERROR(read(expansion_col, &p.expansion));
     if (scale_col) p.scale = t.Text(row, *scale_col);
     for (auto [col, value] :
          {std::pair{n_col, p.n}, std::pair{d_col, p.d}, std::pair{loss_col, p.loss}}) {
@@ -124,6 +128,10 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
     }
     if (cap_col && !(p.capacity > 0 && p.capacity <= 1)) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": capacity: must be in (0, 1]"));
+    }
+    if (law == "moe" && !(p.expansion >= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": expansion: must be at least 1 (E / top_k; 1 for a dense run)"));
     }
     if (stride_col && !(p.stride >= 1 && p.stride == std::floor(p.stride))) {
       return absl::InvalidArgumentError(

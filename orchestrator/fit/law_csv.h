@@ -42,7 +42,8 @@ class CsvTable {
 };
 
 // A law CSV: N (or N_active), D, loss, and for the xmod law N_total, T, capacity,
-// stride; an optional `scale` column names the scale for --holdout-largest.
+// stride, for the moe law `expansion` (E / top_k, 1 for a dense run; N_total
+// optional); an optional `scale` column names the scale for --holdout-largest.
 absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const std::string& law);
 
 // The Chinchilla runs of tests/data/chinchilla_svg_extracted.csv (Epoch AI's

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -366,7 +367,16 @@ int LocalRun::Report() {
   for (JobState state : StatesWhere(IsActive)) left += c.counts.at(state);
   // The laws, when the finished runs support them (stored in `fits` like `xmod fit`).
   if (c.counts.at(JobState::kSucceeded) > 0 && !g_interrupted) {
-    for (const char* law : {"dense", "xmod"}) {
+    // The moe law only for a sweep with MoE runs (a family or a baseline).
+    std::vector<std::string> laws = {"dense", "xmod"};
+    for (const GridBlock& block : spec.Blocks()) {
+      if (block.family == Family::kMoe ||
+          std::count(block.baselines.begin(), block.baselines.end(), Family::kMoe) > 0) {
+        laws.push_back("moe");
+        break;
+      }
+    }
+    for (const std::string& law : laws) {
       FitCommandOptions fit;
       fit.sweep = spec.name;
       fit.db = db_path;

@@ -93,7 +93,7 @@ void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostrea
   out << fmt::format("on a bound: {}\n", r.on_bound.empty()
                                              ? std::string("none")
                                              : fmt::format("{}", fmt::join(r.on_bound, ", ")));
-  if (r.law == "xmod" || r.dense.size() > 1) {
+  if (r.law != "dense" || r.dense.size() > 1) {
     // The dense law (reference) at each context.
     for (const ContextFit& c : r.dense) {
       out << fmt::format(
@@ -103,12 +103,12 @@ void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostrea
       PrintParameters(c.fit.params, c.intervals, options.confidence, out);
     }
   }
-  if (r.law == "xmod" && r.stages.size() == 2) {
+  if (r.law != "dense" && r.stages.size() == 2) {
     out << fmt::format(
-        "extras on the sparse runs (each against the dense law at its context): "
+        "extras on the {} runs (each against the dense law at its context): "
         "{} points, objective {:.6g}, RMSE {:.4g}{}\n",
-        r.stages[1].n_points, r.stages[1].objective, r.stages[1].rmse,
-        r.stages[1].converged ? "" : ", NOT CONVERGED");
+        r.law == "moe" ? "MoE" : "sparse", r.stages[1].n_points, r.stages[1].objective,
+        r.stages[1].rmse, r.stages[1].converged ? "" : ", NOT CONVERGED");
   }
   out << fmt::format(
       "noise: {} configurations, {} with 2+ seeds, median seed sd {:.2f}% of the loss; "
@@ -123,12 +123,25 @@ void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostrea
         r.holdout_scale, r.holdout.size(), r.holdout_rmse, 100.0 * r.holdout_rmse,
         100.0 * r.noise.seed_sd, 100.0 * r.noise.eval_se);
     QueryResult h;
-    h.columns = {"run",      "N_active", "N_total",  "D",         "T",
-                 "capacity", "stride",   "observed", "predicted", "error_pct"};
+    const bool moe = r.law == "moe";
+    h.columns = {"run", "N_active", "N_total", "D", "T"};
+    for (const char* c : moe ? std::vector<const char*>{"expansion"}
+                             : std::vector<const char*>{"capacity", "stride"}) {
+      h.columns.push_back(c);
+    }
+    for (const char* c : {"observed", "predicted", "error_pct"}) h.columns.push_back(c);
     for (const HoldoutPoint& p : r.holdout) {
-      h.rows.push_back({p.point.id, p.point.n, p.point.NTotal(), p.point.d, p.point.context,
-                        p.point.capacity, static_cast<int64_t>(p.point.stride), p.point.loss,
-                        p.predicted, 100.0 * (p.predicted / p.point.loss - 1.0)});
+      std::vector<Value> row{p.point.id, p.point.n, p.point.NTotal(), p.point.d, p.point.context};
+      if (moe) {
+        row.emplace_back(p.point.expansion);
+      } else {
+        row.emplace_back(p.point.capacity);
+        row.emplace_back(static_cast<int64_t>(p.point.stride));
+      }
+      for (double v : {p.point.loss, p.predicted, 100.0 * (p.predicted / p.point.loss - 1.0)}) {
+        row.emplace_back(v);
+      }
+      h.rows.push_back(std::move(row));
     }
     PrintResult(h, Format::kTable, out);
   }
@@ -181,9 +194,16 @@ LawPoint SweepJob::ToLawPoint(const PointOptions& options) const {
   const bool top_k = options.metric == "val_loss" || !causal_metric();
   p.se = (top_k ? final_val_loss_se : final_val_loss_causal_se).value_or(0.0);
   p.context = static_cast<double>(context);
+  p.layers = static_cast<double>(n_layers);
+  if (experts_family()) {
+    // Every token passes every layer; a moe run's sparsity is in its experts.
+    p.stride = 1.0;
+    p.capacity = 1.0;
+    if (family == "moe" && top_k > 0) p.expansion = double(experts) / double(top_k);
+    return p;
+  }
   const bool dense = !routed();
   p.stride = dense ? 1.0 : static_cast<double>(stride);
-  p.layers = static_cast<double>(n_layers);
   p.capacity =
       dense ? 1.0
             : static_cast<double>(RoutedTokens(capacity, context)) / static_cast<double>(context);
@@ -209,6 +229,7 @@ absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const st
     j.matched_to = Text(Cell(t, row, "matched_to"));
     j.experts = static_cast<int64_t>(Number(Cell(t, row, "experts")));
     j.top_k = static_cast<int64_t>(Number(Cell(t, row, "top_k")));
+    j.granularity = static_cast<int64_t>(Number(Cell(t, row, "granularity")));
     j.budget_value = Number(Cell(t, row, "budget_value"));
     j.sparsity = Number(Cell(t, row, "sparsity"));
     j.capacity = Number(Cell(t, row, "capacity"));
@@ -239,7 +260,8 @@ std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs, const PointOp
   std::vector<LawPoint> points;
   for (const SweepJob& j : jobs) {
     if (j.status != "succeeded" || !j.Loss(options.metric).has_value()) continue;
-    if (j.family != "dense" && j.family != "xmod") continue;
+    const std::string& second = options.law == "moe" ? "moe" : "xmod";
+    if (j.family != "dense" && j.family != second) continue;
     points.push_back(j.ToLawPoint(options));
   }
   return points;
@@ -369,8 +391,17 @@ absl::StatusOr<std::map<std::string, double>> CheckFitOptions(const FitCommandOp
   }
   const std::vector<std::string> laws = KnownLaws();
   if (std::find(laws.begin(), laws.end(), o.law) == laws.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--law ", o.law, ": unknown law (known: ", fmt::format("{}", fmt::join(laws, ", ")), ")"));
+  }
+  if (o.granularity != 0 && (o.law != "moe" || o.granularity < 0)) {
+    return absl::InvalidArgumentError(o.granularity < 0
+                                          ? "--granularity: must be positive"
+                                          : "--granularity: only the moe law reads MoE runs");
+  }
+  if (o.granularity != 0 && !o.csv.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--law ", o.law, ": unknown law (known: dense, xmod)"));
+        "--granularity chooses among a sweep's MoE runs; a CSV file has no granularity column");
   }
   if (o.metric != "auto" && o.metric != "val_loss" && o.metric != "val_loss_causal") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -395,6 +426,34 @@ absl::StatusOr<std::map<std::string, double>> CheckFitOptions(const FitCommandOp
   return fixed;
 }
 
+// The moe law has no granularity term, so it reads the MoE runs of one granularity: --granularity
+// G, or the only one the sweep's finished MoE runs have. Several without --granularity is an error
+// that lists them.
+absl::Status KeepOneGranularity(const FitCommandOptions& o, std::vector<SweepJob>* jobs) {
+  std::set<int64_t> seen;
+  for (const SweepJob& j : *jobs) {
+    if (j.family == "moe" && j.status == "succeeded") seen.insert(j.granularity);
+  }
+  if (o.granularity == 0) {
+    if (seen.size() <= 1) return absl::OkStatus();
+    return absl::InvalidArgumentError(fmt::format(
+        "sweep '{}': its MoE runs span granularities {}; the moe law has no granularity term, "
+        "so fit one at a time with --granularity G",
+        o.sweep, fmt::join(seen, ", ")));
+  }
+  if (seen.count(o.granularity) == 0) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--granularity {}: no finished MoE run of sweep '{}' has it (they have: {})", o.granularity,
+        o.sweep, seen.empty() ? std::string("none") : fmt::format("{}", fmt::join(seen, ", "))));
+  }
+  std::vector<SweepJob> kept;
+  for (SweepJob& j : *jobs) {
+    if (j.family != "moe" || j.granularity == o.granularity) kept.push_back(std::move(j));
+  }
+  *jobs = std::move(kept);
+  return absl::OkStatus();
+}
+
 // The points the law is fitted to: a CSV file's, or a sweep's succeeded runs
 // (opening the sweep's store into `store`), then only those at --context.
 absl::StatusOr<std::vector<LawPoint>> LoadFitPoints(const FitCommandOptions& o,
@@ -402,6 +461,7 @@ absl::StatusOr<std::vector<LawPoint>> LoadFitPoints(const FitCommandOptions& o,
   PointOptions point_options;
   point_options.metric = o.metric;
   point_options.total_params = o.params == "total";
+  point_options.law = o.law;
   std::vector<LawPoint> points;
   if (!o.csv.empty()) {
     if (o.metric != "auto" || o.params != "non-embedding") {
@@ -418,10 +478,12 @@ absl::StatusOr<std::vector<LawPoint>> LoadFitPoints(const FitCommandOptions& o,
     store_options.path = o.db;
     ASSIGN_OR_RETURN(*store_out, SqliteStore::Open(store_options));
     ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store_out->get(), o.sweep));
+    if (o.law == "moe") RETURN_IF_ERROR(KeepOneGranularity(o, &jobs));
     points = FitPoints(jobs, point_options);
     if (points.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "sweep '", o.sweep, "': no succeeded dense or xmod job with a final ",
+          "sweep '", o.sweep, "': no succeeded dense or ", o.law == "moe" ? "moe" : "xmod",
+          " job with a final ",
           o.metric == "val_loss" ? "val_loss" : "loss (val_loss_causal for routed runs)", " yet (",
           jobs.size(), " jobs)"));
     }

@@ -34,6 +34,7 @@ struct FitCommandOptions {
   std::string metric = "auto";           // auto | val_loss | val_loss_causal
   std::string params = "non-embedding";  // non-embedding | total (N counts the embeddings too)
   int64_t context = 0;                   // only the runs at this T (0: every context)
+  int64_t granularity = 0;  // moe: only the MoE runs of this granularity (0: the one there is)
 };
 
 absl::Status RunFitCommand(const FitCommandOptions& options, std::ostream& out);
@@ -55,12 +56,16 @@ struct PointOptions {
   // same number for them); val_loss: the top-k loss for every family.
   std::string metric = "auto";
   bool total_params = false;  // N and N_total include the embedding and head
+  // The law the points are for: its families (dense, xmod: dense and xmod jobs;
+  // moe: dense and moe jobs).
+  std::string law = "dense";
 };
 
 struct SweepJob {
   std::string id, family, scale, status, budget_kind, config_key;
   std::string matched_to;          // a sized baseline: what it was sized against
   int64_t experts = 0, top_k = 0;  // moe, deco
+  int64_t granularity = 0;         // moe: d_ff / d_e (0 for the other families)
   double sparsity = 0.0, capacity = 1.0, budget_value = 0.0;
   int64_t stride = 1, context = 0, tokens = 0, tokens_trained = 0, n_layers = 0, seed = 0;
   double n_total = 0.0, n_active = 0.0, n_embedding = 0.0, flops_per_token = 0.0, train_flops = 0.0;
@@ -80,15 +85,14 @@ struct SweepJob {
   // The loss `metric` selects (see PointOptions), if the job has it.
   std::optional<double> Loss(const std::string& metric) const;
   // The law's view of this job (capacity as k/T, stride 1 for dense runs, D the
-  // tokens trained, the loss the metric selects and its standard error).
+  // tokens trained, the loss the metric selects and its standard error; a moe job
+  // has capacity 1, stride 1 and its expansion E/k).
   LawPoint ToLawPoint(const PointOptions& options = {}) const;
 };
 
 // Every job of `sweep`; NOT_FOUND when there is no such sweep.
 absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const std::string& sweep);
 
-// The points a law is fitted to: succeeded dense and X-MoD jobs with a final
-// val_loss (MoD baselines use a different gate and are not points of either law).
 // One row per configuration (a job's config without its seed): its seeds, the
 // mean of the fitted loss (val_loss_causal for routed runs), the seed-to-seed
 // standard deviation and the mean evaluation standard error.
@@ -103,6 +107,9 @@ QueryResult ReplicateTable(const std::vector<SweepJob>& jobs);
 // FLOPs per token). A baseline whose matched job has no loss yet has empty cells.
 QueryResult BaselineComparison(const std::vector<SweepJob>& jobs);
 
+// The points a law is fitted to: succeeded jobs of the law's families with a
+// final val_loss (MoD baselines use a different gate and DECO a different router;
+// neither is a point of any law).
 std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs,
                                 const PointOptions& options = {});
 

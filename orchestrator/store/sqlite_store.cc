@@ -525,8 +525,15 @@ absl::StatusOr<std::vector<StateCounts>> SqliteStore::CountStates(const std::str
 absl::StatusOr<QueryResult> SqliteStore::JobResults(const std::string& sweep) {
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(SweepIdLocked(sweep).status());
-  ASSIGN_OR_RETURN(Statement * s, PrepareLocked("SELECT * FROM job_results WHERE sweep = ?1 "
-                                                "ORDER BY train_flops, job_id"));
+  // The view's columns, then a moe job's granularity d_ff / d_e (NULL for the
+  // other families), read from its resolved config.
+  ASSIGN_OR_RETURN(
+      Statement * s,
+      PrepareLocked("SELECT r.*, CASE WHEN r.family = 'moe' THEN "
+                    "json_extract(j.config_json, '$.d_ff') / "
+                    "json_extract(j.config_json, '$.experts.width') END AS granularity "
+                    "FROM job_results r JOIN jobs j ON j.job_id = r.job_id "
+                    "WHERE r.sweep = ?1 ORDER BY r.train_flops, r.job_id"));
   s->Bind(1, sweep);
   return CollectLocked(s);
 }

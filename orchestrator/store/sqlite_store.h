@@ -83,7 +83,8 @@ class SqliteStore {
   // NOT_FOUND for a named sweep that does not exist.
   absl::StatusOr<std::vector<StateCounts>> CountStates(const std::string& sweep);
 
-  // Rows of the job_results view for one sweep, cheapest job first.
+  // Rows of the job_results view for one sweep, cheapest job first, with one more
+  // column: `granularity` (d_ff / d_e) of a moe job, NULL for the other families.
   absl::StatusOr<QueryResult> JobResults(const std::string& sweep);
 
   // Rows of the job_curves view for one job, by step. NOT_FOUND for an unknown job.

@@ -41,21 +41,27 @@ class Checker {
   void Run() {
     bool any_xmod = false;
     for (const ResolvedJob& j : jobs_) any_xmod |= j.shape.family == Family::kXmod;
+    bool moe_block = false;  // the moe law by default only for a sweep of the moe family
+    for (const GridBlock& b : spec_.Blocks()) moe_block |= b.family == Family::kMoe;
     if (spec_.design.laws_given) {
       report_->laws = spec_.design.laws;
     } else {
       report_->laws = {"dense"};
       if (any_xmod) report_->laws.push_back("xmod");
+      if (moe_block) report_->laws.push_back("moe");
     }
-    const bool dense_law = std::count(report_->laws.begin(), report_->laws.end(), "dense") > 0;
-    const bool xmod_law = std::count(report_->laws.begin(), report_->laws.end(), "xmod") > 0;
+    auto named = [&](const char* law) {
+      return std::count(report_->laws.begin(), report_->laws.end(), law) > 0;
+    };
+    const bool dense_law = named("dense"), xmod_law = named("xmod"), moe_law = named("moe");
     // Contexts at which a dense law must be fitted.
     std::set<int64_t> contexts;
     for (const ResolvedJob& j : jobs_) {
       if (dense_law && j.shape.family == Family::kDense) contexts.insert(j.shape.context);
       if (xmod_law && j.shape.family == Family::kXmod) contexts.insert(j.shape.context);
+      if (moe_law && j.shape.family == Family::kMoe) contexts.insert(j.shape.context);
     }
-    if (dense_law || xmod_law) {
+    if (dense_law || xmod_law || moe_law) {
       if (contexts.empty()) {
         Error(grid_line_, "grid",
               "the sweep has no dense jobs, so no dense law can be fitted "
@@ -64,7 +70,8 @@ class Checker {
       for (int64_t t : contexts) CheckDenseAt(t);
     }
     if (xmod_law) CheckExtras();
-    if (dense_law || xmod_law) CheckReplicates();
+    if (moe_law) CheckMoeExtras();
+    if (dense_law || xmod_law || moe_law) CheckReplicates();
     CheckJobs();
   }
 
@@ -96,7 +103,7 @@ class Checker {
     const std::string where = absl::StrCat("the dense law at T = ", context);
     if (inputs.empty()) {
       Error(grid_line_, "grid",
-            absl::StrCat("X-MoD runs at T = ", context,
+            absl::StrCat("sparse (X-MoD or MoE) runs at T = ", context,
                          " but no dense run there: each sparse run is "
                          "compared with the dense law at its own context (add dense jobs at T = ",
                          context, ")"));
@@ -228,6 +235,57 @@ class Checker {
     report_->notes.push_back(absl::StrCat("the X-MoD extras: ", inputs.size(),
                                           " distinct sparse runs, ", strides.size(), " strides, ",
                                           routed_contexts.size(), " routed context lengths"));
+  }
+
+  // The MoE law's four extras (docs/laws.md): MoE runs at two or more active sizes
+  // and token budgets, more distinct (N, D, E/k) than extras, one granularity.
+  void CheckMoeExtras() {
+    std::set<std::tuple<double, double, double>> inputs;
+    std::set<double> ns, ds, expansions;
+    std::set<int64_t> granularities;
+    for (const ResolvedJob& j : jobs_) {
+      if (j.shape.family != Family::kMoe) continue;
+      const ExpertShape& e = j.shape.experts;
+      const double n = static_cast<double>(j.n_params_active);
+      const double d = static_cast<double>(j.tokens_trained());
+      const double expansion = double(e.experts) / double(std::max<int64_t>(1, e.top_k));
+      granularities.insert(j.shape.d_ff / std::max<int64_t>(1, e.width));
+      if (expansion <= 1.0) continue;  // all experts active: a dense point of the law
+      inputs.insert({n, d, expansion});
+      ns.insert(n);
+      ds.insert(d);
+      expansions.insert(expansion);
+    }
+    if (inputs.empty()) {
+      Error(grid_line_, "grid",
+            "design.laws names moe but the sweep has no MoE job with more experts than top_k "
+            "(sparsity > 0)");
+      return;
+    }
+    if (ns.size() < 2 || ds.size() < 2) {
+      Error(grid_line_, "grid",
+            absl::StrCat("the MoE law's extras need MoE runs at two or more active sizes and two "
+                         "or more token budgets; these have ",
+                         ns.size(), " and ", ds.size()));
+    }
+    if (inputs.size() < 5) {
+      Error(grid_line_, "grid",
+            absl::StrCat("the MoE law's 4 extras see ", inputs.size(),
+                         " distinct MoE runs (N, D, E/k); give at least 5"));
+    }
+    if (expansions.size() < 2) {
+      Warn(grid_line_, "grid.sparsity",
+           "one expansion E/k above 1: the law's dependence on the expert count rests on that "
+           "one value and the dense runs");
+    }
+    if (granularities.size() > 1) {
+      Warn(grid_line_, "grid.granularity",
+           "several granularities: the MoE law has no granularity term; xmod fit --law moe "
+           "fits one at a time (--granularity G)");
+    }
+    report_->notes.push_back(absl::StrCat("the MoE extras: ", inputs.size(), " distinct MoE runs, ",
+                                          ns.size(), " active sizes, ", expansions.size(),
+                                          " expansions E/k"));
   }
 
   void CheckReplicates() {

@@ -716,17 +716,18 @@ class SpecParser {
     if (node["laws"]) {
       const YAML::Node& laws = node["laws"];
       if (!laws.IsSequence()) {
-        Error(Line(laws), "design.laws", "expected a list of laws (dense, xmod), possibly empty");
+        Error(Line(laws), "design.laws",
+              "expected a list of laws (dense, xmod, moe), possibly empty");
       } else {
         d.laws_given = true;
         for (size_t i = 0; i < laws.size(); ++i) {
           const std::string field = absl::StrCat("design.laws[", i, "]");
           std::string law;
           if (!String(laws[i], field, &law)) continue;
-          if (law != "dense" && law != "xmod") {
+          if (law != "dense" && law != "xmod" && law != "moe") {
             Error(Line(laws[i]), field,
-                  absl::StrCat("unknown law '", law, "' (known: dense, xmod)",
-                               DidYouMean(law, {"dense", "xmod"})));
+                  absl::StrCat("unknown law '", law, "' (known: dense, xmod, moe)",
+                               DidYouMean(law, {"dense", "xmod", "moe"})));
           } else {
             d.laws.push_back(law);
           }
