@@ -352,6 +352,32 @@ TEST_F(CoordinatorE2e, XmodRunTrainsEveryBaselineFamilyAndReportsThem) {
   }
 }
 
+// sweeps/moe.yaml: a moe-family sweep with its dense baseline trains end to end;
+// xmod run fits the dense and MoE laws and stores both; xmod fit gives the MoE
+// law's intervals.
+TEST_F(CoordinatorE2e, XmodRunTrainsAMoeSweepAndFitsTheMoeLaw) {
+  const std::string sweep = std::string(XMOD_SOURCE_DIR) + "/sweeps/moe.yaml";
+  CommandResult r = Command(
+      XMOD_BIN, {"run", sweep, "--db", Path("x.db"), "--groups", "2", "--run-dir", Path("runs")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("27 succeeded, 0 failed or cancelled, 0 unfinished"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("law moe (two-stage): 27 points"));
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("--law xmod")));  // no X-MoD runs
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM fits WHERE law = 'moe' AND n_points = 27"), 1);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM fits WHERE law = 'dense' AND n_points = 9"), 1);
+  r = Command(XMOD_BIN, {"fit", "moe", "--db", Path("x.db"), "--law", "moe", "--bootstrap", "12",
+                         "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json fit = nlohmann::json::parse(r.out);
+  EXPECT_EQ(fit["n_points"], 27);
+  for (const char* name : {"delta", "gamma", "omega", "zeta"}) {
+    ASSERT_TRUE(fit["intervals"].contains(name)) << fit.dump();
+    EXPECT_LE(fit["intervals"][name][0].get<double>(), fit["params"][name].get<double>()) << name;
+    EXPECT_GE(fit["intervals"][name][1].get<double>(), fit["params"][name].get<double>()) << name;
+  }
+  EXPECT_LT(fit["rmse"].get<double>(), 0.1);  // the law describes real losses, if loosely
+}
+
 // Each local group is its own mpirun. With binding left on, every one pins its
 // rank to core 0, and G groups share one core. A rank started the way `xmod run`
 // starts a group must be allowed on every core this process may use.

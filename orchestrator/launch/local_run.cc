@@ -367,15 +367,17 @@ int LocalRun::Report() {
   for (JobState state : StatesWhere(IsActive)) left += c.counts.at(state);
   // The laws, when the finished runs support them (stored in `fits` like `xmod fit`).
   if (c.counts.at(JobState::kSucceeded) > 0 && !g_interrupted) {
-    // The moe law only for a sweep with MoE runs (a family or a baseline).
-    std::vector<std::string> laws = {"dense", "xmod"};
+    // The xmod law for a sweep with X-MoD runs, the moe law for one with MoE runs
+    // (a family or a baseline).
+    bool xmod = false, moe = false;
     for (const GridBlock& block : spec.Blocks()) {
-      if (block.family == Family::kMoe ||
-          std::count(block.baselines.begin(), block.baselines.end(), Family::kMoe) > 0) {
-        laws.push_back("moe");
-        break;
-      }
+      xmod |= block.family == Family::kXmod;
+      moe |= block.family == Family::kMoe ||
+             std::count(block.baselines.begin(), block.baselines.end(), Family::kMoe) > 0;
     }
+    std::vector<std::string> laws = {"dense"};
+    if (xmod) laws.push_back("xmod");
+    if (moe) laws.push_back("moe");
     for (const std::string& law : laws) {
       FitCommandOptions fit;
       fit.sweep = spec.name;
