@@ -376,6 +376,12 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMoeSweepAndFitsTheMoeLaw) {
     EXPECT_GE(fit["intervals"][name][1].get<double>(), fit["params"][name].get<double>()) << name;
   }
   EXPECT_LT(fit["rmse"].get<double>(), 0.1);  // the law describes real losses, if loosely
+  // The plots' predicted-vs-observed view is the MoE law's.
+  r = Command(XMOD_BIN, {"plot", "moe", "--db", Path("x.db"), "--out", Path("plots")});
+  std::ifstream in(Path("plots/predicted_vs_observed.svg"));
+  ASSERT_TRUE(in.good()) << r.out << r.err;
+  const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(svg, ::testing::HasSubstr("MoE law (two-stage)"));
 }
 
 // Each local group is its own mpirun. With binding left on, every one pins its

@@ -177,6 +177,19 @@ std::vector<std::pair<double, double>> DenseFlopsPerToken(const std::vector<Swee
   return nf;
 }
 
+// The MoE law's points (dense and moe runs) when the sweep's MoE runs have one
+// granularity (the law has none; `xmod fit --granularity` picks one), else none.
+std::vector<LawPoint> MoePoints(const std::vector<SweepJob>& done) {
+  std::set<int64_t> granularities;
+  for (const SweepJob& j : done) {
+    if (j.family == "moe") granularities.insert(j.granularity);
+  }
+  if (granularities.size() != 1) return {};
+  PointOptions options;
+  options.law = "moe";
+  return FitPoints(done, options);
+}
+
 // The dense law's loss against training FLOPs at each dense scale's N, over
 // [c_min / 3, 3 c_max]: writes law_curves.dat, returns the plot list to append.
 std::string DenseLawCurves(const Plotter& plot, const std::function<double(double, double)>& law,
@@ -267,7 +280,8 @@ class PlotRun {
         plot{fs::absolute(options.out_dir), options.image, options.sweep},
         done(std::move(succeeded)),
         configs(ConfigOrder(done)),
-        points(FitPoints(done)) {
+        points(FitPoints(done)),
+        moe_points(MoePoints(done)) {
     this->options.fit.threads = options.threads;
   }
 
@@ -276,7 +290,8 @@ class PlotRun {
   // 2. Final loss vs training FLOPs with the dense law's curves; isoFLOP profiles.
   absl::Status LossVsFlops();
   // 3. Predicted vs observed loss: the X-MoD law without the largest scale (the
-  // dense law, or no hold-out, when the sweep cannot support that).
+  // MoE law for a sweep with MoE runs and no X-MoD runs; the dense law, or no
+  // hold-out, when the sweep cannot support that).
   absl::Status PredictedVsObserved();
   // 4. Sparse runs relative to their FLOP-matched dense baseline (same scale,
   // context and budget), across sparsity and stride.
@@ -289,6 +304,7 @@ class PlotRun {
   std::vector<SweepJob> done;
   std::vector<std::string> configs;
   std::vector<LawPoint> points;
+  std::vector<LawPoint> moe_points;  // the MoE law's; empty when its runs span granularities
   AnalysisOptions options;
   std::vector<std::string> written;
   std::vector<std::string> problems;
@@ -433,11 +449,12 @@ absl::Status PlotRun::LossVsFlops() {
 absl::Status PlotRun::PredictedVsObserved() {
   absl::StatusOr<LawReport> fit = absl::UnknownError("not fitted");
   std::vector<std::string> tried;
-  for (const char* law : {"xmod", "dense"}) {
+  for (const char* law : {"xmod", "moe", "dense"}) {
+    if (std::string(law) == "moe" && moe_points.empty()) continue;
     for (bool holdout : {true, false}) {
       options.law = law;
       options.holdout_largest = holdout;
-      fit = FitNamedLaw(points, options);
+      fit = FitNamedLaw(std::string(law) == "moe" ? moe_points : points, options);
       if (fit.ok()) break;
       tried.push_back(
           absl::StrCat(law, holdout ? " with hold-out" : "", ": ", fit.status().message()));
@@ -492,7 +509,11 @@ absl::Status PlotRun::PredictedVsObserved() {
               Quote(fmt::format(
                   "Sweep {}: {} law ({}) fitted on {} runs{}\nin-sample RMSE of "
                   "log-loss {:.3f}",
-                  o.sweep, r.law == "xmod" ? "X-MoD" : "dense", r.method, r.fit.n_points,
+                  o.sweep,
+                  r.law == "xmod"  ? "X-MoD"
+                  : r.law == "moe" ? "MoE"
+                                   : "dense",
+                  r.method, r.fit.n_points,
                   r.holdout.empty() ? "" : ", largest scale " + r.holdout_scale + " held out",
                   r.fit.rmse)))
        << "set xlabel 'observed final validation loss (nats per token)'\n"
