@@ -352,6 +352,44 @@ TEST_F(CoordinatorE2e, XmodRunTrainsEveryBaselineFamilyAndReportsThem) {
   }
 }
 
+// `xmod serve --listen HOST:0 --address-file F` binds a free port and publishes it
+// only after binding; a second coordinator on a taken port fails (no SO_REUSEPORT
+// split of the clients) and leaves no database behind; on SIGTERM the first
+// removes its address file.
+TEST_F(CoordinatorE2e, ServePublishesItsBoundAddressAndRefusesATakenPort) {
+  const std::string addr = Path("coordinator.addr");
+  const pid_t first = testing::SpawnGroup(
+      {XMOD_BIN, "serve", "--db", Path("x.db"), "--listen", "127.0.0.1:0", "--address-file", addr},
+      Path("serve.log"));
+  spawned_.push_back(first);
+  ASSERT_TRUE(testing::WaitUntil([&] { return std::filesystem::exists(addr); }, 30))
+      << testing::Slurp(Path("serve.log"));
+  std::string published = testing::Slurp(addr);
+  ASSERT_FALSE(published.empty());
+  ASSERT_EQ(published.back(), '\n');
+  published.pop_back();
+  ASSERT_EQ(published.rfind("127.0.0.1:", 0), 0u) << published;
+  const std::string port = published.substr(published.find(':') + 1);
+  EXPECT_NE(port, "0");
+  EXPECT_THAT(testing::Slurp(Path("serve.log")),
+              ::testing::HasSubstr("listening on 127.0.0.1:" + port));
+  // The published address serves.
+  CommandResult r = Command(XMOD_BIN, {"status", "--coordinator", published});
+  EXPECT_EQ(r.code, 0) << r.err;
+  // A second coordinator on the same port: refused, and its database is not left.
+  // (Bounded: with SO_REUSEPORT on it would bind and serve until killed.)
+  r = Command("/usr/bin/timeout", {"20", XMOD_BIN, "serve", "--db", Path("second.db"), "--listen",
+                                   published, "--address-file", Path("second.addr")});
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("cannot listen"));
+  EXPECT_FALSE(std::filesystem::exists(Path("second.db")));
+  EXPECT_FALSE(std::filesystem::exists(Path("second.addr")));
+  EXPECT_EQ(testing::Slurp(addr), published + "\n");  // the first one's file is untouched
+  ::kill(first, SIGTERM);
+  EXPECT_EQ(testing::WaitExit(first, 30), 0);
+  EXPECT_FALSE(std::filesystem::exists(addr));
+}
+
 // sweeps/moe.yaml: a moe-family sweep with its dense baseline trains end to end;
 // xmod run fits the dense and MoE laws and stores both; xmod fit gives the MoE
 // law's intervals.

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -74,6 +75,8 @@ struct Flags {
   bool watch = false;
   // serve
   std::string listen = "127.0.0.1:50051";
+  std::string address_file;  // written with HOST:PORT once the port is bound
+  std::string advertise;     // the HOST written there (default: the listen host or hostname)
   std::string tls_cert, tls_key;
   bool insecure = false;
   double lease_ttl = 30.0;
@@ -336,19 +339,76 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
     ASSIGN_OR_RETURN(options.worker_token, ReadTokenFile(f.worker_token_file));
   }
   RETURN_IF_ERROR(CheckLeaseTtl(f.lease_ttl, "--lease-ttl"));
+  if (!f.address_file.empty() &&
+      !std::filesystem::is_directory(std::filesystem::absolute(f.address_file).parent_path())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--address-file ", f.address_file, ": its folder does not exist"));
+  }
+  const bool existed = std::filesystem::exists(f.db);
   ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
   SchedulerOptions scheduler_options;
   scheduler_options.lease_ttl_seconds = f.lease_ttl;
   scheduler_options.max_jobs = f.max_jobs;
   Scheduler scheduler(store.get(), scheduler_options);
-  ASSIGN_OR_RETURN(auto server, CoordinatorServer::Start(&scheduler, options));
-  out << "xmod serve: " << f.db << " on " << server->address() << " (lease TTL " << f.lease_ttl
-      << " s" << (options.token.empty() ? ", no token" : ", token required")
+  absl::StatusOr<std::unique_ptr<CoordinatorServer>> started =
+      CoordinatorServer::Start(&scheduler, options);
+  if (!started.ok()) {
+    // A database this call created (e.g. the port was taken) goes again, so that a
+    // failed start leaves nothing behind.
+    store.reset();
+    if (!existed) {
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+        std::error_code ignored;
+        std::filesystem::remove(f.db + suffix, ignored);
+      }
+    }
+    return started.status();
+  }
+  std::unique_ptr<CoordinatorServer> server = *std::move(started);
+  // The address other machines dial: --advertise, else the listen host, else (for
+  // a wildcard listen) this machine's name.
+  std::string host = f.advertise;
+  const std::string listen_host = f.listen.substr(0, f.listen.rfind(':'));
+  if (host.empty()) host = listen_host;
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") {
+    char name[256] = {0};
+    host = ::gethostname(name, sizeof(name) - 1) == 0 && name[0] != 0 ? name : "127.0.0.1";
+  }
+  const std::string advertised = absl::StrCat(host, ":", server->port());
+  out << "xmod serve: " << f.db << " listening on " << server->listen_address()
+      << " (this machine: " << server->address() << "; lease TTL " << f.lease_ttl << " s"
+      << (options.token.empty() ? ", no token" : ", token required")
       << (options.tls_cert.empty() ? "" : ", TLS") << ")" << std::endl;
+  if (!f.address_file.empty()) {
+    // Written after the bind, through a rename, so a reader sees all of it or none.
+    const std::string tmp = f.address_file + ".tmp";
+    {
+      std::ofstream file(tmp, std::ios::trunc);
+      file << advertised << "\n";
+      if (!file.flush()) {
+        server->Shutdown();
+        return absl::InternalError(absl::StrCat("--address-file ", tmp, ": cannot write"));
+      }
+    }
+    std::error_code error;
+    std::filesystem::rename(tmp, f.address_file, error);
+    if (error) {
+      server->Shutdown();
+      return absl::InternalError(
+          absl::StrCat("--address-file ", f.address_file, ": ", error.message()));
+    }
+    out << "xmod serve: address " << advertised << " written to " << f.address_file << std::endl;
+  }
   std::signal(SIGINT, OnServeSignal);
   std::signal(SIGTERM, OnServeSignal);
   while (!g_serve_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   out << "xmod serve: shutting down" << std::endl;
+  if (!f.address_file.empty()) {
+    // Only our own address: another coordinator may have published its own since.
+    std::ifstream in(f.address_file);
+    std::string line;
+    if (std::getline(in, line) && line == advertised) std::filesystem::remove(f.address_file);
+  }
   server->Shutdown();
   return absl::OkStatus();
 }
@@ -522,8 +582,15 @@ void CancelFlags(CLI::App* cmd, Flags& f) {
 }
 void ServeFlags(CLI::App* cmd, Flags& f) {
   AddDb(cmd, f);
-  cmd->add_option("--listen", f.listen, "Address to listen on (port 0: any free port)")
+  cmd->add_option("--listen", f.listen,
+                  "Address to listen on (port 0: any free port); a port another process holds "
+                  "is an error")
       ->capture_default_str();
+  cmd->add_option("--address-file", f.address_file,
+                  "Write HOST:PORT here once the port is bound (removed again on shutdown)");
+  cmd->add_option("--advertise", f.advertise,
+                  "The HOST of --address-file (default: the listen host, or this machine's name "
+                  "for 0.0.0.0)");
   cmd->add_option("--token-file", f.token_file,
                   "The operator's bearer token: required in every call, accepted by every RPC");
   cmd->add_option("--worker-token-file", f.worker_token_file,

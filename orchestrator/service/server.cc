@@ -353,12 +353,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   impl->service = std::make_unique<Service>(scheduler, options.token, options.worker_token);
   impl->host = options.listen.substr(0, options.listen.rfind(':'));
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default, so a second coordinator on the same port
+  // would bind too and the kernel would split the clients between the two. Off,
+  // a taken port is an error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, credentials, &impl->port);
   builder.RegisterService(impl->service.get());
   builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
-    return absl::UnavailableError(absl::StrCat("--listen ", options.listen, ": cannot listen"));
+    return absl::UnavailableError(absl::StrCat(
+        "--listen ", options.listen,
+        ": cannot listen (is the port taken by another process? port 0 picks a free one)"));
   }
   Impl* raw = impl.get();
   const double period = std::max(0.05, scheduler->lease_ttl() / 4.0);
@@ -380,6 +386,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
 int CoordinatorServer::port() const { return impl_->port; }
+
+std::string CoordinatorServer::listen_address() const {
+  return absl::StrCat(impl_->host, ":", impl_->port);
+}
 
 std::string CoordinatorServer::address() const {
   const std::string host =

@@ -51,7 +51,8 @@ class CoordinatorServer {
   ~CoordinatorServer();
 
   int port() const;
-  std::string address() const;  // host:port clients can dial
+  std::string address() const;         // host:port clients on this machine can dial
+  std::string listen_address() const;  // the listen host as given, with the bound port
 
   // Stops granting leases, tells holders to drain, then stops serving.
   void Shutdown();
