@@ -3,6 +3,7 @@
 // kill -9, SIGSTOP and SIGCONT. Every wait is bounded.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sqlite3.h>
 
 #include <fstream>
@@ -388,6 +389,39 @@ TEST_F(CoordinatorE2e, ServePublishesItsBoundAddressAndRefusesATakenPort) {
   ::kill(first, SIGTERM);
   EXPECT_EQ(testing::WaitExit(first, 30), 0);
   EXPECT_FALSE(std::filesystem::exists(addr));
+}
+
+// A worker group's default thread count follows the CPUs it was given, not the
+// node's cores: under `taskset -c 0` it is 1; unbound it is every allowed CPU.
+TEST_F(CoordinatorE2e, WorkerThreadsFollowTheCpuAffinityUnderTaskset) {
+  const int port = testing::FreePort();
+  Serve(port, 30);
+  auto group = [&](bool pinned, const std::string& name) {
+    std::vector<std::string> argv;
+    if (pinned) argv = {"/usr/bin/taskset", "-c", "0"};
+    for (const std::string& a :
+         {std::string(MPIEXEC), std::string("-np"), std::string("1"),
+          std::string("--allow-run-as-root"), std::string("--oversubscribe"),
+          std::string("--bind-to"), std::string("none"), std::string(XMOD_WORKER_BIN),
+          std::string("--coordinator"), "127.0.0.1:" + std::to_string(port),
+          std::string("--run-dir"), Path("runs"), std::string("--name"), name,
+          std::string("--exit-when-idle")}) {
+      argv.push_back(a);
+    }
+    const pid_t pid = testing::SpawnGroup(argv, Path(name + ".log"));
+    spawned_.push_back(pid);
+    EXPECT_EQ(testing::WaitExit(pid, 60), 0) << testing::Slurp(Path(name + ".log"));
+    return testing::Slurp(Path(name + ".log"));
+  };
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  const int allowed = CPU_COUNT(&mine);
+  EXPECT_THAT(group(true, "pinned"),
+              ::testing::HasSubstr("1 LibTorch threads per rank (1 CPUs allowed / 1 rank(s)"));
+  EXPECT_THAT(group(false, "free"),
+              ::testing::HasSubstr(std::to_string(allowed) + " LibTorch threads per rank (" +
+                                   std::to_string(allowed) + " CPUs allowed / 1 rank(s)"));
 }
 
 // sweeps/moe.yaml: a moe-family sweep with its dense baseline trains end to end;

@@ -26,7 +26,9 @@ int main(int argc, char** argv) {
   app.add_option("--run-dir", run_dir, "Where checkpoints/ and metrics.jsonl go (per job: DIR/ID)")
       ->capture_default_str();
   app.add_flag("--resume", options.resume, "Continue from the newest valid checkpoint");
-  app.add_option("--threads", options.threads, "LibTorch threads per rank (0: cores / ranks)");
+  app.add_option("--threads", options.threads,
+                 "LibTorch threads per rank (0: the CPUs this process may use / its ranks on the "
+                 "node, or SLURM_CPUS_PER_TASK)");
   app.add_option("--stop-after-step", options.stop_after_step,
                  "Checkpoint and stop after this step, as a preemption would");
   app.add_flag("--quiet", quiet, "No progress lines");

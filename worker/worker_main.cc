@@ -24,7 +24,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--name", o.name, "Label for this group's worker id");
   app.add_flag("--exit-when-idle", o.exit_when_idle, "Exit as soon as nothing can be leased");
-  app.add_option("--threads", o.threads, "LibTorch threads per rank (0: cores / ranks)");
+  app.add_option("--threads", o.threads,
+                 "LibTorch threads per rank (0: the CPUs this process may use / its ranks on the "
+                 "node, or SLURM_CPUS_PER_TASK)");
   app.add_option("--poll-seconds", o.poll_seconds, "Wait between lease attempts when idle")
       ->capture_default_str();
   app.add_option("--stall-timeout", o.stall_seconds,

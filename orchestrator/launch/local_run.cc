@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpus.h"
 #include "common/status_macros.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
@@ -210,7 +211,9 @@ absl::Status LocalRun::StartCoordinator() {
 
 absl::Status LocalRun::StartGroups() {
   std::filesystem::create_directories(o.run_dir + "/logs");
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // The CPUs this process may use (its affinity: a cpuset, taskset, an allocation),
+  // shared by every rank of every group.
+  const int cores = AllowedCpus();
   const int threads = o.threads > 0 ? o.threads : std::max(1, cores / (o.groups * o.ranks));
   const std::string worker =
       o.worker_binary.empty() ? SelfDirectory() + "/xmod-worker" : o.worker_binary;

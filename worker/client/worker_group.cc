@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpus.h"
 #include "common/job_file.h"
 #include "common/status_macros.h"
 #include "proto/channel.h"
@@ -65,8 +66,12 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
   }
   const std::string worker_id = registered.worker_id();
   RETURN_IF_ERROR(client.UseLeaseTtl(registered.lease_ttl_seconds()));
+  std::string why = "--threads";
+  const int threads =
+      o.threads > 0 ? o.threads : DefaultThreadsPerRank(LocalRanks(comm.size()), &why);
   std::cerr << comm.Where() << ": worker group " << worker_id << " (" << comm.size()
-            << " ranks) registered with " << o.coordinator << "\n";
+            << " ranks) registered with " << o.coordinator << "; " << threads
+            << " LibTorch threads per rank (" << why << ")\n";
 
   JobSessionOptions session_options;
   session_options.metrics_batch = o.metrics_batch;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpus.h"
 #include "common/status_macros.h"
 #include "worker/model/model.h"
 #include "worker/model/precision.h"
@@ -95,11 +96,6 @@ void SetLearningRate(torch::optim::AdamW& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-}
-
-int DefaultThreads(int ranks) {
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, cores / std::max(1, ranks));
 }
 
 // Rewrites metrics.jsonl without the rows past `step` (an earlier attempt's tail).
@@ -238,7 +234,9 @@ class Run {
                                                      ": the data is shorter than one window of ",
                                                      job_.shape.context + 1, " tokens"));
     }
-    torch::set_num_threads(o_.threads > 0 ? o_.threads : DefaultThreads(world));
+    // The default follows the CPUs this rank was given (common/cpus.h), not the
+    // node's core count.
+    torch::set_num_threads(o_.threads > 0 ? o_.threads : DefaultThreadsPerRank(LocalRanks(world)));
     rows_per_rank_ = job_.batch_size / world;
     micro_ = std::max<int64_t>(1, std::min(job_.micro_batch_size, rows_per_rank_));
     eval_rows_ = EvalRows(micro_, job_.shape.context, job_.shape.vocab_size);
