@@ -4,7 +4,8 @@
 # coordinator's address file, submits SPEC to it and releases the workers.
 #   deploy/slurm/submit-sweep.sh sweeps/xmod-cluster.yaml
 # Environment: XMOD_BIN, XMOD_RUN_DIR, XMOD_DB, XMOD_TOKEN_FILE, XMOD_PORT (see the
-# .sbatch files), XMOD_WAIT_SECONDS (default 1800: how long the coordinator may queue).
+# .sbatch files), XMOD_WAIT_SECONDS (default 1800: how long the coordinator may queue;
+# the wait stops early when the coordinator job has ended or can never start).
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
@@ -18,7 +19,7 @@ export XMOD_BIN="${XMOD_BIN:-$PWD/build/bin}"
 export XMOD_RUN_DIR="${XMOD_RUN_DIR:-$PWD/xmod-run}"
 export XMOD_DB="${XMOD_DB:-$XMOD_RUN_DIR/xmod.db}"
 export XMOD_TOKEN_FILE="${XMOD_TOKEN_FILE:-$XMOD_RUN_DIR/token}"
-export XMOD_PORT="${XMOD_PORT:-50051}"
+export XMOD_PORT="${XMOD_PORT:-0}"
 wait_seconds="${XMOD_WAIT_SECONDS:-1800}"
 
 # Check the spec here, before anything is queued (exit 2 names file:line:field).
@@ -37,12 +38,33 @@ workers=$(sbatch --parsable --export=ALL --hold --dependency="after:$coord" "$he
 workers=${workers%%;*}
 echo "submit-sweep: coordinator job $coord, worker array $workers (held)"
 
+later() {
+  echo "  Later: xmod submit $spec --coordinator \$(cat $addr_file) --token-file $XMOD_TOKEN_FILE" >&2
+  echo "         scontrol release $workers" >&2
+  echo "  Or give up: scancel $coord $workers   (the held worker array is still queued)" >&2
+}
 deadline=$((SECONDS + wait_seconds))
 until [ -s "$addr_file" ]; do
+  # The coordinator's state: gone from the queue or ended means it will not come
+  # up; pending for a reason no wait cures means it never will.
+  state=$(squeue -h -j "$coord" -o "%T %r" 2>/dev/null || true)
+  case "$state" in
+    "" | COMPLETED* | FAILED* | CANCELLED* | TIMEOUT* | NODE_FAIL* | OUT_OF_MEMORY* | BOOT_FAIL*)
+      echo "submit-sweep: coordinator job $coord ended (${state:-no longer queued}) before publishing $addr_file" >&2
+      log=$(ls -t xmod-coordinator-"$coord".out 2>/dev/null | head -1 || true)
+      [ -n "$log" ] && tail -n 5 "$log" >&2
+      later
+      exit 1
+      ;;
+    *PartitionConfig* | *PartitionTimeLimit* | *ReqNodeNotAvail* | *PartitionNodeLimit* | *InvalidAccount* | *InvalidQOS*)
+      echo "submit-sweep: coordinator job $coord cannot start: $state (edit its #SBATCH lines)" >&2
+      later
+      exit 1
+      ;;
+  esac
   if [ "$SECONDS" -ge "$deadline" ]; then
-    echo "submit-sweep: $addr_file did not appear within ${wait_seconds}s (squeue -j $coord)." >&2
-    echo "  Later: xmod submit $spec --coordinator \$(cat $addr_file) --token-file $XMOD_TOKEN_FILE" >&2
-    echo "         scontrol release $workers" >&2
+    echo "submit-sweep: $addr_file did not appear within ${wait_seconds}s (squeue -j $coord: $state)." >&2
+    later
     exit 1
   fi
   sleep 5
