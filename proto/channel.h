@@ -37,6 +37,9 @@ std::unique_ptr<grpc::ClientContext> MakeContext(const std::string& token, doubl
 
 // grpc::Status <-> absl::Status (the codes are the same numbers).
 absl::Status FromGrpc(const grpc::Status& status, const std::string& rpc);
+
+// The name of a gRPC status code ("UNAVAILABLE"), for logs.
+const char* GrpcCodeName(grpc::StatusCode code);
 grpc::Status ToGrpc(const absl::Status& status);
 
 }  // namespace xmod

@@ -219,6 +219,9 @@ TEST_F(CoordinatorE2e, SigUsr2CheckpointsReportsPreemptedAndUsesNoAttempt) {
   EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'pending' AND failures = 0"), 1);
   // The checkpoint taken at the stop is the resume point of the next group.
   const int64_t stopped_at = Count("SELECT MAX(step) FROM checkpoints");
+  // The group's log says what happened, with the step.
+  EXPECT_THAT(testing::Slurp(Path("a.log")),
+              ::testing::HasSubstr("preempted at step " + std::to_string(stopped_at)));
   const pid_t b = Group(port, 2, "b");
   EXPECT_EQ(testing::WaitExit(b, 180), 0) << testing::Slurp(Path("b.log"));
   EXPECT_EQ(Count("SELECT resumed_from_step FROM attempts WHERE attempt = 2"), stopped_at);

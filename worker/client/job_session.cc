@@ -154,8 +154,11 @@ void JobSession::Finish(const absl::StatusOr<TrainResult>& result) {
     Reporting busy(reporting_);
     Check(client_.CompleteJob(done));
   } else {
-    const auto reason = result->outcome == TrainOutcome::kDiverged ? pb::FailJobRequest::DIVERGED
-                                                                   : pb::FailJobRequest::PREEMPTED;
+    const bool diverged = result->outcome == TrainOutcome::kDiverged;
+    const auto reason = diverged ? pb::FailJobRequest::DIVERGED : pb::FailJobRequest::PREEMPTED;
+    std::cerr << "job " << job_id_ << ": " << (diverged ? "diverged" : "preempted") << " at step "
+              << result->step << " (" << result->message << "); reporting it"
+              << (diverged ? "" : ", the next group resumes from the last checkpoint") << std::endl;
     Send(Failure(reason, false, result->message, result->step));
   }
 }
@@ -205,7 +208,10 @@ bool JobSession::Check(const grpc::Status& s) {
                 << "); dropping it\n";
     }
   } else {
-    std::cerr << "job " << job_id_ << ": " << s.error_message() << "\n";
+    // The status of the call, not of the job (a coordinator shutting down cancels
+    // the calls in flight; the job itself stays leased).
+    std::cerr << "job " << job_id_ << ": RPC to the coordinator failed ("
+              << GrpcCodeName(s.error_code()) << ": " << s.error_message() << ")\n";
   }
   return false;
 }
