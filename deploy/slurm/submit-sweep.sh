@@ -19,7 +19,6 @@ export XMOD_BIN="${XMOD_BIN:-$PWD/build/bin}"
 export XMOD_RUN_DIR="${XMOD_RUN_DIR:-$PWD/xmod-run}"
 export XMOD_DB="${XMOD_DB:-$XMOD_RUN_DIR/xmod.db}"
 export XMOD_TOKEN_FILE="${XMOD_TOKEN_FILE:-$XMOD_RUN_DIR/token}"
-export XMOD_PORT="${XMOD_PORT:-0}"
 wait_seconds="${XMOD_WAIT_SECONDS:-1800}"
 
 # Check the spec here, before anything is queued (exit 2 names file:line:field).
