@@ -35,11 +35,13 @@ class ClusterTest : public TempDirTest {
     return std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/" + name;
   }
 
-  pid_t Serve(int port, double ttl) {
-    const pid_t pid =
-        SpawnGroup({XMOD_BIN, "serve", "--db", Path("x.db"), "--listen",
-                    "127.0.0.1:" + std::to_string(port), "--lease-ttl", std::to_string(ttl)},
-                   Path("serve.log"));
+  pid_t Serve(int port, double ttl, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {XMOD_BIN,      "serve",
+                                     "--db",        Path("x.db"),
+                                     "--listen",    "127.0.0.1:" + std::to_string(port),
+                                     "--lease-ttl", std::to_string(ttl)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const pid_t pid = SpawnGroup(argv, Path("serve.log"));
     spawned_.push_back(pid);
     EXPECT_TRUE(WaitUntil(
         [&] { return Slurp(Path("serve.log")).find("xmod serve:") != std::string::npos; }, 30))
@@ -50,14 +52,13 @@ class ClusterTest : public TempDirTest {
   // A worker group named `name` (its worker id starts with "name-"), logging to name.log.
   pid_t Group(int port, int ranks, const std::string& name,
               const std::vector<std::string>& extra = {}) {
+    // Port 0: no --coordinator (the caller passes --coordinator-file).
     std::vector<std::string> argv = {MPIEXEC,
                                      "-np",
                                      std::to_string(ranks),
                                      "--allow-run-as-root",
                                      "--oversubscribe",
                                      XMOD_WORKER_BIN,
-                                     "--coordinator",
-                                     "127.0.0.1:" + std::to_string(port),
                                      "--run-dir",
                                      Path("runs"),
                                      "--threads",
@@ -66,6 +67,10 @@ class ClusterTest : public TempDirTest {
                                      name,
                                      "--poll-seconds",
                                      "0.2"};
+    if (port > 0) {
+      argv.push_back("--coordinator");
+      argv.push_back("127.0.0.1:" + std::to_string(port));
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     const pid_t pid = SpawnGroup(argv, Path(name + ".log"));
     spawned_.push_back(pid);

@@ -389,9 +389,97 @@ TEST_F(CoordinatorE2e, ServePublishesItsBoundAddressAndRefusesATakenPort) {
   EXPECT_FALSE(std::filesystem::exists(Path("second.db")));
   EXPECT_FALSE(std::filesystem::exists(Path("second.addr")));
   EXPECT_EQ(testing::Slurp(addr), published + "\n");  // the first one's file is untouched
+  // --advertise without --address-file would be ignored: refused, nothing written.
+  r = Command(XMOD_BIN, {"serve", "--db", Path("third.db"), "--listen", "127.0.0.1:0",
+                         "--advertise", "node7"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("--advertise"));
+  EXPECT_FALSE(std::filesystem::exists(Path("third.db")));
   ::kill(first, SIGTERM);
   EXPECT_EQ(testing::WaitExit(first, 30), 0);
   EXPECT_FALSE(std::filesystem::exists(addr));
+}
+
+// A group started with --coordinator-file follows the file: the coordinator is
+// killed and comes back on another port (as after a requeue onto another node),
+// writes its new address there, and the group reconnects and finishes the job.
+TEST_F(CoordinatorE2e, AGroupFollowsItsCoordinatorFileToANewAddress) {
+  const std::string addr = Path("coordinator.addr");
+  pid_t serve = Serve(testing::FreePort(), 5, {"--address-file", addr});
+  const std::string first = testing::Slurp(addr);
+  Submit(std::stoi(first.substr(first.find(':') + 1)), Fixture("long.yaml"));
+  const pid_t a = Group(0, 1, "a", {"--coordinator-file", addr});
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM checkpoints WHERE step >= 20") > 0; }, 120))
+      << testing::Slurp(Path("a.log"));
+  SignalTree(serve, SIGKILL);  // its address file stays, pointing at a dead port
+  testing::WaitExit(serve, 10);
+  const int moved = testing::FreePort();
+  serve = Serve(moved, 5, {"--address-file", addr});
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return testing::Slurp(addr) == "127.0.0.1:" + std::to_string(moved) + "\n"; }, 30));
+  EXPECT_EQ(testing::WaitExit(a, 180), 0) << testing::Slurp(Path("a.log"));
+  EXPECT_THAT(
+      testing::Slurp(Path("a.log")),
+      ::testing::HasSubstr("address changed in " + addr + ": " + first.substr(0, first.size() - 1) +
+                           " -> 127.0.0.1:" + std::to_string(moved)));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 1);
+  ExpectCompleteCurves();
+}
+
+// A group whose coordinator stays away past --unreachable-timeout checkpoints,
+// stops and exits with 75 (its allocation freed) instead of waiting without end;
+// a restarted coordinator hands the job to the next group, which resumes it from
+// the last recorded checkpoint with a complete curve.
+TEST_F(CoordinatorE2e, AGroupThatCannotReachItsCoordinatorStopsAndExitsWithinItsBound) {
+  const int port = testing::FreePort();
+  pid_t serve = Serve(port, 30);
+  Submit(port, Fixture("long.yaml"));
+  const pid_t a = Group(port, 2, "a", {"--unreachable-timeout", "4"});
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM checkpoints WHERE step >= 20") > 0; }, 120))
+      << testing::Slurp(Path("a.log"));
+  SignalTree(serve, SIGKILL);
+  testing::WaitExit(serve, 10);
+  const auto killed = std::chrono::steady_clock::now();
+  EXPECT_EQ(testing::WaitExit(a, 60), 75) << testing::Slurp(Path("a.log"));
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_LT(took, 30.0) << "the group took " << took << " s to give up";
+  EXPECT_THAT(
+      testing::Slurp(Path("a.log")),
+      ::testing::HasSubstr("no answer from the coordinator at 127.0.0.1:" + std::to_string(port)));
+  const int64_t recorded = Count("SELECT MAX(step) FROM checkpoints");
+  serve = Serve(port, 1);  // the short TTL lets the old lease run out at once
+  const pid_t b = Group(port, 2, "b");
+  EXPECT_EQ(testing::WaitExit(b, 180), 0) << testing::Slurp(Path("b.log"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 1)
+      << testing::Slurp(Path("b.log")) << testing::Slurp(Path("serve.log"));
+  EXPECT_EQ(Count("SELECT resumed_from_step FROM attempts WHERE attempt = 2"), recorded);
+  ExpectCompleteCurves();
+}
+
+// A group told to stop (SIGTERM, as scancel does) while its coordinator is away
+// ends within the stop grace, even with no unreachable bound: a job's reports
+// stop retrying. (It used to retry ReportMetrics until SIGKILL.)
+TEST_F(CoordinatorE2e, AGroupStoppedDuringAnOutageExitsWithinTheStopGrace) {
+  const int port = testing::FreePort();
+  pid_t serve = Serve(port, 30);
+  Submit(port, Fixture("long.yaml"));
+  const pid_t a = Group(port, 1, "a", {"--unreachable-timeout", "0"});
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM checkpoints WHERE step >= 10") > 0; }, 120))
+      << testing::Slurp(Path("a.log"));
+  SignalTree(serve, SIGKILL);
+  testing::WaitExit(serve, 10);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // a report is now retrying
+  const std::vector<pid_t> tree = ProcessTree(a);
+  for (size_t i = 1; i < tree.size(); ++i) ::kill(tree[i], SIGTERM);
+  const auto signalled = std::chrono::steady_clock::now();
+  EXPECT_EQ(testing::WaitExit(a, 90), 0) << testing::Slurp(Path("a.log"));
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  EXPECT_LT(took, 45.0) << testing::Slurp(Path("a.log"));  // 15 s grace + one 10 s try
 }
 
 // A worker group's default thread count follows the CPUs it was given, not the

@@ -1,4 +1,6 @@
 // `mpirun -np R xmod-worker --coordinator ADDR`: one worker group per MPI world.
+// Exit codes: 0 done or stopped; 1 an error; 2 bad arguments; 75 the coordinator
+// did not answer for --unreachable-timeout seconds.
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <iostream>
@@ -17,7 +19,17 @@ int main(int argc, char** argv) {
   CLI::App app{"xmod-worker: a worker group (one MPI world) that trains jobs from a coordinator"};
   xmod::WorkerGroupOptions o;
   std::string token_file;
-  app.add_option("--coordinator", o.coordinator, "Coordinator address host:port")->required();
+  auto* address = app.add_option("--coordinator", o.coordinator, "Coordinator address host:port");
+  auto* file = app.add_option("--coordinator-file", o.coordinator_file,
+                              "File holding the coordinator's host:port (xmod serve "
+                              "--address-file), read again while the coordinator is unreachable");
+  address->excludes(file);
+  file->excludes(address);
+  app.add_option("--unreachable-timeout", o.unreachable_seconds,
+                 "Seconds without an answer from the coordinator after which the group "
+                 "checkpoints and exits with code 75, freeing its allocation (0: never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--token-file", token_file, "File holding the bearer token");
   app.add_option("--tls-ca", o.tls_ca, "CA certificate (PEM) to verify a TLS coordinator");
   app.add_option("--run-dir", o.run_dir, "Shared folder for checkpoints and metric logs")
@@ -35,6 +47,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   try {
     app.parse(argc, argv);
+    if (o.coordinator.empty() && o.coordinator_file.empty()) {
+      throw CLI::RequiredError("--coordinator or --coordinator-file");
+    }
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
@@ -60,7 +75,8 @@ int main(int argc, char** argv) {
   absl::Status s = xmod::RunWorkerGroup(o, **comm);
   if (!s.ok()) {
     std::cerr << (*comm)->Where() << ": " << s.message() << "\n";
-    return 1;
+    // 75 (EX_TEMPFAIL): no coordinator answered; a batch script may requeue the group.
+    return absl::IsUnavailable(s) ? 75 : 1;
   }
   return 0;
 }

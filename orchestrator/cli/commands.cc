@@ -339,6 +339,10 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
     ASSIGN_OR_RETURN(options.worker_token, ReadTokenFile(f.worker_token_file));
   }
   RETURN_IF_ERROR(CheckLeaseTtl(f.lease_ttl, "--lease-ttl"));
+  if (!f.advertise.empty() && f.address_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--advertise names the host written to --address-file; give --address-file too");
+  }
   if (!f.address_file.empty() &&
       !std::filesystem::is_directory(std::filesystem::absolute(f.address_file).parent_path())) {
     return absl::InvalidArgumentError(

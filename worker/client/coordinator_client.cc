@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "proto/channel.h"
 
@@ -18,31 +21,106 @@ bool Retryable(const grpc::Status& s) {
          s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
 }
 
+absl::StatusOr<std::string> ReadAddressFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the address file ", path));
+  std::string line;
+  std::getline(in, line);
+  line = std::string(absl::StripAsciiWhitespace(line));
+  if (line.empty())
+    return absl::InvalidArgumentError(absl::StrCat("address file ", path, " is empty"));
+  return line;
+}
+
+double GrpcCoordinatorClient::Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 GrpcCoordinatorClient::GrpcCoordinatorClient(ChannelOptions channel, std::string where,
-                                             const std::atomic<bool>* stop)
-    : channel_options_(std::move(channel)), where_(std::move(where)), stop_(stop) {}
+                                             const std::atomic<bool>* stop, ReachOptions reach)
+    : where_(std::move(where)),
+      stop_(stop),
+      reach_(std::move(reach)),
+      token_(channel.token),
+      channel_options_(std::move(channel)),
+      last_answer_(Now()) {}
 
 absl::StatusOr<std::unique_ptr<GrpcCoordinatorClient>> GrpcCoordinatorClient::Create(
-    ChannelOptions channel, std::string where, const std::atomic<bool>* stop) {
+    ChannelOptions channel, std::string where, const std::atomic<bool>* stop, ReachOptions reach) {
   channel.reconnect_max_seconds = kReconnectSeconds;
   std::unique_ptr<GrpcCoordinatorClient> client(
-      new GrpcCoordinatorClient(std::move(channel), std::move(where), stop));
-  RETURN_IF_ERROR(client->Connect());
+      new GrpcCoordinatorClient(channel, std::move(where), stop, std::move(reach)));
+  RETURN_IF_ERROR(client->Connect(channel));
   return client;
 }
 
-absl::Status GrpcCoordinatorClient::Connect() {
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(channel_options_));
-  stub_ = pb::Coordinator::NewStub(channel);
+absl::Status GrpcCoordinatorClient::Connect(const ChannelOptions& options) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, MakeChannel(options));
+  std::shared_ptr<pb::Coordinator::Stub> stub = pb::Coordinator::NewStub(channel);
+  std::lock_guard<std::mutex> lock(mu_);
+  channel_options_ = options;
+  stub_ = std::move(stub);
   return absl::OkStatus();
+}
+
+std::shared_ptr<pb::Coordinator::Stub> GrpcCoordinatorClient::Stub() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stub_;
+}
+
+double GrpcCoordinatorClient::reconnect_seconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return channel_options_.reconnect_max_seconds;
+}
+
+std::string GrpcCoordinatorClient::address() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return channel_options_.address;
+}
+
+double GrpcCoordinatorClient::SilentSeconds() const { return Now() - last_answer_.load(); }
+
+bool GrpcCoordinatorClient::GaveUp() const {
+  return reach_.give_up_seconds > 0 && SilentSeconds() > reach_.give_up_seconds;
+}
+
+void GrpcCoordinatorClient::Heard(const grpc::Status& s) {
+  if (!Retryable(s)) last_answer_ = Now();
+}
+
+void GrpcCoordinatorClient::FollowAddressFile() {
+  if (reach_.address_file.empty()) return;
+  ChannelOptions options;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const double now = Now();
+    if (now - last_file_check_ < 1.0) return;
+    last_file_check_ = now;
+    options = channel_options_;
+  }
+  // A missing or empty file (the coordinator removed it on the way down, or has
+  // not written it yet) keeps the address there is.
+  absl::StatusOr<std::string> address = ReadAddressFile(reach_.address_file);
+  if (!address.ok() || *address == options.address) return;
+  std::cerr << where_ << ": the coordinator's address changed in " << reach_.address_file << ": "
+            << options.address << " -> " << *address << "\n";
+  options.address = *address;
+  if (absl::Status s = Connect(options); !s.ok()) {
+    std::cerr << where_ << ": cannot follow it: " << s.message() << "\n";
+  }
 }
 
 absl::Status GrpcCoordinatorClient::UseLeaseTtl(double ttl_seconds) {
   if (!(ttl_seconds > 0)) return absl::OkStatus();  // an old coordinator: keep the default
   const double bound = std::clamp(ttl_seconds / 6.0, 0.05, kReconnectSeconds);
-  if (bound >= channel_options_.reconnect_max_seconds) return absl::OkStatus();
-  channel_options_.reconnect_max_seconds = bound;
-  return Connect();  // channel arguments are fixed when a channel is made
+  ChannelOptions options;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bound >= channel_options_.reconnect_max_seconds) return absl::OkStatus();
+    options = channel_options_;
+  }
+  options.reconnect_max_seconds = bound;
+  return Connect(options);  // channel arguments are fixed when a channel is made
 }
 
 template <typename Request, typename Response>
@@ -51,24 +129,50 @@ grpc::Status GrpcCoordinatorClient::Call(
     grpc::Status (pb::Coordinator::Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
     const Request& request, Response* response, bool give_up_on_stop) {
   // The group's own calls try in short slices so that a stop request is seen
-  // while the coordinator is away; a job's reports wait longer per try.
-  const double per_try = give_up_on_stop ? 5.0 : 30.0;
+  // while the coordinator is away; a job's reports wait longer per try, and after
+  // a stop request at most stop_grace_seconds.
+  const double per_try = give_up_on_stop ? 5.0 : 10.0;
   double backoff = 0.05;
   for (int attempt = 1;; ++attempt) {
-    auto context = MakeContext(channel_options_.token, per_try, /*wait_for_ready=*/true);
-    grpc::Status s = ((*stub_).*rpc)(context.get(), request, response);
-    if (!Retryable(s)) return s;
-    if (give_up_on_stop && stop_ != nullptr && stop_->load()) return s;
-    if (attempt == 1 || attempt % 10 == 0) {
-      std::cerr << where_ << ": " << name << ": coordinator unreachable (" << s.error_message()
-                << "); retrying\n";
+    const bool stopping = stop_ != nullptr && stop_->load();
+    double stop_seen = 0;
+    double wait = per_try;
+    if (stopping) {
+      // The grace counts from the first call that saw the stop, over all calls.
+      double unset = -1;
+      stop_seen_.compare_exchange_strong(unset, Now());
+      stop_seen = stop_seen_.load();
+      if (!give_up_on_stop) {
+        wait = std::clamp(reach_.stop_grace_seconds - (Now() - stop_seen), 0.05, per_try);
+      }
     }
+    // A try waits for the channel (wait_for_ready) until its deadline: never past
+    // the give-up bound, and once past it one short try (the coordinator may be back).
+    if (reach_.give_up_seconds > 0) {
+      wait = std::min(wait, std::max(1.0, reach_.give_up_seconds - SilentSeconds()));
+    }
+    auto context = MakeContext(token_, wait, /*wait_for_ready=*/true);
+    grpc::Status s = ((*Stub()).*rpc)(context.get(), request, response);
+    Heard(s);
+    if (!Retryable(s)) return s;
+    if (stopping && (give_up_on_stop || Now() - stop_seen >= reach_.stop_grace_seconds)) return s;
+    if (GaveUp()) {
+      return grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("no answer from the coordinator for ", static_cast<int64_t>(SilentSeconds()),
+                       " s (", name, ": ", s.error_message(), ")"));
+    }
+    if (attempt == 1 || attempt % 10 == 0) {
+      std::cerr << where_ << ": " << name << ": coordinator unreachable at " << address() << " ("
+                << s.error_message() << "); retrying\n";
+    }
+    FollowAddressFile();
     // A try that waited out its deadline has waited already; one that failed fast
     // (the coordinator shutting down, overloaded) sleeps a little, never longer
     // than the reconnection bound.
     if (s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
       std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
-      backoff = std::min(channel_options_.reconnect_max_seconds, backoff * 2);
+      backoff = std::min(reconnect_seconds(), backoff * 2);
     }
   }
 }
@@ -86,8 +190,19 @@ grpc::Status GrpcCoordinatorClient::Lease(const pb::LeaseJobRequest& request,
 grpc::Status GrpcCoordinatorClient::Heartbeat(const pb::HeartbeatRequest& request,
                                               pb::HeartbeatResponse* response,
                                               double wait_seconds) {
-  auto context = MakeContext(channel_options_.token, wait_seconds, /*wait_for_ready=*/true);
-  return stub_->Heartbeat(context.get(), request, response);
+  // Once the coordinator has been silent past the bound, a beat no longer waits,
+  // and once the group is stopping, not past the stop grace.
+  double wait = GaveUp() ? 0.05 : wait_seconds;
+  if (stop_ != nullptr && stop_->load()) {
+    double unset = -1;
+    stop_seen_.compare_exchange_strong(unset, Now());
+    wait = std::clamp(reach_.stop_grace_seconds - (Now() - stop_seen_.load()), 0.05, wait);
+  }
+  auto context = MakeContext(token_, wait, /*wait_for_ready=*/true);
+  grpc::Status s = Stub()->Heartbeat(context.get(), request, response);
+  Heard(s);
+  if (Retryable(s)) FollowAddressFile();
+  return s;
 }
 
 grpc::Status GrpcCoordinatorClient::ReportMetrics(const pb::ReportMetricsRequest& request) {
@@ -112,8 +227,8 @@ grpc::Status GrpcCoordinatorClient::FailJob(const pb::FailJobRequest& request) {
 
 grpc::Status GrpcCoordinatorClient::FailJobOnce(const pb::FailJobRequest& request) {
   pb::FailJobResponse none;
-  auto context = MakeContext(channel_options_.token, 10.0);
-  return stub_->FailJob(context.get(), request, &none);
+  auto context = MakeContext(token_, 10.0);
+  return Stub()->FailJob(context.get(), request, &none);
 }
 
 }  // namespace xmod

@@ -68,7 +68,9 @@ void JobSession::StopHeartbeat() {
   if (heartbeat_.joinable()) heartbeat_.join();
 }
 
-bool JobSession::ShouldStop() const { return drain_ || (o_.stop != nullptr && o_.stop->load()); }
+bool JobSession::ShouldStop() const {
+  return drain_ || (o_.stop != nullptr && o_.stop->load()) || client_.GaveUp();
+}
 
 bool JobSession::ConfirmLease() {
   Beat();
@@ -97,9 +99,9 @@ void JobSession::OnMetrics(const std::vector<Metric>& metrics) {
   }
 }
 
-void JobSession::OnCheckpoint(int64_t step, const std::string& path) {
+bool JobSession::OnCheckpoint(int64_t step, const std::string& path) {
   std::lock_guard<std::mutex> lock(buffer_mu_);
-  if (!FlushLocked()) return;
+  if (!FlushLocked()) return false;
   pb::ReportCheckpointRequest r;
   r.set_job_id(job_id_);
   r.set_fencing_token(token_);
@@ -110,7 +112,7 @@ void JobSession::OnCheckpoint(int64_t step, const std::string& path) {
   text << meta.rdbuf();
   r.set_checksum(HexId(text.str()));
   Reporting busy(reporting_);
-  Check(client_.ReportCheckpoint(r));
+  return Check(client_.ReportCheckpoint(r));
 }
 
 bool JobSession::Flush() {

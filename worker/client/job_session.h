@@ -54,7 +54,8 @@ class JobSession {
   void StartHeartbeat(double ttl_seconds);
   void StopHeartbeat();
 
-  // Checkpoint and stop: told to drain, or the group is being stopped.
+  // Checkpoint and stop: told to drain, the group is being stopped, or the
+  // coordinator has been silent past the client's bound (CoordinatorClient::GaveUp).
   bool ShouldStop() const;
   // Stop without writing anything: the job is no longer this group's.
   bool ShouldAbandon() const { return lost_ || cancelled_; }
@@ -68,7 +69,8 @@ class JobSession {
   void OnStep(int64_t step);
   void OnMetrics(const std::vector<Metric>& metrics);
   // Flushes the buffer first; the checkpoint is recorded only if that landed.
-  void OnCheckpoint(int64_t step, const std::string& path);
+  // Whether it was recorded.
+  bool OnCheckpoint(int64_t step, const std::string& path);
   // Sends the buffer; false when it did not land (it is kept and sent again later).
   bool Flush();
 

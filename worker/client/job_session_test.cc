@@ -1,7 +1,11 @@
 #include "worker/client/job_session.h"
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <deque>
 #include <filesystem>
@@ -64,6 +68,9 @@ class FakeCoordinator : public CoordinatorClient {
     fail = r;
     return grpc::Status::OK;
   }
+
+  bool GaveUp() const override { return gave_up; }
+  std::atomic<bool> gave_up{false};
 
   std::vector<std::string> Calls() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -207,6 +214,81 @@ TEST(JobSession, TheGroupStopFlagAsksForACheckpointedStop) {
   session.Finish(stopped);
   EXPECT_EQ(fake.fail.reason(), pb::FailJobRequest::PREEMPTED);
   EXPECT_EQ(fake.fail.step(), 5);
+}
+
+TEST(JobSession, ACoordinatorSilentPastTheBoundAsksForACheckpointedStop) {
+  FakeCoordinator fake;
+  JobSession session(fake, Options(), "w", "job", 7);
+  EXPECT_FALSE(session.ShouldStop());
+  fake.gave_up = true;
+  EXPECT_TRUE(session.ShouldStop());
+  EXPECT_FALSE(session.ShouldAbandon());  // the job is still ours until the lease runs out
+}
+
+// The real client against a port nothing listens on.
+int ClosedPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t n = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(fd);  // bound once, now free and not listening
+  return ntohs(a.sin_port);
+}
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+TEST(GrpcCoordinatorClient, GivesUpOnASilentCoordinatorAfterItsBound) {
+  ChannelOptions channel;
+  channel.address = "127.0.0.1:" + std::to_string(ClosedPort());
+  ReachOptions reach;
+  reach.give_up_seconds = 1.5;
+  auto client = GrpcCoordinatorClient::Create(channel, "test", nullptr, reach);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_FALSE((*client)->GaveUp());
+  const auto start = std::chrono::steady_clock::now();
+  pb::ReportMetricsRequest r;
+  const grpc::Status s = (*client)->ReportMetrics(r);  // retried until the bound
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(s.error_message(), HasSubstr("no answer from the coordinator"));
+  EXPECT_GE(Seconds(start), 1.0);  // silence counts from the client's creation
+  EXPECT_LT(Seconds(start), 15.0);
+  EXPECT_TRUE((*client)->GaveUp());
+  // Past the bound a call makes one short try instead of retrying.
+  const auto again = std::chrono::steady_clock::now();
+  EXPECT_EQ((*client)->CompleteJob(pb::CompleteJobRequest()).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_LT(Seconds(again), 4.0);
+}
+
+TEST(GrpcCoordinatorClient, AStopRequestBoundsAReportsRetries) {
+  ChannelOptions channel;
+  channel.address = "127.0.0.1:" + std::to_string(ClosedPort());
+  std::atomic<bool> stop{true};
+  ReachOptions reach;  // never gives up by itself
+  reach.stop_grace_seconds = 1.0;
+  auto client = GrpcCoordinatorClient::Create(channel, "test", &stop, reach);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(Retryable((*client)->ReportMetrics(pb::ReportMetricsRequest())));
+  EXPECT_LT(Seconds(start), 8.0);
+  EXPECT_FALSE((*client)->GaveUp());
+}
+
+TEST(GrpcCoordinatorClient, ReadsAnAddressFile) {
+  const std::string dir = ::testing::TempDir() + "/address_file_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/addr") << "  node7:20042 \nignored\n";
+  auto a = ReadAddressFile(dir + "/addr");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*a, "node7:20042");
+  std::ofstream(dir + "/empty") << "\n";
+  EXPECT_TRUE(absl::IsInvalidArgument(ReadAddressFile(dir + "/empty").status()));
+  EXPECT_TRUE(absl::IsNotFound(ReadAddressFile(dir + "/missing").status()));
 }
 
 TEST(JobSession, EachEndOfTrainingIsReportedAsItsReason) {

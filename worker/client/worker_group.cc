@@ -47,11 +47,52 @@ absl::Status BroadcastExit(Communicator& comm) {
   return comm.Broadcast(&bytes, 0);
 }
 
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// --coordinator, or the first address in --coordinator-file, waiting for the file
+// (as long as the coordinator may be silent) when it is not there yet.
+absl::StatusOr<std::string> FirstAddress(const WorkerGroupOptions& o, const std::string& where) {
+  if (!o.coordinator.empty()) return o.coordinator;
+  const double start = SteadySeconds();
+  for (bool said = false;; said = true) {
+    absl::StatusOr<std::string> address = ReadAddressFile(o.coordinator_file);
+    if (address.ok()) return address;
+    if (!said) std::cerr << where << ": waiting for " << o.coordinator_file << "\n";
+    if (g_stop_requested) return absl::CancelledError("stopped");
+    if (o.unreachable_seconds > 0 && SteadySeconds() - start > o.unreachable_seconds) {
+      return absl::UnavailableError(absl::StrCat("no coordinator address after ",
+                                                 o.unreachable_seconds,
+                                                 " s: ", address.status().message()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+absl::Status GaveUp(const GrpcCoordinatorClient& client, const WorkerGroupOptions& o) {
+  return absl::UnavailableError(absl::StrCat(
+      "no answer from the coordinator at ", client.address(), " for ",
+      static_cast<int64_t>(client.SilentSeconds()), " s (--unreachable-timeout ",
+      o.unreachable_seconds,
+      "): the group exits so that its allocation is freed; a job it held resumes from its last "
+      "recorded checkpoint once its lease runs out"));
+}
+
 // Rank 0: decides what the group does next and tells the other ranks.
 absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
-  ChannelOptions channel_options{o.coordinator, o.token, o.tls_ca};
-  ASSIGN_OR_RETURN(std::unique_ptr<GrpcCoordinatorClient> made,
-                   GrpcCoordinatorClient::Create(channel_options, comm.Where(), &g_stop_requested));
+  absl::StatusOr<std::string> address = FirstAddress(o, comm.Where());
+  if (!address.ok()) {
+    RETURN_IF_ERROR(BroadcastExit(comm));
+    return g_stop_requested ? absl::OkStatus() : address.status();
+  }
+  ChannelOptions channel_options{*address, o.token, o.tls_ca};
+  ReachOptions reach;
+  reach.address_file = o.coordinator_file;
+  reach.give_up_seconds = o.unreachable_seconds;
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<GrpcCoordinatorClient> made,
+      GrpcCoordinatorClient::Create(channel_options, comm.Where(), &g_stop_requested, reach));
   GrpcCoordinatorClient& client = *made;
   pb::RegisterWorkerRequest reg;
   reg.set_host(HostName());
@@ -62,6 +103,7 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
   if (!s.ok()) {
     RETURN_IF_ERROR(BroadcastExit(comm));
     if (g_stop_requested) return absl::OkStatus();
+    if (client.GaveUp()) return GaveUp(client, o);
     return FromGrpc(s, "RegisterWorker");
   }
   const std::string worker_id = registered.worker_id();
@@ -70,7 +112,7 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
   const int threads =
       o.threads > 0 ? o.threads : DefaultThreadsPerRank(LocalRanks(comm.size()), &why);
   std::cerr << comm.Where() << ": worker group " << worker_id << " (" << comm.size()
-            << " ranks) registered with " << o.coordinator << "; " << threads
+            << " ranks) registered with " << client.address() << "; " << threads
             << " LibTorch threads per rank (" << why << ")\n";
 
   JobSessionOptions session_options;
@@ -88,6 +130,7 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
     if (!s.ok()) {
       if (g_stop_requested) break;
       RETURN_IF_ERROR(BroadcastExit(comm));
+      if (client.GaveUp()) return GaveUp(client, o);
       return FromGrpc(s, "LeaseJob");
     }
     if (!lease.has_job()) {
@@ -128,7 +171,7 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
     t.confirm_checkpoint = [&] { return session.ConfirmLease(); };
     t.on_metrics = [&](const std::vector<Metric>& m) { session.OnMetrics(m); };
     t.on_checkpoint = [&](int64_t step, const std::string& path) {
-      session.OnCheckpoint(step, path);
+      return session.OnCheckpoint(step, path);
     };
     t.on_step = [&](int64_t step) { session.OnStep(step); };
     std::cerr << comm.Where() << ": job " << job->id << " attempt " << lease.attempt()
@@ -142,6 +185,10 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
       // world (the failure is recorded; the job is retried elsewhere).
       std::cerr << comm.Where() << ": " << result.status().message() << "; ending the group\n";
       comm.Abort(1);
+    }
+    if (client.GaveUp()) {
+      RETURN_IF_ERROR(BroadcastExit(comm));
+      return GaveUp(client, o);
     }
   }
   return BroadcastExit(comm);

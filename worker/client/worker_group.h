@@ -22,7 +22,11 @@
 namespace xmod {
 
 struct WorkerGroupOptions {
-  std::string coordinator;  // host:port
+  std::string coordinator;       // host:port
+  std::string coordinator_file;  // or a file holding it, followed while unreachable
+  // No answer from the coordinator for this long: the group checkpoints, stops and
+  // RunWorkerGroup returns UNAVAILABLE, so that its allocation is freed (0: never).
+  double unreachable_seconds = 900;
   std::string token;
   std::string tls_ca;
   std::string run_dir = "runs";  // shared by every group: RUN_DIR/JOB_ID/checkpoints
@@ -37,6 +41,7 @@ struct WorkerGroupOptions {
 
 // Runs until the coordinator says the sweeps are done (or, with exit_when_idle,
 // until nothing can be leased), or a stop is requested. Every rank calls it.
+// UNAVAILABLE: the coordinator did not answer for unreachable_seconds.
 absl::Status RunWorkerGroup(const WorkerGroupOptions& options, Communicator& comm);
 
 // Async-signal-safe: asks the group to checkpoint, report preempted and exit.

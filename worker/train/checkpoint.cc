@@ -46,7 +46,8 @@ std::vector<std::pair<int64_t, std::string>> Complete(const std::string& run_dir
 }  // namespace
 
 absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_id, int64_t step,
-                            Decoder& model, torch::optim::Optimizer& optimizer, int keep) {
+                            Decoder& model, torch::optim::Optimizer& optimizer, int keep,
+                            int64_t protect_step) {
   const std::string final_dir = CheckpointDir(run_dir, step);
   const std::string tmp = final_dir + ".tmp";
   std::error_code ec;
@@ -75,7 +76,7 @@ absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_i
   if (ec) return absl::InternalError(absl::StrCat(final_dir, ": rename failed: ", ec.message()));
   const auto all = Complete(run_dir);
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < all.size(); ++i) {
-    fs::remove_all(all[i].second, ec);
+    if (all[i].first != protect_step) fs::remove_all(all[i].second, ec);
   }
   return absl::OkStatus();
 }

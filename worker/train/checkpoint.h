@@ -15,9 +15,12 @@
 
 namespace xmod {
 
-// Writes the checkpoint of `step` and removes all but the newest `keep` ones.
+// Writes the checkpoint of `step` and removes all but the newest `keep` ones,
+// never the one of `protect_step` (the newest the coordinator recorded: where the
+// next attempt resumes, even when later ones were written during an outage).
 absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_id, int64_t step,
-                            Decoder& model, torch::optim::Optimizer& optimizer, int keep = 2);
+                            Decoder& model, torch::optim::Optimizer& optimizer, int keep = 2,
+                            int64_t protect_step = -1);
 
 struct LoadedCheckpoint {
   int64_t step = 0;

@@ -134,6 +134,7 @@ class Run {
   absl::StatusOr<TrainResult> Go() {
     RETURN_IF_ERROR(Setup());
     ASSIGN_OR_RETURN(const int64_t start, StartStep());
+    recorded_step_ = start;
     TrainResult result;
     result.resumed_from = start;
     result.step = start;
@@ -318,6 +319,18 @@ class Run {
       } else if (!absl::IsNotFound(loaded.status())) {
         return loaded.status();
       }
+      // The coordinator resumes an attempt from the checkpoint it recorded and
+      // refuses rows at or before it: starting anywhere else (a pruned or damaged
+      // checkpoint) could only be refused row by row, so say so once, here.
+      if (o_.resume_step > 0 && start != o_.resume_step) {
+        return absl::DataLossError(
+            absl::StrCat("job ", job_.id, " on ", comm_.Where(),
+                         ": the coordinator resumes it from step ", o_.resume_step, ", but ",
+                         CheckpointDir(o_.run_dir, o_.resume_step), " is missing or damaged (",
+                         loaded.ok() ? absl::StrCat("newest usable: step ", start)
+                                     : std::string(loaded.status().message()),
+                         ")"));
+      }
     }
     // Every rank must continue from the same step (a damaged or pruned checkpoint
     // seen by one rank only would split them): compare through one all-reduce.
@@ -422,9 +435,12 @@ class Run {
       ASSIGN_OR_RETURN(gathered, zero_->Gather());
     }
     if (comm_.rank() == 0) {
-      RETURN_IF_ERROR(
-          SaveCheckpoint(o_.run_dir, job_.id, step, model_, sharded_ ? *gathered : *optimizer_));
-      if (o_.on_checkpoint) o_.on_checkpoint(step, CheckpointDir(o_.run_dir, step));
+      RETURN_IF_ERROR(SaveCheckpoint(o_.run_dir, job_.id, step, model_,
+                                     sharded_ ? *gathered : *optimizer_, /*keep=*/2,
+                                     recorded_step_));
+      if (!o_.on_checkpoint || o_.on_checkpoint(step, CheckpointDir(o_.run_dir, step))) {
+        recorded_step_ = step;
+      }
     }
     return comm_.Barrier();
   }
@@ -717,6 +733,7 @@ class Run {
   Decoder model_{nullptr};
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<ShardedAdamW> zero_;
+  int64_t recorded_step_ = -1;  // the newest checkpoint the coordinator recorded (rank 0)
   torch::optim::AdamW& Optimizer() { return sharded_ ? zero_->local() : *optimizer_; }
   int64_t rows_per_rank_ = 0;
   int64_t micro_ = 0;

@@ -41,8 +41,10 @@ struct TrainerOptions {
   std::function<bool()> confirm_checkpoint;
   // Called on rank 0 with the metrics of each step that reports any.
   std::function<void(const std::vector<Metric>&)> on_metrics;
-  // Called on rank 0 after a checkpoint is complete on disk, with its folder.
-  std::function<void(int64_t step, const std::string& path)> on_checkpoint;
+  // Called on rank 0 after a checkpoint is complete on disk, with its folder;
+  // returns whether the coordinator recorded it. The newest recorded checkpoint
+  // (or the one the run resumed from) is never pruned. Unset: every one counts.
+  std::function<bool(int64_t step, const std::string& path)> on_checkpoint;
   // Called on rank 0 after every completed step.
   std::function<void(int64_t step)> on_step;
   bool print_progress = false;  // a line per logged step on stdout (rank 0)
