@@ -35,6 +35,12 @@ class FakeClock : public Clock {
   std::atomic<double> now_;
 };
 
+// Seconds on the steady clock: for timeouts and intervals within one process,
+// which must not jump with the wall clock.
+inline double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace xmod
 
 #endif  // XMOD_COMMON_CLOCK_H_

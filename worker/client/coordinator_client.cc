@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "proto/channel.h"
 
@@ -32,10 +35,6 @@ absl::StatusOr<std::string> ReadAddressFile(const std::string& path) {
   return line;
 }
 
-double GrpcCoordinatorClient::Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 GrpcCoordinatorClient::GrpcCoordinatorClient(ChannelOptions channel, std::string where,
                                              const std::atomic<bool>* stop, ReachOptions reach)
     : where_(std::move(where)),
@@ -43,7 +42,7 @@ GrpcCoordinatorClient::GrpcCoordinatorClient(ChannelOptions channel, std::string
       reach_(std::move(reach)),
       token_(channel.token),
       channel_options_(std::move(channel)),
-      last_answer_(Now()) {}
+      last_answer_(SteadySeconds()) {}
 
 absl::StatusOr<std::unique_ptr<GrpcCoordinatorClient>> GrpcCoordinatorClient::Create(
     ChannelOptions channel, std::string where, const std::atomic<bool>* stop, ReachOptions reach) {
@@ -78,14 +77,23 @@ std::string GrpcCoordinatorClient::address() const {
   return channel_options_.address;
 }
 
-double GrpcCoordinatorClient::SilentSeconds() const { return Now() - last_answer_.load(); }
+double GrpcCoordinatorClient::SilentSeconds() const {
+  return SteadySeconds() - last_answer_.load();
+}
 
 bool GrpcCoordinatorClient::GaveUp() const {
   return reach_.give_up_seconds > 0 && SilentSeconds() > reach_.give_up_seconds;
 }
 
+double GrpcCoordinatorClient::StopGraceLeft() {
+  if (stop_ == nullptr || !stop_->load()) return std::numeric_limits<double>::infinity();
+  double unset = -1;  // the grace counts from the first call that saw the stop
+  stop_seen_.compare_exchange_strong(unset, SteadySeconds());
+  return reach_.stop_grace_seconds - (SteadySeconds() - stop_seen_.load());
+}
+
 void GrpcCoordinatorClient::Heard(const grpc::Status& s) {
-  if (!Retryable(s)) last_answer_ = Now();
+  if (!Retryable(s)) last_answer_ = SteadySeconds();
 }
 
 void GrpcCoordinatorClient::FollowAddressFile() {
@@ -93,7 +101,7 @@ void GrpcCoordinatorClient::FollowAddressFile() {
   ChannelOptions options;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const double now = Now();
+    const double now = SteadySeconds();
     if (now - last_file_check_ < 1.0) return;
     last_file_check_ = now;
     options = channel_options_;
@@ -134,18 +142,10 @@ grpc::Status GrpcCoordinatorClient::Call(
   const double per_try = give_up_on_stop ? 5.0 : 10.0;
   double backoff = 0.05;
   for (int attempt = 1;; ++attempt) {
-    const bool stopping = stop_ != nullptr && stop_->load();
-    double stop_seen = 0;
+    const double grace = StopGraceLeft();
+    const bool stopping = std::isfinite(grace);
     double wait = per_try;
-    if (stopping) {
-      // The grace counts from the first call that saw the stop, over all calls.
-      double unset = -1;
-      stop_seen_.compare_exchange_strong(unset, Now());
-      stop_seen = stop_seen_.load();
-      if (!give_up_on_stop) {
-        wait = std::clamp(reach_.stop_grace_seconds - (Now() - stop_seen), 0.05, per_try);
-      }
-    }
+    if (stopping && !give_up_on_stop) wait = std::clamp(grace, 0.05, per_try);
     // A try waits for the channel (wait_for_ready) until its deadline: never past
     // the give-up bound, and once past it one short try (the coordinator may be back).
     if (reach_.give_up_seconds > 0) {
@@ -155,7 +155,7 @@ grpc::Status GrpcCoordinatorClient::Call(
     grpc::Status s = ((*Stub()).*rpc)(context.get(), request, response);
     Heard(s);
     if (!Retryable(s)) return s;
-    if (stopping && (give_up_on_stop || Now() - stop_seen >= reach_.stop_grace_seconds)) return s;
+    if (stopping && (give_up_on_stop || StopGraceLeft() <= 0)) return s;
     if (GaveUp()) {
       return grpc::Status(
           grpc::StatusCode::UNAVAILABLE,
@@ -192,12 +192,7 @@ grpc::Status GrpcCoordinatorClient::Heartbeat(const pb::HeartbeatRequest& reques
                                               double wait_seconds) {
   // Once the coordinator has been silent past the bound, a beat no longer waits,
   // and once the group is stopping, not past the stop grace.
-  double wait = GaveUp() ? 0.05 : wait_seconds;
-  if (stop_ != nullptr && stop_->load()) {
-    double unset = -1;
-    stop_seen_.compare_exchange_strong(unset, Now());
-    wait = std::clamp(reach_.stop_grace_seconds - (Now() - stop_seen_.load()), 0.05, wait);
-  }
+  const double wait = std::min(GaveUp() ? 0.05 : wait_seconds, std::max(0.05, StopGraceLeft()));
   auto context = MakeContext(token_, wait, /*wait_for_ready=*/true);
   grpc::Status s = Stub()->Heartbeat(context.get(), request, response);
   Heard(s);

@@ -110,9 +110,11 @@ class GrpcCoordinatorClient : public CoordinatorClient {
   std::shared_ptr<v1::Coordinator::Stub> Stub() const;
   // Records that the coordinator answered (any status but a retryable one).
   void Heard(const grpc::Status& s);
+  // Seconds left of the stop grace (ReachOptions::stop_grace_seconds), counted
+  // over all calls from the first that saw the stop flag; infinite before it.
+  double StopGraceLeft();
   // After a failed try: follows a changed address file (rate-limited).
   void FollowAddressFile();
-  static double Now();
 
   const std::string where_;
   const std::atomic<bool>* stop_;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/id.h"
 
 namespace xmod {
@@ -30,12 +31,8 @@ JobSession::JobSession(CoordinatorClient& client, JobSessionOptions options, std
 
 JobSession::~JobSession() { StopHeartbeat(); }
 
-double JobSession::Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 void JobSession::StartHeartbeat(double ttl_seconds) {
-  last_progress_ = Now();
+  last_progress_ = SteadySeconds();
   double period = ttl_seconds / 3.0;
   if (o_.stall_seconds > 0) period = std::min(period, o_.stall_seconds / 4.0);
   period = std::max(0.05, period);
@@ -48,8 +45,8 @@ void JobSession::StartHeartbeat(double ttl_seconds) {
       lock.unlock();
       // Time spent waiting for the coordinator (a report retried through an
       // outage) is not a stall of training.
-      if (reporting_ > 0) last_progress_ = Now();
-      if (o_.stall_seconds > 0 && Now() - last_progress_ > o_.stall_seconds) {
+      if (reporting_ > 0) last_progress_ = SteadySeconds();
+      if (o_.stall_seconds > 0 && SteadySeconds() - last_progress_ > o_.stall_seconds) {
         Stalled();
         return;
       }
@@ -79,7 +76,7 @@ bool JobSession::ConfirmLease() {
 
 void JobSession::OnStep(int64_t step) {
   step_ = step;
-  last_progress_ = Now();
+  last_progress_ = SteadySeconds();
 }
 
 void JobSession::OnMetrics(const std::vector<Metric>& metrics) {

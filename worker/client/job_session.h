@@ -90,7 +90,6 @@ class JobSession {
   // Marks the job lost on FAILED_PRECONDITION / NOT_FOUND; false on any error.
   bool Check(const grpc::Status& s);
   bool FlushLocked();
-  static double Now();
 
   // Counts a report in flight (they retry while the coordinator is away).
   struct Reporting {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/cpus.h"
 #include "common/job_file.h"
 #include "common/status_macros.h"
@@ -45,10 +46,6 @@ TrainerOptions TrainerOptionsFor(const WorkerGroupOptions& o, const JobFile& job
 absl::Status BroadcastExit(Communicator& comm) {
   std::string bytes = EncodeGroupCommand({GroupCommand::Kind::kExit, 0, ""});
   return comm.Broadcast(&bytes, 0);
-}
-
-double SteadySeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // --coordinator, or the first address in --coordinator-file, waiting for the file
