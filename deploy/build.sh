@@ -3,6 +3,7 @@
 # Run deploy/install-deps.sh first on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source deploy/ccache-env.sh
 build_dir="${XMOD_BUILD_DIR:-build}"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${XMOD_BUILD_TYPE:-RelWithDebInfo}" "$@" >/dev/null
 cmake --build "$build_dir" -j "$(nproc)"

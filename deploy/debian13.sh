@@ -8,9 +8,9 @@
 #   bash deploy/debian13.sh --run 'COMMAND'   # in the tree as last built (e.g. a benchmark:
 #       --run '/root/build/bin/worker_bench --threads 2'), without copying or testing
 #
-# The tree is made once with debootstrap (minbase) under build-debian13/root (or
-# $XMOD_DEBIAN13_DIR/root) and kept, with its build folder and ccache, for the
-# next run; XMOD_DEBIAN13_FRESH=1 makes it again. The sources are copied in
+# The tree is made once with debootstrap (minbase) under /var/cache/xmod/debian13/root
+# (or $XMOD_DEBIAN13_DIR/root) and kept, with its build folder and ccache, for the
+# next run of any checkout; XMOD_DEBIAN13_FRESH=1 makes it again. The sources are copied in
 # (tracked and untracked files that git does not ignore, and data/brown when it
 # is prepared). Needs root (debootstrap, chroot and bind mounts); anywhere else it
 # says so and exits 0 without testing. The mirror is the one apt uses here, or
@@ -18,7 +18,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-base="${XMOD_DEBIAN13_DIR:-$repo/build-debian13}"
+# The tree, its build folder and its ccache are kept machine-wide (as root) so
+# that every checkout, and CI's fresh clone each run, starts from them warm.
+if [ -n "${XMOD_DEBIAN13_DIR:-}" ]; then
+  base=$XMOD_DEBIAN13_DIR
+elif [ "$(id -u)" = 0 ]; then
+  base=/var/cache/xmod/debian13
+else
+  base=$repo/build-debian13
+fi
 root="$base/root"
 
 say() { echo "debian13: $*"; }
@@ -31,6 +39,14 @@ fail() {
 if [ "$(id -u)" != 0 ]; then
   say "skipped: making and entering a Debian 13 tree needs root (debootstrap, chroot, mount); run the test command as root to include this leg"
   exit 0
+fi
+
+# One run at a time per tree (the sources are copied into it, then built there).
+mkdir -p "$base"
+exec 9>"$base/.lock"
+if ! flock -n 9; then
+  say "another run holds $base; waiting for it"
+  flock 9
 fi
 
 mirror="${XMOD_DEBIAN_MIRROR:-}"

@@ -10,6 +10,7 @@
 # A longer run: FUZZ_SECONDS=3600 FUZZ_RUNS=-1 bash deploy/sanitize-and-fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source deploy/ccache-env.sh
 dir="${XMOD_SANITIZE_DIR:-build-sanitize}"
 seconds="${FUZZ_SECONDS:-60}"
 # A fixed seed and a bounded number of inputs: the run is the same sequence on
@@ -35,13 +36,14 @@ echo "sanitize-and-fuzz: built in $((built - start)) s"
 # Left out: timing tests (a speed bound means nothing under a sanitizer), the
 # source checks, and the long numerical fits over Ceres (X-MoD law recovery, the
 # bootstrap, the Chinchilla refit: 10-20x slower here, several minutes each), the
-# GPU check script (its own unsanitized worker build, run by the main ctest); the
+# GPU check script (its own unsanitized worker build, run by the main ctest), the
+# Kubernetes manifest check (no C++ in it); the
 # fitter's own small tests still run.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export LSAN_OPTIONS="suppressions=$PWD/deploy/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" --timeout 900 -L "unit|integration" \
-  -E "Format\.|Includes\.|TakesWellUnder|XModLaw\.|Bootstrap\.|DenseLaw\.Reproduces|Analysis\.|GpuCheck"
+  -E "Format\.|Includes\.|TakesWellUnder|XModLaw\.|Bootstrap\.|DenseLaw\.Reproduces|Analysis\.|GpuCheck|Kubernetes"
 tested=$(date +%s)
 echo "sanitize-and-fuzz: tests under ASan+UBSan in $((tested - built)) s"
 

