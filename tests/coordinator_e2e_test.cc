@@ -430,7 +430,8 @@ TEST_F(CoordinatorE2e, AGroupFollowsItsCoordinatorFileToANewAddress) {
 // A group whose coordinator stays away past --unreachable-timeout checkpoints,
 // stops and exits with 75 (its allocation freed) instead of waiting without end;
 // a restarted coordinator hands the job to the next group, which resumes it from
-// the last recorded checkpoint with a complete curve.
+// the last recorded checkpoint with a complete curve, without counting the lost
+// lease as a failure of the job.
 TEST_F(CoordinatorE2e, AGroupThatCannotReachItsCoordinatorStopsAndExitsWithinItsBound) {
   const int port = testing::FreePort();
   pid_t serve = Serve(port, 30);
@@ -456,6 +457,9 @@ TEST_F(CoordinatorE2e, AGroupThatCannotReachItsCoordinatorStopsAndExitsWithinIts
   EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 1)
       << testing::Slurp(Path("b.log")) << testing::Slurp(Path("serve.log"));
   EXPECT_EQ(Count("SELECT resumed_from_step FROM attempts WHERE attempt = 2"), recorded);
+  // The outage was the coordinator's: the lost lease does not count against the job.
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM attempts WHERE attempt = 1 AND status = 'preempted'"), 1);
+  EXPECT_EQ(Count("SELECT SUM(failures) FROM jobs"), 0);
   ExpectCompleteCurves();
 }
 

@@ -87,6 +87,7 @@ absl::StatusOr<HeartbeatAction> Scheduler::Heartbeat(const std::string& worker_i
   }
   ASSIGN_OR_RETURN(JobState state, store_->RenewLease(job_id, worker_id, token, step, clock_->Now(),
                                                       options_.lease_ttl_seconds));
+  HeardFromLeaseHolder(job_id);
   if (state == JobState::kCancelled) return HeartbeatAction::kCancel;
   return draining_ ? HeartbeatAction::kDrain : HeartbeatAction::kContinue;
 }
@@ -114,14 +115,18 @@ absl::Status Scheduler::ReportMetrics(const std::string& job_id, int64_t token,
     }
     points.push_back({job_id, m.name, m.step, m.value, m.tokens, m.flops, 0, 0.0});
   }
-  return store_->AppendFencedMetrics(job_id, token, points, clock_->Now());
+  RETURN_IF_ERROR(store_->AppendFencedMetrics(job_id, token, points, clock_->Now()));
+  HeardFromLeaseHolder(job_id);
+  return absl::OkStatus();
 }
 
 absl::Status Scheduler::ReportCheckpoint(const std::string& job_id, int64_t token, int64_t step,
                                          const std::string& path, const std::string& checksum) {
   if (step < 1) return absl::InvalidArgumentError("ReportCheckpoint: step must be >= 1");
   if (path.empty()) return absl::InvalidArgumentError("ReportCheckpoint: path is empty");
-  return store_->RecordCheckpoint(job_id, token, step, path, checksum, clock_->Now());
+  RETURN_IF_ERROR(store_->RecordCheckpoint(job_id, token, step, path, checksum, clock_->Now()));
+  HeardFromLeaseHolder(job_id);
+  return absl::OkStatus();
 }
 
 absl::Status Scheduler::Complete(const std::string& job_id, int64_t token, int64_t step) {
@@ -138,10 +143,41 @@ absl::StatusOr<JobState> Scheduler::Fail(const std::string& job_id, int64_t toke
 }
 
 absl::StatusOr<int64_t> Scheduler::GraceLeases() {
+  ASSIGN_OR_RETURN(LeaseTokens held, store_->HeldLeases());
+  {
+    std::lock_guard<std::mutex> lock(graced_mu_);
+    graced_ = std::move(held);
+    any_graced_ = !graced_.empty();
+  }
   return store_->ExtendLeases(clock_->Now() + options_.lease_ttl_seconds);
 }
 
-absl::StatusOr<int64_t> Scheduler::ExpireLeases() { return store_->ExpireLeases(clock_->Now()); }
+absl::StatusOr<int64_t> Scheduler::ExpireLeases() {
+  if (!any_graced_) return store_->ExpireLeases(clock_->Now());
+  LeaseTokens graced;
+  {
+    std::lock_guard<std::mutex> lock(graced_mu_);
+    graced = graced_;
+  }
+  ASSIGN_OR_RETURN(int64_t expired, store_->ExpireLeases(clock_->Now(), graced));
+  // A graced lease is ended, renewed or replaced by now or will be by its next
+  // expiry check; forget those that are no longer held under their token.
+  ASSIGN_OR_RETURN(LeaseTokens held, store_->HeldLeases());
+  std::lock_guard<std::mutex> lock(graced_mu_);
+  for (auto it = graced_.begin(); it != graced_.end();) {
+    const auto now_held = held.find(it->first);
+    it = now_held == held.end() || now_held->second != it->second ? graced_.erase(it) : ++it;
+  }
+  any_graced_ = !graced_.empty();
+  return expired;
+}
+
+void Scheduler::HeardFromLeaseHolder(const std::string& job_id) {
+  if (!any_graced_) return;
+  std::lock_guard<std::mutex> lock(graced_mu_);
+  graced_.erase(job_id);
+  any_graced_ = !graced_.empty();
+}
 
 absl::StatusOr<std::vector<SweepSummary>> Scheduler::Status(const std::string& sweep,
                                                             std::vector<JobProgressRow>* jobs_out) {

@@ -97,9 +97,14 @@ class Scheduler {
 
   // Gives every lease a full TTL from now: call once when a coordinator starts on a
   // file, so that groups which kept training while it was down are not failed.
+  // Those leases are remembered until their group is heard from again (a
+  // heartbeat, metrics or a checkpoint under the same token).
   absl::StatusOr<int64_t> GraceLeases();
 
-  // Ends every overdue lease; returns how many.
+  // Ends every overdue lease; returns how many. A lease given grace at the start
+  // and never heard from since ends as preempted, not counted: its group left
+  // while the coordinator was away (workers give up after --unreachable-timeout),
+  // which is no fault of the job's.
   absl::StatusOr<int64_t> ExpireLeases();
 
   // ---- Reads and operator actions (the service reaches the store only here) ----
@@ -125,6 +130,13 @@ class Scheduler {
   std::mutex ranks_mu_;
   std::map<std::string, int64_t> worker_ranks_;  // guarded by ranks_mu_; a cache of the store
   std::atomic<uint64_t> worker_counter_{0};
+  // Leases held when this coordinator started (GraceLeases), by job id -> fencing
+  // token, until their group is heard from. any_graced_ spares the lock on every
+  // call once the set is empty.
+  void HeardFromLeaseHolder(const std::string& job_id);
+  std::mutex graced_mu_;
+  LeaseTokens graced_;  // guarded by graced_mu_
+  std::atomic<bool> any_graced_{false};
 };
 
 }  // namespace xmod

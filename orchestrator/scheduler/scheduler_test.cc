@@ -342,6 +342,44 @@ TEST_F(SchedulerTest, ARestartedCoordinatorGivesHeldLeasesAFullTtl) {
             HeartbeatAction::kContinue);
   clock_.Advance(31);  // and a lease that is then not renewed still expires
   EXPECT_EQ(scheduler_->ExpireLeases().value(), 1);
+  // Heard from after the restart, the group's later silence is its own: counted.
+  EXPECT_EQ(store_->Query("SELECT failures FROM jobs WHERE job_id = '" + g.job_id + "'")
+                .value()
+                .rows[0][0],
+            Value(int64_t{1}));
+}
+
+// A group that gave up on its coordinator (--unreachable-timeout) while the
+// coordinator was away never renews its lease: the restarted coordinator ends
+// that lease as preempted, not as a counted failure, so coordinator requeues
+// cannot use up a job's attempts. A group heard from again is judged as usual.
+TEST_F(SchedulerTest, ALeaseWhoseGroupLeftDuringACoordinatorOutageIsNotCounted) {
+  const LeaseGrant gone = Lease();
+  const LeaseGrant back = Lease();
+  clock_.Advance(120);  // the coordinator was requeued and held
+  ASSERT_EQ(scheduler_->GraceLeases().value(), 2);
+  clock_.Advance(20);
+  ASSERT_TRUE(scheduler_->Heartbeat(worker_, back.job_id, back.fencing_token, 3).ok());
+  clock_.Advance(11);  // past the grace: the silent lease runs out
+  EXPECT_EQ(scheduler_->ExpireLeases().value(), 1);
+  auto row = [&](const std::string& sql) { return store_->Query(sql).value().rows[0]; };
+  const std::string gone_id = "'" + gone.job_id + "'";
+  EXPECT_EQ(row("SELECT status, failures FROM jobs WHERE job_id = " + gone_id),
+            (std::vector<Value>{Value(std::string("pending")), Value(int64_t{0})}));
+  EXPECT_EQ(row("SELECT status FROM attempts WHERE job_id = " + gone_id)[0],
+            Value(std::string("preempted")));
+  // The other group then falls silent: an ordinary, counted expiry.
+  clock_.Advance(31);
+  EXPECT_EQ(scheduler_->ExpireLeases().value(), 1);
+  EXPECT_EQ(row("SELECT failures FROM jobs WHERE job_id = '" + back.job_id + "'")[0],
+            Value(int64_t{1}));
+  // The job that was not counted is leased again under a new token, and its new
+  // lease, never graced, is counted when it runs out.
+  const LeaseGrant again = Lease();
+  ASSERT_EQ(again.job_id, gone.job_id);
+  clock_.Advance(31);
+  EXPECT_EQ(scheduler_->ExpireLeases().value(), 1);
+  EXPECT_EQ(row("SELECT failures FROM jobs WHERE job_id = " + gone_id)[0], Value(int64_t{1}));
 }
 
 // A LeaseJob answer lost on the way (the coordinator stopped after committing

@@ -1090,24 +1090,44 @@ absl::StatusOr<JobState> SqliteStore::EndAttempt(const std::string& job_id, int6
   return to;
 }
 
-absl::StatusOr<int64_t> SqliteStore::ExpireLeases(double now) {
+absl::StatusOr<int64_t> SqliteStore::ExpireLeases(double now,
+                                                  const LeaseTokens& not_counted) {
   int64_t expired = 0;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
-    static const std::string kSql = absl::StrCat("SELECT job_id, status FROM jobs WHERE status IN ",
-                                                 StatesIn(IsHeld), " AND lease_expires_at < ?1");
+    static const std::string kSql =
+        absl::StrCat("SELECT job_id, status, fencing_token FROM jobs WHERE status IN ",
+                     StatesIn(IsHeld), " AND lease_expires_at < ?1");
     ASSIGN_OR_RETURN(Statement * s, PrepareLocked(kSql));
     s->Bind(1, now);
     ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
     for (const auto& row : rows.rows) {
+      const std::string job_id = AsText(row[0]);
       ASSIGN_OR_RETURN(JobState from, ParseJobState(AsText(row[1])));
+      const auto graced = not_counted.find(job_id);
+      const bool lost_by_restart = graced != not_counted.end() && graced->second == AsInt(row[2]);
       JobState to;
-      RETURN_IF_ERROR(EndAttemptLocked(AsText(row[0]), from, AttemptEnd::kRetryableError,
-                                       "lease expired", now, &to));
+      RETURN_IF_ERROR(EndAttemptLocked(
+          job_id, from, lost_by_restart ? AttemptEnd::kPreempted : AttemptEnd::kRetryableError,
+          lost_by_restart ? "lease held across a coordinator restart expired: its group did not "
+                            "come back (not counted toward max_attempts)"
+                          : "lease expired",
+          now, &to));
       ++expired;
     }
     return absl::OkStatus();
   }));
   return expired;
+}
+
+absl::StatusOr<LeaseTokens> SqliteStore::HeldLeases() {
+  std::lock_guard<std::mutex> lock(mu_);
+  static const std::string kSql =
+      absl::StrCat("SELECT job_id, fencing_token FROM jobs WHERE status IN ", StatesIn(IsHeld));
+  ASSIGN_OR_RETURN(Statement * s, PrepareLocked(kSql));
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+  LeaseTokens held;
+  for (const auto& row : rows.rows) held[AsText(row[0])] = AsInt(row[1]);
+  return held;
 }
 
 absl::StatusOr<int64_t> SqliteStore::ExtendLeases(double until) {

@@ -43,6 +43,9 @@ struct sqlite3_stmt;
 
 namespace xmod {
 
+// Leases by job id -> fencing token.
+using LeaseTokens = std::map<std::string, int64_t>;
+
 // The status a caller should act on for an SQLite result code (primary or
 // extended): busy or locked, and I/O errors, are UNAVAILABLE (nothing was
 // written; try again, as workers do); a full disk or memory is
@@ -154,8 +157,14 @@ class SqliteStore {
                                       int64_t step, const std::string& reason, double now);
 
   // Every lease that ran out before `now` ends as a counted failure ("lease
-  // expired"); returns how many.
-  absl::StatusOr<int64_t> ExpireLeases(double now);
+  // expired"); returns how many. A lease in `not_counted` (job id -> fencing token,
+  // with the job still at that token) ends as preempted instead: it was held when a
+  // coordinator restarted and its group never came back, so the outage was the
+  // coordinator's, not the job's.
+  absl::StatusOr<int64_t> ExpireLeases(double now, const LeaseTokens& not_counted = {});
+
+  // The leases held now.
+  absl::StatusOr<LeaseTokens> HeldLeases();
 
   // Moves every lease's expiry to at least `until` (a restarted coordinator gives
   // the groups it could not hear from a full TTL to reconnect); returns how many.
