@@ -1090,8 +1090,7 @@ absl::StatusOr<JobState> SqliteStore::EndAttempt(const std::string& job_id, int6
   return to;
 }
 
-absl::StatusOr<int64_t> SqliteStore::ExpireLeases(double now,
-                                                  const LeaseTokens& not_counted) {
+absl::StatusOr<int64_t> SqliteStore::ExpireLeases(double now, const LeaseTokens& not_counted) {
   int64_t expired = 0;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
     static const std::string kSql =
