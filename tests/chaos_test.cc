@@ -6,8 +6,9 @@
 //     every metric but the measured tokens_per_s);
 //   - an attempt ends as anything but succeeded only in a group that a worker
 //     fault hit (kill -9 of the group or of one rank, SIGSTOP past the lease),
-//     at most once per such fault, or as preempted in a group that was signalled;
-//     coordinator restarts cost no attempt;
+//     at most once per such fault, or as preempted in a group that was signalled
+//     (or, not counted, in a faulted group whose lease outlived a coordinator
+//     restart); coordinator restarts cost no attempt;
 //   - the database passes PRAGMA integrity_check.
 // The schedule is printed first; XMOD_CHAOS_SEED=N reruns seed N (default 1).
 #include <gmock/gmock.h>
@@ -243,7 +244,14 @@ TEST_F(Chaos, ASeededFaultScheduleCostsNoStepNoBitAndNoUncountedAttempt) {
     std::ostringstream what;
     what << std::get<std::string>(row[0]) << " attempt " << std::get<int64_t>(row[1]) << " in "
          << group << " ended " << status << " (" << std::get<std::string>(row[4]) << ")";
-    if (status == "preempted") {
+    const bool lost_in_restart =
+        std::get<std::string>(row[4]).rfind("lease held across a coordinator restart", 0) == 0;
+    if (status == "preempted" && lost_in_restart) {
+      // A group that a worker fault ended while the coordinator was down: the
+      // restarted coordinator cannot tell it from a group that left during the
+      // outage, and does not count it (docs/protocol.md, row 10a).
+      EXPECT_TRUE(faulted.count(group)) << what.str() << ": no worker fault hit that group";
+    } else if (status == "preempted") {
       EXPECT_TRUE(signalled.count(group)) << what.str() << ": that group was not signalled";
     } else {
       ++lost;
