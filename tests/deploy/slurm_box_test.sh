@@ -154,6 +154,8 @@ check '[ "$(count "SELECT COUNT(*) FROM attempts WHERE status = '"'"'preempted'"
 check '[ "$(count "SELECT COUNT(*) FROM attempts WHERE resumed_from_step > 0")" -ge 1 ]' \
   "a later attempt resumed from the preempted one's checkpoint"
 check 'grep -q "preempted at step" "$work"/site/xmod-workers-*.out' "the group log says it was preempted"
+check 'grep -q " 1 LibTorch threads per rank (SLURM_CPUS_PER_TASK=1" "$work"/site/xmod-workers-*.out' \
+  "each rank runs the threads of its allocation (--cpus-per-task=1), not one per CPU of the node"
 check '[ "$(count "SELECT SUM(failures) FROM jobs")" = 0 ]' \
   "no interruption counted against the job (the lease lost in the coordinator's outage ends as preempted)"
 check '[ "$(count "SELECT COUNT(*) FROM metrics WHERE name = '"'"'train_loss'"'"'")" = "$(count "SELECT SUM(steps) FROM jobs")" ]' \
