@@ -1,5 +1,6 @@
 #include "orchestrator/scheduler/scheduler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -143,32 +144,37 @@ absl::StatusOr<JobState> Scheduler::Fail(const std::string& job_id, int64_t toke
 }
 
 absl::StatusOr<int64_t> Scheduler::GraceLeases() {
-  ASSIGN_OR_RETURN(LeaseTokens held, store_->HeldLeases());
+  double latest_expiry = 0;
+  ASSIGN_OR_RETURN(LeaseTokens held, store_->HeldLeases(&latest_expiry));
+  const double until = clock_->Now() + options_.lease_ttl_seconds;
   {
     std::lock_guard<std::mutex> lock(graced_mu_);
     graced_ = std::move(held);
+    grace_until_ = std::max(until, latest_expiry);
     any_graced_ = !graced_.empty();
   }
-  return store_->ExtendLeases(clock_->Now() + options_.lease_ttl_seconds);
+  return store_->ExtendLeases(until);
 }
 
 absl::StatusOr<int64_t> Scheduler::ExpireLeases() {
-  if (!any_graced_) return store_->ExpireLeases(clock_->Now());
+  const double now = clock_->Now();
+  if (!any_graced_) return store_->ExpireLeases(now);
   LeaseTokens graced;
+  double until;
   {
     std::lock_guard<std::mutex> lock(graced_mu_);
     graced = graced_;
+    until = grace_until_;
   }
-  ASSIGN_OR_RETURN(int64_t expired, store_->ExpireLeases(clock_->Now(), graced));
-  // A graced lease is ended, renewed or replaced by now or will be by its next
-  // expiry check; forget those that are no longer held under their token.
-  ASSIGN_OR_RETURN(LeaseTokens held, store_->HeldLeases());
-  std::lock_guard<std::mutex> lock(graced_mu_);
-  for (auto it = graced_.begin(); it != graced_.end();) {
-    const auto now_held = held.find(it->first);
-    it = now_held == held.end() || now_held->second != it->second ? graced_.erase(it) : ++it;
+  ASSIGN_OR_RETURN(int64_t expired, store_->ExpireLeases(now, graced));
+  // Every graced lease runs out by `until` (the grace, or a longer lease it already
+  // had) unless its group renewed it and was forgotten then: past it, this call
+  // has ended the rest, and none is left to remember.
+  if (now > until) {
+    std::lock_guard<std::mutex> lock(graced_mu_);
+    graced_.clear();
+    any_graced_ = false;
   }
-  any_graced_ = !graced_.empty();
   return expired;
 }
 

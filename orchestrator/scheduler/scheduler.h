@@ -135,7 +135,8 @@ class Scheduler {
   // call once the set is empty.
   void HeardFromLeaseHolder(const std::string& job_id);
   std::mutex graced_mu_;
-  LeaseTokens graced_;  // guarded by graced_mu_
+  LeaseTokens graced_;      // guarded by graced_mu_
+  double grace_until_ = 0;  // guarded by graced_mu_; the grace's end (GraceLeases)
   std::atomic<bool> any_graced_{false};
 };
 

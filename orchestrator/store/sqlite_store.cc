@@ -4,6 +4,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -1118,14 +1119,20 @@ absl::StatusOr<int64_t> SqliteStore::ExpireLeases(double now, const LeaseTokens&
   return expired;
 }
 
-absl::StatusOr<LeaseTokens> SqliteStore::HeldLeases() {
+absl::StatusOr<LeaseTokens> SqliteStore::HeldLeases(double* latest_expiry) {
   std::lock_guard<std::mutex> lock(mu_);
   static const std::string kSql =
-      absl::StrCat("SELECT job_id, fencing_token FROM jobs WHERE status IN ", StatesIn(IsHeld));
+      absl::StrCat("SELECT job_id, fencing_token, lease_expires_at FROM jobs WHERE status IN ",
+                   StatesIn(IsHeld));
   ASSIGN_OR_RETURN(Statement * s, PrepareLocked(kSql));
   ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
   LeaseTokens held;
-  for (const auto& row : rows.rows) held[AsText(row[0])] = AsInt(row[1]);
+  double latest = 0;
+  for (const auto& row : rows.rows) {
+    held[AsText(row[0])] = AsInt(row[1]);
+    latest = std::max(latest, AsReal(row[2]));
+  }
+  if (latest_expiry != nullptr) *latest_expiry = latest;
   return held;
 }
 

@@ -163,8 +163,9 @@ class SqliteStore {
   // coordinator's, not the job's.
   absl::StatusOr<int64_t> ExpireLeases(double now, const LeaseTokens& not_counted = {});
 
-  // The leases held now.
-  absl::StatusOr<LeaseTokens> HeldLeases();
+  // The leases held now; with `latest_expiry`, also when the last of them runs out
+  // (0 when none is held).
+  absl::StatusOr<LeaseTokens> HeldLeases(double* latest_expiry = nullptr);
 
   // Moves every lease's expiry to at least `until` (a restarted coordinator gives
   // the groups it could not hear from a full TTL to reconnect); returns how many.
