@@ -27,6 +27,30 @@ absl::StatusOr<Schedule> ParseSchedule(std::string_view name) {
       absl::StrCat("unknown schedule '", std::string(name), "' (known: cosine, constant, wsd)"));
 }
 
+std::string_view DecayShapeName(DecayShape shape) {
+  switch (shape) {
+    case DecayShape::kLinear:
+      return "linear";
+    case DecayShape::kOneMinusSqrt:
+      return "one_minus_sqrt";
+    case DecayShape::kCosine:
+      return "cosine";
+    case DecayShape::kExponential:
+      return "exponential";
+  }
+  return "?";
+}
+
+absl::StatusOr<DecayShape> ParseDecayShape(std::string_view name) {
+  for (DecayShape s : {DecayShape::kLinear, DecayShape::kOneMinusSqrt, DecayShape::kCosine,
+                       DecayShape::kExponential}) {
+    if (name == DecayShapeName(s)) return s;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown decay shape '", std::string(name),
+                   "' (known: one_minus_sqrt, linear, cosine, exponential)"));
+}
+
 nlohmann::json CanonicalJson(const JobFile& job) {
   nlohmann::json data = job.data_path.empty() ? nlohmann::json{{"synthetic", true},
                                                                {"seed", job.synthetic_seed},
@@ -71,6 +95,15 @@ nlohmann::json CanonicalJson(const JobFile& job) {
   };
   if (job.final_eval_tokens.has_value()) j["final_eval_tokens"] = *job.final_eval_tokens;
   if (job.recompute) j["recompute"] = true;
+  // Linear was the only wsd shape before the field existed: its jobs keep their ids.
+  if (job.schedule == Schedule::kWsd && job.decay_shape != DecayShape::kLinear) {
+    j["decay_shape"] = DecayShapeName(job.decay_shape);
+  }
+  if (!job.keep_steps.empty()) j["keep_steps"] = job.keep_steps;
+  if (!job.parent.empty()) {
+    j["parent"] = job.parent;
+    j["start_step"] = job.start_step;
+  }
   if (job.optimizer_sharding != "none") j["optimizer_sharding"] = job.optimizer_sharding;
   if (IsExpertFamily(job.shape.family)) {
     const ExpertShape& e = job.shape.experts;
@@ -261,6 +294,22 @@ absl::Status ReadExperts(const nlohmann::json& json, JobFile* job) {
   return absl::OkStatus();
 }
 
+absl::Status ReadKeepSteps(const nlohmann::json& json, JobFile* job) {
+  auto it = json.find("keep_steps");
+  if (it == json.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_array()) {
+    return absl::InvalidArgumentError("job: field 'keep_steps' must be an array of steps");
+  }
+  for (const nlohmann::json& v : *it) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 1) {
+      return absl::InvalidArgumentError(
+          "job: field 'keep_steps' must hold positive integer steps");
+    }
+    job->keep_steps.push_back(v.get<int64_t>());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckRanges(const JobFile& job) {
   const std::pair<const char*, int64_t> positive[] = {
       {"d_model", job.shape.d_model},       {"n_heads", job.shape.n_heads},
@@ -291,6 +340,21 @@ absl::Status CheckRanges(const JobFile& job) {
   if (job.final_eval_tokens.has_value() && *job.final_eval_tokens < 0) {
     return absl::InvalidArgumentError(
         "job: field 'final_eval_tokens' must be 0 (the whole validation split) or positive");
+  }
+  for (int64_t s : job.keep_steps) {
+    if (s > job.steps) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job: field 'keep_steps' holds step ", s, ", past the last step ", job.steps));
+    }
+  }
+  if (!job.parent.empty() && (job.start_step < 1 || job.start_step >= job.steps)) {
+    return absl::InvalidArgumentError(
+        "job: field 'start_step' must be between 1 and steps - 1 for a branch");
+  }
+  if (job.schedule == Schedule::kWsd && job.decay_shape == DecayShape::kExponential &&
+      !(job.min_lr > 0)) {
+    return absl::InvalidArgumentError(
+        "job: field 'decay_shape' exponential needs min_lr > 0 (it decays to min_lr/lr)");
   }
   if (job.shape.d_model % job.shape.n_heads != 0) {
     return absl::InvalidArgumentError("job: d_model is not divisible by n_heads");
@@ -339,6 +403,17 @@ absl::StatusOr<JobFile> JobFileFromJson(const nlohmann::json& json) {
     if (parsed.ok()) job.schedule = *parsed;
   }
   r.Int("decay_steps", &job.decay_steps);
+  if (r.Has("decay_shape")) {
+    std::string shape;
+    r.String("decay_shape", &shape);
+    if (r.status().ok()) {
+      auto parsed = ParseDecayShape(shape);
+      if (!parsed.ok()) r.Fail("decay_shape", std::string(parsed.status().message()));
+      if (parsed.ok()) job.decay_shape = *parsed;
+    }
+  }
+  r.String("parent", &job.parent, /*required=*/false);
+  if (!job.parent.empty()) r.Int("start_step", &job.start_step);
   r.Real("weight_decay", &job.weight_decay);
   r.Real("grad_clip", &job.grad_clip);
   r.Real("beta1", &job.beta1);
@@ -361,6 +436,7 @@ absl::StatusOr<JobFile> JobFileFromJson(const nlohmann::json& json) {
   }
   r.Real("flops_per_token", &job.flops_per_token);
   if (!r.status().ok()) return r.status();
+  if (absl::Status s = ReadKeepSteps(json, &job); !s.ok()) return s;
   if (job.id.empty()) return absl::InvalidArgumentError("job: field 'id' is empty");
   if (job.data_vocab_size == 0) job.data_vocab_size = job.shape.vocab_size;
   if (absl::Status s = ReadData(json, &job); !s.ok()) return s;

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/accounting.h"
@@ -26,6 +27,14 @@ enum class Schedule { kCosine, kConstant, kWsd };
 std::string_view ScheduleName(Schedule schedule);
 // Inverse of ScheduleName; INVALID_ARGUMENT naming the known schedules otherwise.
 absl::StatusOr<Schedule> ParseSchedule(std::string_view name);
+
+// The shape of a wsd cooldown (docs/schedules.md): the multiplier g(r) that takes
+// the learning rate from lr (r = 0) to min_lr (r = 1), lr(r) = min_lr + (lr − min_lr)·g(r):
+// linear 1 − r, one_minus_sqrt 1 − √r (Hägele et al. 2024's default), cosine
+// (1 + cos πr)/2; exponential is lr·(min_lr/lr)^r (needs min_lr > 0).
+enum class DecayShape { kLinear, kOneMinusSqrt, kCosine, kExponential };
+std::string_view DecayShapeName(DecayShape shape);
+absl::StatusOr<DecayShape> ParseDecayShape(std::string_view name);
 
 // How the expert layers of a moe or deco job train (docs/baselines.md). The
 // balancing coefficient α of moe is JobFile::balance_coef; JobFile::gate names the
@@ -58,6 +67,14 @@ struct JobFile {
   int64_t warmup_steps = 0;
   Schedule schedule = Schedule::kCosine;
   int64_t decay_steps = 0;  // wsd only
+  DecayShape decay_shape = DecayShape::kLinear;  // wsd only
+  // Cooldown branches (docs/schedules.md). A trunk trains the constant-LR part once
+  // and keeps a checkpoint at every step in keep_steps (its branches' starts); a
+  // branch (parent non-empty) starts from its parent's checkpoint at start_step and
+  // trains steps start_step+1 .. steps. Absent from the canonical JSON when unused.
+  std::vector<int64_t> keep_steps;
+  std::string parent;
+  int64_t start_step = 0;
   double weight_decay = 0.0;
   double grad_clip = 0.0;
   double beta1 = 0.9;
@@ -84,6 +101,8 @@ struct JobFile {
   int64_t data_vocab_size = 0;  // the dataset's vocabulary as the sweep declared it
 
   int64_t tokens_per_step() const { return batch_size * shape.context; }
+  bool is_branch() const { return !parent.empty(); }
+  bool is_trunk() const { return !keep_steps.empty(); }
 };
 
 // Every field that decides the training result, with sorted keys: what the id is

@@ -109,6 +109,7 @@ void OnServeSignal(int) {
 }
 
 std::string ExpertsCell(const ModelShape& s);
+std::string FlopTotals(const std::vector<ResolvedJob>& jobs);
 
 QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
   QueryResult t;
@@ -127,6 +128,8 @@ QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
                "tokens",
                "steps",
                "train_flops",
+               "role",
+               "start_step",
                "micro_batch",
                "recompute",
                "sharding",
@@ -148,6 +151,8 @@ QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
                       j.tokens,
                       j.steps,
                       j.train_flops,
+                      std::string(j.role()),
+                      j.start_step,
                       j.micro_batch_size,
                       std::string(j.recompute ? "on" : "off"),
                       j.optimizer_sharding,
@@ -155,6 +160,24 @@ QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
                       ExpertsCell(j.shape)});
   }
   return t;
+}
+
+// "X training FLOPs", and with cooldown branches what the same results would
+// cost with every budget trained alone.
+std::string FlopTotals(const std::vector<ResolvedJob>& jobs) {
+  double flops = 0, standalone = 0;
+  int64_t trunks = 0, branches = 0;
+  for (const ResolvedJob& j : jobs) {
+    flops += j.train_flops;
+    standalone += j.standalone_flops();
+    trunks += j.keep_steps.empty() ? 0 : 1;
+    branches += j.parent.empty() ? 0 : 1;
+  }
+  if (trunks == 0) return fmt::format("{:.3g} training FLOPs", flops);
+  return fmt::format(
+      "{:.3g} training FLOPs with {} cooldown trunks and {} branches, against {:.3g} with every "
+      "budget trained alone ({:.3f} of it)",
+      flops, trunks, branches, standalone, flops / standalone);
 }
 
 // "E x d_e top-k" (moe), "E x d_e relu" (deco), "" otherwise.
@@ -188,10 +211,8 @@ absl::Status Check(const Flags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(SweepSpec spec, LoadSweepSpec(f.spec));
   ASSIGN_OR_RETURN(std::vector<ResolvedJob> jobs, ExpandSweep(spec, f.max_jobs));
   const DesignReport design = CheckDesign(spec, jobs);
-  double flops = 0;
-  for (const ResolvedJob& j : jobs) flops += j.train_flops;
-  out << fmt::format("sweep '{}': {} jobs, {:.3g} training FLOPs; laws checked: [{}]\n", spec.name,
-                     jobs.size(), flops, fmt::join(design.laws, ", "));
+  out << fmt::format("sweep '{}': {} jobs, {}; laws checked: [{}]\n", spec.name, jobs.size(),
+                     FlopTotals(jobs), fmt::join(design.laws, ", "));
   out << design.Text(f.spec);
   if (!design.ok() && !f.allow_unidentifiable) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -213,6 +234,7 @@ absl::Status Expand(const Flags& f, std::ostream& out) {
     out << array.dump(2) << "\n";
   } else {
     PrintResult(ExpandTable(jobs), format, out);
+    if (format == Format::kTable) out << "total: " << FlopTotals(jobs) << "\n";
   }
   return absl::OkStatus();
 }
@@ -276,7 +298,10 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
   QueryResult t;
   t.columns.push_back("sweep");
   for (JobState s : kAllJobStates) t.columns.emplace_back(JobStateName(s));
-  for (const char* c : {"total", "progress", "elapsed_s", "eta_s"}) t.columns.push_back(c);
+  for (const char* c : {"total", "progress", "elapsed_s", "eta_s", "train_flops",
+                        "standalone_flops", "flops_vs_standalone"}) {
+    t.columns.push_back(c);
+  }
   for (const SweepSummary& p : sweeps) {
     std::vector<Value> row{p.states.sweep};
     for (JobState s : kAllJobStates) row.emplace_back(p.states.counts.at(s));
@@ -291,6 +316,11 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
     } else {
       row.emplace_back(std::monostate{});
     }
+    // What cooldown branches save: the sweep's FLOPs against every result trained alone.
+    row.emplace_back(flops.total);
+    row.emplace_back(flops.standalone);
+    row.emplace_back(flops.standalone > 0 ? Value(flops.total / flops.standalone)
+                                          : Value(std::monostate{}));
     t.rows.push_back(std::move(row));
   }
   PrintResult(t, format, out);

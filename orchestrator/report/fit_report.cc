@@ -184,7 +184,7 @@ LawPoint SweepJob::ToLawPoint(const PointOptions& options) const {
   LawPoint p;
   p.id = id;
   p.scale = scale;
-  p.config = config_key;
+  p.config = cluster_key.empty() ? config_key : cluster_key;
   const double extra = options.total_params ? n_embedding : 0.0;
   p.n = n_active + extra;
   p.n_total = n_total + extra;
@@ -226,6 +226,8 @@ absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const st
     j.status = Text(Cell(t, row, "status"));
     j.budget_kind = Text(Cell(t, row, "budget_kind"));
     j.config_key = Text(Cell(t, row, "config_key"));
+    j.role = Text(Cell(t, row, "role"));
+    j.cluster_key = Text(Cell(t, row, "cluster_key"));
     j.matched_to = Text(Cell(t, row, "matched_to"));
     j.experts = static_cast<int64_t>(Number(Cell(t, row, "experts")));
     j.top_k = static_cast<int64_t>(Number(Cell(t, row, "top_k")));
@@ -260,6 +262,7 @@ std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs, const PointOp
   std::vector<LawPoint> points;
   for (const SweepJob& j : jobs) {
     if (j.status != "succeeded" || !j.Loss(options.metric).has_value()) continue;
+    if (j.role == "trunk") continue;  // its loss is taken before any cooldown
     const std::string& second = options.law == "moe" ? "moe" : "xmod";
     if (j.family != "dense" && j.family != second) continue;
     points.push_back(j.ToLawPoint(options));

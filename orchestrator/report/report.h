@@ -63,6 +63,9 @@ struct PointOptions {
 
 struct SweepJob {
   std::string id, family, scale, status, budget_kind, config_key;
+  // "run", "trunk" (a cooldown trunk: never a law point) or "branch"; the
+  // bootstrap's cluster (a branch's trunk configuration, else config_key).
+  std::string role = "run", cluster_key;
   std::string matched_to;          // a sized baseline: what it was sized against
   int64_t experts = 0, top_k = 0;  // moe, deco
   int64_t granularity = 0;         // moe: d_ff / d_e (0 for the other families)

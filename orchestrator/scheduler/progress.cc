@@ -6,6 +6,7 @@ FlopProgress SumProgress(const std::vector<JobProgressRow>& jobs) {
   FlopProgress p;
   for (const JobProgressRow& j : jobs) {
     p.total += j.train_flops;
+    p.standalone += j.standalone_flops;
     p.done += j.flops_done();
   }
   return p;

@@ -15,6 +15,9 @@ namespace xmod {
 struct FlopProgress {
   double done = 0.0;   // FLOPs of succeeded jobs plus the reported share of jobs in flight
   double total = 0.0;  // FLOPs of every job of the sweep
+  // FLOPs of the same results with every job trained alone (cooldown branches
+  // from step 0, no trunks): total / standalone is what branches save.
+  double standalone = 0.0;
   // done / total; 1 for an empty sweep.
   double Fraction() const { return total > 0 ? done / total : 1.0; }
 };

@@ -61,6 +61,7 @@ absl::StatusOr<std::vector<SweepSummary>> RemoteCoordinator::Status(const std::s
     p.states.total = s.total();
     p.flops.done = s.train_flops_done();
     p.flops.total = s.train_flops_total();
+    p.flops.standalone = s.standalone_flops_total();
     p.started_at = s.started_at();
     out.push_back(std::move(p));
   }
@@ -87,6 +88,8 @@ absl::StatusOr<std::vector<JobProgressRow>> RemoteCoordinator::ListJobs(const st
     r.attempt = j.attempt();
     r.step = j.step();
     r.steps = j.steps();
+    r.start_step = j.start_step();
+    r.standalone_flops = j.standalone_flops();
     if (!std::isnan(j.final_val_loss())) r.final_val_loss = j.final_val_loss();
     out.push_back(std::move(r));
   }

@@ -206,6 +206,7 @@ class Service final : public pb::Coordinator::Service {
         out->set_total(sc.total);
         out->set_train_flops_done(summary.flops.done);
         out->set_train_flops_total(summary.flops.total);
+        out->set_standalone_flops_total(summary.flops.standalone);
         out->set_started_at(summary.started_at);
       }
       return grpc::Status::OK;
@@ -230,6 +231,8 @@ class Service final : public pb::Coordinator::Service {
         out->set_attempt(p.attempt);
         out->set_step(p.step);
         out->set_steps(p.steps);
+        out->set_start_step(p.start_step);
+        out->set_standalone_flops(p.standalone_flops);
         out->set_train_flops(p.train_flops);
         out->set_final_val_loss(p.final_val_loss ? *p.final_val_loss : std::nan(""));
       }

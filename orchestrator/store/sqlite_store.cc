@@ -409,9 +409,10 @@ absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
             "n_layers, dense_layers, d_model, n_heads, d_ff, vocab_size, n_params_total, "
             "n_params_active, flops_per_token, dense_flops_per_token, budget_kind, "
             "budget_value, tokens, steps, train_flops, batch_tokens, ranks, priority, "
-            "max_attempts, config_json, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, "
-            "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, "
-            "?23, ?24, ?25, ?26, ?27, ?28, ?28) ON CONFLICT (job_id) DO NOTHING"));
+            "max_attempts, config_json, created_at, updated_at, role, parent_id, start_step) "
+            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
+            "?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?28, ?29, ?30, ?31) "
+            "ON CONFLICT (job_id) DO NOTHING"));
     ASSIGN_OR_RETURN(Statement * link,
                      PrepareLocked("INSERT INTO sweep_jobs (sweep_id, job_id) VALUES (?1, ?2) "
                                    "ON CONFLICT DO NOTHING"));
@@ -444,7 +445,14 @@ absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
           .Bind(25, job.priority)
           .Bind(26, job.max_attempts)
           .Bind(27, job.ToJson().dump())
-          .Bind(28, now);
+          .Bind(28, now)
+          .Bind(29, job.role())
+          .Bind(31, job.start_step);
+      if (job.parent.empty()) {
+        insert_job->BindNull(30);
+      } else {
+        insert_job->Bind(30, job.parent);
+      }
       RETURN_IF_ERROR(WriteLocked(insert_job, absl::StrCat("inserting job ", job.id)));
       const bool inserted = sqlite3_changes(db_) > 0;
       link->Bind(1, sweep_id).Bind(2, job.id);
@@ -680,6 +688,7 @@ absl::StatusOr<int64_t> SqliteStore::Cancel(const std::string& sweep_or_job) {
       return absl::NotFoundError(absl::StrCat("no sweep or job named '", sweep_or_job, "'"));
     }
     ASSIGN_OR_RETURN(moved, std::move(result));
+    for (const std::string& id : ids) RETURN_IF_ERROR(CancelStrandedBranchesLocked(id, Now()));
     return absl::OkStatus();
   }));
   return moved;
@@ -758,11 +767,15 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
         g.fencing_token = AsInt(Cell(lost, 0, 3));
         g.resume_step = AsInt(Cell(lost, 0, 4));
         if (g.resume_step > 0) {
-          ASSIGN_OR_RETURN(Statement * path, PrepareLocked("SELECT path FROM checkpoints "
-                                                           "WHERE job_id = ?1 AND step = ?2"));
+          // Its own checkpoint, or (a branch's first attempt) its trunk's.
+          ASSIGN_OR_RETURN(Statement * path,
+                           PrepareLocked("SELECT c.path FROM checkpoints c JOIN jobs j "
+                                         "ON j.job_id = ?1 WHERE c.step = ?2 AND (c.job_id = "
+                                         "j.job_id OR c.job_id = j.parent_id) "
+                                         "ORDER BY c.job_id = j.job_id DESC LIMIT 1"));
           path->Bind(1, g.job_id).Bind(2, g.resume_step);
           ASSIGN_OR_RETURN(QueryResult p, CollectLocked(path));
-          g.resume_checkpoint = AsText(Cell(p, 0, 0));
+          if (!p.rows.empty()) g.resume_checkpoint = AsText(Cell(p, 0, 0));
         }
         grant = std::move(g);
         return absl::OkStatus();
@@ -771,6 +784,9 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
     // Candidates in lease order, a page at a time, until one fits the group.
     static const std::string kPageSql = absl::StrCat(
         "SELECT job_id, batch_tokens, context FROM jobs WHERE status = 'pending' "
+        // A branch waits until its trunk's checkpoint at its start is recorded.
+        "AND (parent_id IS NULL OR EXISTS (SELECT 1 FROM checkpoints c WHERE "
+        "c.job_id = jobs.parent_id AND c.step = jobs.start_step)) "
         "ORDER BY ",
         std::string(kLeaseOrderSql), " LIMIT ?1 OFFSET ?2");
     ASSIGN_OR_RETURN(Statement * page, PrepareLocked(kPageSql));
@@ -810,6 +826,18 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
     if (!cp.rows.empty()) {
       g.resume_step = AsInt(Cell(cp, 0, 0));
       g.resume_checkpoint = AsText(Cell(cp, 0, 1));
+    } else {
+      // A branch with no checkpoint of its own starts from its trunk's.
+      ASSIGN_OR_RETURN(Statement * trunk,
+                       PrepareLocked("SELECT j.start_step, c.path FROM jobs j JOIN checkpoints c "
+                                     "ON c.job_id = j.parent_id AND c.step = j.start_step "
+                                     "WHERE j.job_id = ?1"));
+      trunk->Bind(1, g.job_id);
+      ASSIGN_OR_RETURN(QueryResult tp, CollectLocked(trunk));
+      if (!tp.rows.empty()) {
+        g.resume_step = AsInt(Cell(tp, 0, 0));
+        g.resume_checkpoint = AsText(Cell(tp, 0, 1));
+      }
     }
     // The latest attempt wins: rows past the resume point are redone by this one.
     ASSIGN_OR_RETURN(Statement * trim,
@@ -1063,6 +1091,7 @@ absl::Status SqliteStore::EndAttemptLocked(const std::string& job_id, JobState f
       .Bind(4, reason)
       .Bind(5, now);
   RETURN_IF_ERROR(WriteLocked(update, "ending an attempt"));
+  if (!IsActive(*to)) RETURN_IF_ERROR(CancelStrandedBranchesLocked(job_id, now));
   ASSIGN_OR_RETURN(Statement * attempt,
                    PrepareLocked("UPDATE attempts SET status = ?3, ended_at = ?4, reason = ?5 "
                                  "WHERE job_id = ?1 AND fencing_token = ?2"));
@@ -1072,6 +1101,20 @@ absl::Status SqliteStore::EndAttemptLocked(const std::string& job_id, JobState f
       .Bind(4, now)
       .Bind(5, reason);
   return WriteLocked(attempt, "closing the attempt");
+}
+
+absl::Status SqliteStore::CancelStrandedBranchesLocked(const std::string& trunk_id, double now) {
+  ASSIGN_OR_RETURN(
+      Statement * s,
+      PrepareLocked("UPDATE jobs SET status = 'cancelled', updated_at = ?2, status_reason = "
+                    "'its trunk ' || parent_id || ' ended ' || (SELECT p.status FROM jobs p "
+                    "WHERE p.job_id = ?1) || ' without a checkpoint at step ' || start_step "
+                    "WHERE parent_id = ?1 AND status = 'pending' AND NOT EXISTS (SELECT 1 "
+                    "FROM checkpoints c WHERE c.job_id = ?1 AND c.step = jobs.start_step) "
+                    "AND (SELECT p.status FROM jobs p WHERE p.job_id = ?1) IN "
+                    "('succeeded', 'failed', 'cancelled')"));
+  s->Bind(1, trunk_id).Bind(2, now);
+  return WriteLocked(s, "cancelling the branches of an ended trunk");
 }
 
 absl::StatusOr<JobState> SqliteStore::EndAttempt(const std::string& job_id, int64_t token,
@@ -1178,7 +1221,9 @@ absl::StatusOr<std::vector<JobProgressRow>> SqliteStore::JobProgress(const std::
   ASSIGN_OR_RETURN(
       Statement * s,
       PrepareLocked("SELECT j.job_id, j.family, j.scale, j.status, j.sparsity, j.train_flops, "
-                    "j.stride, j.context, j.attempt, j.last_step, j.steps, "
+                    "j.stride, j.context, j.attempt, j.last_step, j.steps, j.start_step, "
+                    "CASE j.role WHEN 'trunk' THEN 0.0 ELSE j.flops_per_token * j.steps * "
+                    "j.batch_tokens END, "
                     "(SELECT m.value FROM metrics m WHERE m.job_id = j.job_id AND "
                     "m.name = 'val_loss' ORDER BY m.step DESC LIMIT 1), "
                     "(SELECT MAX(m.step) FROM metrics m WHERE m.job_id = j.job_id AND "
@@ -1200,9 +1245,11 @@ absl::StatusOr<std::vector<JobProgressRow>> SqliteStore::JobProgress(const std::
     p.context = AsInt(r[7]);
     p.attempt = AsInt(r[8]);
     p.step = AsInt(r[9]);
-    if (const auto* reported = std::get_if<int64_t>(&r[12])) p.step = std::max(p.step, *reported);
+    if (const auto* reported = std::get_if<int64_t>(&r[14])) p.step = std::max(p.step, *reported);
     p.steps = AsInt(r[10]);
-    if (const auto* v = std::get_if<double>(&r[11])) p.final_val_loss = *v;
+    p.start_step = AsInt(r[11]);
+    p.standalone_flops = AsReal(r[12]);
+    if (const auto* v = std::get_if<double>(&r[13])) p.final_val_loss = *v;
     out.push_back(std::move(p));
   }
   return out;

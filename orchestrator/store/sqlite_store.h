@@ -231,6 +231,10 @@ class SqliteStore {
                                             AttemptSteps* attempt = nullptr);
   absl::Status EndAttemptLocked(const std::string& job_id, JobState from, AttemptEnd end,
                                 const std::string& reason, double now, JobState* to);
+  // Cancels the pending cooldown branches of `trunk_id` once it has ended (any
+  // way) without recording the checkpoint a branch starts from: they could never
+  // be leased. The reason names the trunk, its state and the step.
+  absl::Status CancelStrandedBranchesLocked(const std::string& trunk_id, double now);
   double Now() const;
 
   struct Writer {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
@@ -31,6 +32,10 @@ JobFile ResolvedJob::ToJobFile() const {
   f.warmup_steps = warmup_steps;
   f.schedule = schedule;
   f.decay_steps = decay_steps;
+  f.decay_shape = decay_shape;
+  f.keep_steps = keep_steps;
+  f.parent = parent;
+  f.start_step = start_step;
   f.weight_decay = weight_decay;
   f.grad_clip = grad_clip;
   f.beta1 = beta1;
@@ -79,6 +84,8 @@ nlohmann::json ResolvedJob::ToJson() const {
   j["budget_kind"] = BudgetKindName(budget_kind);
   j["budget_value"] = budget_value;
   j["train_flops"] = train_flops;
+  j["standalone_flops"] = standalone_flops();
+  j["role"] = role();
   j["tokens_trained"] = tokens_trained();
   j["memory_per_rank_bytes"] = memory.peak;
   j["memory_peak_phase"] = memory.peak_phase;
@@ -91,6 +98,21 @@ nlohmann::json ResolvedJob::ToJson() const {
   j["priority"] = priority;
   return j;
 }
+
+namespace {
+
+// Steps between interim evaluations: as the sweep says, or ten per run.
+int64_t EvalInterval(const TrainSpec& t, int64_t steps) {
+  return t.eval_interval > 0 ? std::min(t.eval_interval, steps)
+                             : std::max<int64_t>(1, (steps + 9) / 10);
+}
+
+// Steps between checkpoints: as the sweep says, or only at the end.
+int64_t CheckpointInterval(const TrainSpec& t, int64_t steps) {
+  return t.checkpoint_interval > 0 ? std::min(t.checkpoint_interval, steps) : steps;
+}
+
+}  // namespace
 
 namespace {
 
@@ -367,16 +389,15 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
   job.decay_steps = t.schedule == Schedule::kWsd
                         ? std::llround(t.decay_fraction * static_cast<double>(job.steps))
                         : 0;
+  if (t.schedule == Schedule::kWsd) job.decay_shape = t.decay_shape;
   job.weight_decay = t.weight_decay;
   job.grad_clip = t.grad_clip;
   job.beta1 = t.beta1;
   job.beta2 = t.beta2;
-  job.eval_interval = t.eval_interval > 0 ? std::min(t.eval_interval, job.steps)
-                                          : std::max<int64_t>(1, (job.steps + 9) / 10);
+  job.eval_interval = EvalInterval(t, job.steps);
   // Validation windows are whole sequences of this context.
   job.eval_tokens = std::max<int64_t>(1, t.eval_tokens / context) * context;
-  job.checkpoint_interval =
-      t.checkpoint_interval > 0 ? std::min(t.checkpoint_interval, job.steps) : job.steps;
+  job.checkpoint_interval = CheckpointInterval(t, job.steps);
   job.log_interval = t.log_interval;
   job.final_eval_tokens = t.final_eval_tokens > 0
                               ? std::max<int64_t>(1, t.final_eval_tokens / context) * context
@@ -541,6 +562,118 @@ std::vector<Point> BlockPoints(const SweepSpec& spec, const GridBlock& block) {
 
 }  // namespace
 
+namespace {
+
+// What identifies a configuration apart from its budget: the canonical config
+// without the fields a budget decides, and the scale's name.
+std::string BudgetFreeKey(const ResolvedJob& job) {
+  nlohmann::json j = job.CanonicalConfig();
+  for (const char* field :
+       {"tokens", "steps", "batch_tokens", "batch_size", "micro_batch_size", "lr", "min_lr",
+        "warmup_steps", "decay_steps", "eval_interval", "checkpoint_interval", "recompute",
+        "optimizer_sharding"}) {
+    j.erase(field);
+  }
+  return job.scale + "|" + j.dump();
+}
+
+}  // namespace
+
+// Cooldown branches (docs/schedules.md; Hägele et al. 2024): the wsd jobs of one
+// configuration that differ only in their budget become one constant-LR trunk
+// and one branch per budget. The group trains with the largest budget's learning
+// rate, batch and warm-up (the trunk's), so that every branch continues exactly
+// the run it would have been alone with those settings. The branch of budget D
+// starts at the trunk's step round((1 − f)·steps(D)) and decays over the rest.
+absl::Status MakeCooldownBranches(const SweepSpec& spec, std::vector<ResolvedJob>* jobs) {
+  const TrainSpec& t = spec.train;
+  if (t.schedule != Schedule::kWsd || !t.cooldown_branches) return absl::OkStatus();
+  std::unordered_map<std::string, std::vector<size_t>> groups;
+  std::vector<std::string> order;  // first appearance, so the output is deterministic
+  for (size_t i = 0; i < jobs->size(); ++i) {
+    const std::string key = BudgetFreeKey((*jobs)[i]);
+    auto [it, fresh] = groups.try_emplace(key);
+    if (fresh) order.push_back(key);
+    it->second.push_back(i);
+  }
+  std::vector<ResolvedJob> out;
+  out.reserve(jobs->size() + order.size());
+  for (const std::string& key : order) {
+    std::vector<size_t>& members = groups[key];
+    if (members.size() < 2) {
+      out.push_back(std::move((*jobs)[members[0]]));
+      continue;
+    }
+    std::sort(members.begin(), members.end(), [&](size_t a, size_t b) {
+      return (*jobs)[a].tokens < (*jobs)[b].tokens;
+    });
+    const ResolvedJob reference = (*jobs)[members.back()];  // the largest budget
+    std::vector<ResolvedJob> branches;
+    std::vector<int64_t> starts;
+    for (size_t i : members) {
+      ResolvedJob b = std::move((*jobs)[i]);
+      b.lr = reference.lr;
+      b.min_lr = reference.min_lr;
+      b.batch_tokens = reference.batch_tokens;
+      b.batch_size = reference.batch_size;
+      b.micro_batch_size = reference.micro_batch_size;
+      b.recompute = reference.recompute;
+      b.optimizer_sharding = reference.optimizer_sharding;
+      b.memory = reference.memory;
+      b.warmup_steps = reference.warmup_steps;
+      b.steps = StepsFor(b.tokens, b.batch_tokens);
+      b.decay_steps = std::llround(t.decay_fraction * static_cast<double>(b.steps));
+      b.start_step = b.steps - b.decay_steps;
+      const std::string where =
+          absl::StrCat(spec.source, ": train: cooldown branches of scale ", b.scale, ", ",
+                       std::string(FamilyName(b.shape.family)), ", context ", b.shape.context, ", ",
+                       b.tokens, " tokens: ");
+      if (b.decay_steps < 1 || b.start_step < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, "a cooldown of ", b.decay_steps, " of ", b.steps,
+            " steps leaves no branch (raise the budget, change decay_fraction, or set "
+            "cooldown_branches: false)"));
+      }
+      if (b.warmup_steps > b.start_step) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, "the trunk's warm-up (", b.warmup_steps,
+            " steps, from the largest budget) runs past this branch's start at step ",
+            b.start_step, " (shorten the warm-up, or set cooldown_branches: false)"));
+      }
+      b.eval_interval = EvalInterval(t, b.steps);
+      b.checkpoint_interval = CheckpointInterval(t, b.steps);
+      b.train_flops = b.flops_per_token * static_cast<double>(b.steps - b.start_step) *
+                      static_cast<double>(b.batch_tokens);
+      starts.push_back(b.start_step);
+      branches.push_back(std::move(b));
+    }
+    std::sort(starts.begin(), starts.end());
+    starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+    ResolvedJob trunk = reference;
+    trunk.schedule = Schedule::kConstant;
+    trunk.decay_steps = 0;
+    trunk.decay_shape = DecayShape::kLinear;
+    trunk.steps = starts.back();
+    trunk.tokens = trunk.steps * trunk.batch_tokens;
+    trunk.keep_steps = starts;
+    trunk.eval_interval = EvalInterval(t, trunk.steps);
+    trunk.checkpoint_interval = CheckpointInterval(t, trunk.steps);
+    trunk.train_flops = trunk.flops_per_token * static_cast<double>(trunk.steps) *
+                        static_cast<double>(trunk.batch_tokens);
+    // Its branches wait for its checkpoints: it goes first among equals.
+    trunk.priority = reference.priority + 1;
+    trunk.id = HexId(trunk.CanonicalConfig().dump());
+    out.push_back(trunk);
+    for (ResolvedJob& b : branches) {
+      b.parent = trunk.id;
+      b.id = HexId(b.CanonicalConfig().dump());
+      out.push_back(std::move(b));
+    }
+  }
+  *jobs = std::move(out);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec, int64_t max_jobs) {
   const int64_t count = CountGridPoints(spec);
   if (count > max_jobs) {
@@ -575,6 +708,7 @@ absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec, int6
       }
     }
   }
+  RETURN_IF_ERROR(MakeCooldownBranches(spec, &jobs));
   return jobs;
 }
 

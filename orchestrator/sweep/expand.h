@@ -51,7 +51,9 @@ struct ResolvedJob {
   double budget_value = 0.0;
   int64_t tokens = 0;        // D the budget asks for
   int64_t steps = 0;         // ceil(tokens / batch_tokens)
-  double train_flops = 0.0;  // flops_per_token × steps × batch_tokens
+  // flops_per_token × (steps − start_step) × batch_tokens: what this job trains
+  // (a branch only its cooldown, the trunk its constant part).
+  double train_flops = 0.0;
   // Training.
   int64_t batch_tokens = 0;
   int64_t batch_size = 0;        // sequences per step, all ranks together
@@ -61,6 +63,12 @@ struct ResolvedJob {
   int64_t warmup_steps = 0;
   Schedule schedule = Schedule::kCosine;
   int64_t decay_steps = 0;  // wsd only; 0 otherwise
+  DecayShape decay_shape = DecayShape::kLinear;  // wsd only
+  // Cooldown branches (docs/schedules.md): a trunk keeps checkpoints at keep_steps;
+  // a branch starts from its parent trunk's checkpoint at start_step.
+  std::vector<int64_t> keep_steps;
+  std::string parent;
+  int64_t start_step = 0;
   double weight_decay = 0.0;
   double grad_clip = 0.0;
   double beta1 = 0.0;
@@ -83,6 +91,16 @@ struct ResolvedJob {
   int64_t priority = 0;
 
   double flops_ratio() const { return flops_per_token / dense_flops_per_token; }
+  // "trunk", "branch" or "run" (trained alone).
+  const char* role() const { return !parent.empty() ? "branch" : !keep_steps.empty() ? "trunk" : "run"; }
+  // The FLOPs this job's result would cost trained alone from step 0 (0 for a
+  // trunk, whose result is not a law point): the saving of branches is the sum of
+  // these against the sum of train_flops.
+  double standalone_flops() const {
+    return keep_steps.empty() ? flops_per_token * static_cast<double>(steps) *
+                                    static_cast<double>(batch_tokens)
+                              : 0.0;
+  }
   // What the job really trains on: whole steps of batch_tokens (>= tokens).
   int64_t tokens_trained() const { return steps * batch_tokens; }
 
@@ -121,8 +139,17 @@ int64_t CountGridPoints(const SweepSpec& spec);
 // (block, scale, context, budget, seed, then sparsity and stride), each id once.
 // INVALID_ARGUMENT when a point cannot be sized (e.g. no layer count matches), or
 // when the grid has more than `max_jobs` points (`file:line: grid:`, with the count).
+// With schedule wsd (and cooldown_branches, the default), the jobs of one
+// configuration at several budgets become a trunk followed by its branches
+// (MakeCooldownBranches).
 absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec,
                                                      int64_t max_jobs = kDefaultMaxJobs);
+
+// The cooldown-branch pass of ExpandSweep on already resolved jobs (a no-op unless
+// the sweep trains wsd with cooldown_branches). INVALID_ARGUMENT, naming the
+// sweep and the group, when a branch would start before the trunk's warm-up ends
+// or would have no cooldown step.
+absl::Status MakeCooldownBranches(const SweepSpec& spec, std::vector<ResolvedJob>* jobs);
 
 }  // namespace xmod
 

@@ -812,6 +812,8 @@ class SpecParser {
                "warmup_fraction",
                "schedule",
                "decay_fraction",
+               "decay_shape",
+               "cooldown_branches",
                "weight_decay",
                "grad_clip",
                "beta1",
@@ -925,6 +927,39 @@ class SpecParser {
                              DidYouMean(s, {"cosine", "constant", "wsd"})));
         }
       }
+    }
+    if (node["decay_shape"]) {
+      std::string v;
+      if (String(node["decay_shape"], "train.decay_shape", &v)) {
+        auto shape = ParseDecayShape(v);
+        if (shape.ok()) {
+          t.decay_shape = *shape;
+        } else {
+          Error(Line(node["decay_shape"]), "train.decay_shape",
+                absl::StrCat(shape.status().message(),
+                             DidYouMean(v, {"one_minus_sqrt", "linear", "cosine", "exponential"})));
+        }
+      }
+    }
+    if (node["cooldown_branches"]) {
+      Scalar(node["cooldown_branches"], "train.cooldown_branches", "true or false",
+             &t.cooldown_branches);
+    }
+    if ((node["decay_shape"] || node["cooldown_branches"] || node["decay_fraction"]) &&
+        t.schedule != Schedule::kWsd) {
+      const char* key = node["decay_shape"]         ? "decay_shape"
+                        : node["cooldown_branches"] ? "cooldown_branches"
+                                                    : "decay_fraction";
+      Error(Line(node[key]), absl::StrCat("train.", key), "applies to schedule: wsd only");
+    }
+    if (t.schedule == Schedule::kWsd && t.decay_shape == DecayShape::kExponential &&
+        !(t.min_lr_ratio > 0)) {
+      Error(Line(node["decay_shape"] ? node["decay_shape"] : node),
+            "train.decay_shape", "exponential decays to min_lr_ratio x lr and needs min_lr_ratio > 0");
+    }
+    if (t.schedule == Schedule::kWsd && !(t.decay_fraction > 0)) {
+      Error(Line(node["decay_fraction"] ? node["decay_fraction"] : node), "train.decay_fraction",
+            "must be positive for schedule: wsd");
     }
     if (node["precision"] && String(node["precision"], "train.precision", &t.precision) &&
         t.precision != "fp32" && t.precision != "bf16") {

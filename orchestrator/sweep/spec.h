@@ -62,6 +62,10 @@ struct TrainSpec {
   int64_t min_warmup_steps = 10;  // floor on the warm-up, at most a quarter of the steps
   Schedule schedule = Schedule::kCosine;
   double decay_fraction = 0.2;  // wsd: final fraction of steps spent decaying
+  DecayShape decay_shape = DecayShape::kOneMinusSqrt;  // wsd: the cooldown's shape
+  // wsd with several budgets of one configuration: one constant-LR trunk and a
+  // cooldown branch per budget (docs/schedules.md); false trains each budget alone.
+  bool cooldown_branches = true;
   double weight_decay = 0.1;
   double grad_clip = 1.0;
   double beta1 = 0.9;

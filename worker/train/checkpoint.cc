@@ -1,5 +1,6 @@
 #include "worker/train/checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -47,7 +48,7 @@ std::vector<std::pair<int64_t, std::string>> Complete(const std::string& run_dir
 
 absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_id, int64_t step,
                             Decoder& model, torch::optim::Optimizer& optimizer, int keep,
-                            int64_t protect_step) {
+                            int64_t protect_step, const std::vector<int64_t>& keep_steps) {
   const std::string final_dir = CheckpointDir(run_dir, step);
   const std::string tmp = final_dir + ".tmp";
   std::error_code ec;
@@ -76,7 +77,11 @@ absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_i
   if (ec) return absl::InternalError(absl::StrCat(final_dir, ": rename failed: ", ec.message()));
   const auto all = Complete(run_dir);
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < all.size(); ++i) {
-    if (all[i].first != protect_step) fs::remove_all(all[i].second, ec);
+    const int64_t s = all[i].first;
+    if (s == protect_step || std::find(keep_steps.begin(), keep_steps.end(), s) != keep_steps.end()) {
+      continue;
+    }
+    fs::remove_all(all[i].second, ec);
   }
   return absl::OkStatus();
 }

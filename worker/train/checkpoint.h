@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/model/model.h"
@@ -17,10 +18,12 @@ namespace xmod {
 
 // Writes the checkpoint of `step` and removes all but the newest `keep` ones,
 // never the one of `protect_step` (the newest the coordinator recorded: where the
-// next attempt resumes, even when later ones were written during an outage).
+// next attempt resumes, even when later ones were written during an outage), nor
+// those of `keep_steps` (a trunk's branch starts).
 absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_id, int64_t step,
                             Decoder& model, torch::optim::Optimizer& optimizer, int keep = 2,
-                            int64_t protect_step = -1);
+                            int64_t protect_step = -1,
+                            const std::vector<int64_t>& keep_steps = {});
 
 struct LoadedCheckpoint {
   int64_t step = 0;

@@ -189,7 +189,7 @@ class Run {
       }
       // -- Checkpoint: at the interval, at the last step, and before a stop.
       const bool stopping = stop == StopDecision::kCheckpointAndStop && !last;
-      if (step % job_.checkpoint_interval == 0 || last || stopping) {
+      if (CheckpointDue(step, last) || stopping) {
         RETURN_IF_ERROR(Checkpoint(step));
       }
       if (stopping) {
@@ -296,9 +296,22 @@ class Run {
 
   // The step to start from: the newest valid checkpoint at or before resume_step
   // (0: none), the same on every rank; metrics.jsonl is cut back to it.
+  // The trunk's folder of a branch: TrainerOptions::parent_run_dir, or the sibling
+  // of this job's folder named after the trunk.
+  std::string ParentRunDir() const {
+    if (!o_.parent_run_dir.empty()) return o_.parent_run_dir;
+    return (std::filesystem::path(o_.run_dir).parent_path() / job_.parent).string();
+  }
+
   absl::StatusOr<int64_t> StartStep() {
     int64_t start = 0;
     if (comm_.rank() == 0) std::filesystem::create_directories(o_.run_dir);
+    if (job_.is_branch() && !(o_.resume && o_.resume_step != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job ", job_.id, " is a cooldown branch of ", job_.parent, " from step ",
+          job_.start_step, ": it starts from its trunk's checkpoint, so it must be resumed "
+          "(xmod-train --resume), not started fresh"));
+    }
     if (o_.resume && o_.resume_step != 0) {
       // Checkpoints hold the whole optimizer (zero.h): a sharded run loads it and
       // keeps its shard; an unsharded one may load a sharded run's (host moments).
@@ -306,6 +319,26 @@ class Run {
           sharded_ ? MakeOptimizer(job_, model_->parameters()) : nullptr;
       auto loaded = LoadLatestCheckpoint(o_.run_dir, job_.id, model_,
                                          sharded_ ? *full : *optimizer_, o_.resume_step);
+      if (absl::IsNotFound(loaded.status()) && job_.is_branch() &&
+          (o_.resume_step < 0 || o_.resume_step == job_.start_step)) {
+        // A cooldown branch with no checkpoint of its own starts from its trunk's
+        // at start_step, in the trunk's folder beside this job's.
+        const std::string trunk_dir = ParentRunDir();
+        loaded = LoadLatestCheckpoint(trunk_dir, job_.parent, model_,
+                                      sharded_ ? *full : *optimizer_, job_.start_step);
+        if (loaded.ok() && loaded->step != job_.start_step) {
+          return absl::DataLossError(absl::StrCat(
+              "job ", job_.id, " on ", comm_.Where(), ": a cooldown branch starts from step ",
+              job_.start_step, " of its trunk ", job_.parent, ", but ",
+              CheckpointDir(trunk_dir, job_.start_step), " is missing or damaged (newest usable: step ",
+              loaded->step, ")"));
+        }
+        if (!loaded.ok()) {
+          return absl::DataLossError(absl::StrCat(
+              "job ", job_.id, " on ", comm_.Where(), ": a cooldown branch starts from step ",
+              job_.start_step, " of its trunk ", job_.parent, ": ", loaded.status().message()));
+        }
+      }
       if (loaded.ok()) {
         if (sharded_) {
           zero_->TakeShard(*full);
@@ -414,7 +447,7 @@ class Run {
         stop = StopDecision::kCheckpointAndStop;
       }
       const bool checkpoint_next =
-          step % job_.checkpoint_interval == 0 || last || stop == StopDecision::kCheckpointAndStop;
+          CheckpointDue(step, last) || stop == StopDecision::kCheckpointAndStop;
       if (stop != StopDecision::kAbandon && checkpoint_next && o_.confirm_checkpoint &&
           !o_.confirm_checkpoint()) {
         stop = StopDecision::kAbandon;
@@ -429,6 +462,13 @@ class Run {
     return static_cast<StopDecision>(shared[0]);
   }
 
+  // At the interval, at the last step, and (a trunk) at each branch's start.
+  bool CheckpointDue(int64_t step, bool last) const {
+    return step % job_.checkpoint_interval == 0 || last ||
+           std::find(job_.keep_steps.begin(), job_.keep_steps.end(), step) !=
+               job_.keep_steps.end();
+  }
+
   absl::Status Checkpoint(int64_t step) {
     std::unique_ptr<torch::optim::AdamW> gathered;  // the whole optimizer on rank 0 (ZeRO-1)
     if (sharded_) {
@@ -437,7 +477,7 @@ class Run {
     if (comm_.rank() == 0) {
       RETURN_IF_ERROR(SaveCheckpoint(o_.run_dir, job_.id, step, model_,
                                      sharded_ ? *gathered : *optimizer_, /*keep=*/2,
-                                     recorded_step_));
+                                     recorded_step_, job_.keep_steps));
       if (!o_.on_checkpoint || o_.on_checkpoint(step, CheckpointDir(o_.run_dir, step))) {
         recorded_step_ = step;
       }

@@ -25,6 +25,9 @@ struct TrainerOptions {
   // coordinator recorded); -1: the newest of all. Without one the run starts fresh,
   // which is safe: the steps it redoes overwrite the same metric rows.
   int64_t resume_step = -1;
+  // A cooldown branch's trunk folder (its checkpoints/); empty: the sibling of
+  // run_dir named after the trunk's id, as worker groups and `xmod run` lay them out.
+  std::string parent_run_dir;
   int threads = 0;             // LibTorch intra-op threads; 0: cores / ranks on this host
   std::string device = "cpu";  // "cpu" or "cuda:N"
   // Stop after this step (0: never) with a checkpoint, as a preemption would.

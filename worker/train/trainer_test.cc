@@ -577,5 +577,49 @@ TEST(Schedule, WarmupThenCosineToTheMinimum) {
   EXPECT_NEAR(LearningRate(job, 110), 0.1, 1e-12);
 }
 
+// Each wsd cooldown shape at listed steps against its closed form (Hägele et al.
+// 2024, with F = min_lr / lr): steps 91..110 decay, r = (step − 90) / 20.
+TEST(Schedule, WsdCooldownShapesMatchTheirClosedForms) {
+  JobFile job;
+  job.lr = 2.0;
+  job.min_lr = 0.2;  // F = 0.1
+  job.steps = 110;
+  job.warmup_steps = 10;
+  job.schedule = Schedule::kWsd;
+  job.decay_steps = 20;
+  const double F = 0.1;
+  struct Case {
+    DecayShape shape;
+    double (*multiplier)(double r, double F);
+  };
+  const Case cases[] = {
+      {DecayShape::kLinear, [](double r, double F) { return F + (1 - F) * (1 - r); }},
+      {DecayShape::kOneMinusSqrt,
+       [](double r, double F) { return F + (1 - F) * (1 - std::sqrt(r)); }},
+      {DecayShape::kCosine,
+       [](double r, double F) { return F + (1 - F) * 0.5 * (1 + std::cos(M_PI * r)); }},
+      {DecayShape::kExponential, [](double r, double F) { return std::pow(F, r); }},
+  };
+  for (const Case& c : cases) {
+    job.decay_shape = c.shape;
+    SCOPED_TRACE(std::string(DecayShapeName(c.shape)));
+    EXPECT_DOUBLE_EQ(LearningRate(job, 5), 1.0);  // warm-up is the same for every shape
+    EXPECT_DOUBLE_EQ(LearningRate(job, 50), 2.0);
+    EXPECT_DOUBLE_EQ(LearningRate(job, 90), 2.0);  // the last constant step
+    for (int64_t step : {91, 95, 100, 105, 109, 110}) {
+      const double r = (step - 90) / 20.0;
+      EXPECT_NEAR(LearningRate(job, step), 2.0 * c.multiplier(r, F), 1e-12) << "step " << step;
+    }
+    EXPECT_NEAR(LearningRate(job, 110), 0.2, 1e-12);  // every shape ends at min_lr
+  }
+  // Spot values: 1 − √r at r = 1/4 is 1/2; the cosine at r = 1/2 is 1/2.
+  job.decay_shape = DecayShape::kOneMinusSqrt;
+  EXPECT_NEAR(LearningRate(job, 95), 0.2 + 1.8 * 0.5, 1e-12);
+  job.decay_shape = DecayShape::kCosine;
+  EXPECT_NEAR(LearningRate(job, 100), 0.2 + 1.8 * 0.5, 1e-12);
+  job.decay_shape = DecayShape::kExponential;
+  EXPECT_NEAR(LearningRate(job, 100), 2.0 * std::sqrt(0.1), 1e-12);
+}
+
 }  // namespace
 }  // namespace xmod
