@@ -84,9 +84,9 @@ class ClusterTest : public TempDirTest {
   }
 
   // Rows of one query on a read-only connection (the coordinator keeps writing).
-  std::vector<std::vector<Value>> Rows(const std::string& sql) {
+  std::vector<std::vector<Value>> Rows(const std::string& sql, const std::string& db = "x.db") {
     SqliteStore::Options o;
-    o.path = Path("x.db");
+    o.path = Path(db);
     o.read_only = true;
     auto store = SqliteStore::Open(o);
     if (!store.ok()) return {};
@@ -102,18 +102,21 @@ class ClusterTest : public TempDirTest {
 
   // Every job's train_loss holds each step 1..steps exactly once, and val_loss its
   // evaluation steps; the primary key rules out doubles, this rules out gaps.
+  // A cooldown branch's curve starts after its trunk's step start_step.
   void ExpectCompleteCurves() {
-    for (const auto& row : Rows("SELECT job_id, steps FROM jobs")) {
+    for (const auto& row : Rows("SELECT job_id, steps, start_step FROM jobs")) {
       const std::string id = std::get<std::string>(row[0]);
       const int64_t steps = std::get<int64_t>(row[1]);
+      const int64_t start = std::get<int64_t>(row[2]);
       EXPECT_EQ(
           Count("SELECT COUNT(*) FROM metrics WHERE name = 'train_loss' AND job_id = '" + id + "'"),
-          steps)
+          steps - start)
           << id;
       EXPECT_EQ(Count("SELECT COUNT(DISTINCT step) FROM metrics WHERE name = 'train_loss' AND "
-                      "step BETWEEN 1 AND " +
-                      std::to_string(steps) + " AND job_id = '" + id + "'"),
-                steps)
+                      "step BETWEEN " +
+                      std::to_string(start + 1) + " AND " + std::to_string(steps) +
+                      " AND job_id = '" + id + "'"),
+                steps - start)
           << id;
       EXPECT_EQ(Count("SELECT COUNT(*) FROM metrics WHERE name = 'val_loss' AND step = " +
                       std::to_string(steps) + " AND job_id = '" + id + "'"),

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <sqlite3.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -301,6 +302,74 @@ TEST_F(CoordinatorE2e, XmodRunTrainsTheSmokeSweepAndContinuesWhereItStopped) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("0 new"));
   EXPECT_EQ(Count("SELECT MAX(attempt) FROM jobs"), 1);
+}
+
+// Cooldown branches end to end (issue 14): per seed one constant-LR trunk and a
+// branch per budget, the branches leased once the trunk's checkpoint at their
+// start is recorded and resumed from it; each branch ends bit-identical to the
+// same budget trained alone with the same schedule; the FLOPs are at most 0.7 of
+// training the three budgets alone, as `xmod status` and `xmod expand` say.
+TEST_F(CoordinatorE2e, XmodRunTrainsCooldownBranchesThatEqualTheBudgetsTrainedAlone) {
+  const std::string spec = std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/wsd_branches.yaml";
+  CommandResult r = Command(
+      XMOD_BIN, {"run", spec, "--db", Path("x.db"), "--groups", "2", "--run-dir", Path("runs")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("8 succeeded, 0 failed or cancelled, 0 unfinished"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE role = 'trunk'"), 2);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE role = 'branch' AND start_step > 0"), 6);
+  // Every branch's first attempt started at its trunk's step, not from scratch.
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM attempts a JOIN jobs j ON j.job_id = a.job_id WHERE "
+                  "j.role = 'branch' AND a.attempt = 1 AND a.resumed_from_step = j.start_step"),
+            6);
+  ExpectCompleteCurves();
+  // The trunks kept the checkpoints their branches start from (the others pruned).
+  for (const auto& row : Rows("SELECT parent_id, start_step FROM jobs WHERE role = 'branch'")) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "step_%08lld",
+                  static_cast<long long>(std::get<int64_t>(row[1])));
+    EXPECT_TRUE(std::filesystem::exists(Path("runs/" + std::get<std::string>(row[0]) +
+                                             "/checkpoints/" + name + "/model.pt")))
+        << name;
+  }
+  // FLOPs: trunk (0.8 x 4D) + cooldowns 0.2 x (D + 2D + 4D), against 7D alone.
+  const auto totals =
+      Rows("SELECT SUM(train_flops), SUM(standalone_flops) FROM job_results WHERE sweep = "
+           "'wsd-branches'");
+  ASSERT_EQ(totals.size(), 1u);
+  const double ratio = std::get<double>(totals[0][0]) / std::get<double>(totals[0][1]);
+  EXPECT_LE(ratio, 0.7);
+  EXPECT_GT(ratio, 0.6);
+  r = Command(XMOD_BIN, {"status", "--db", Path("x.db"), "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json status = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(status[0]["flops_vs_standalone"].get<double>(), ratio, 1e-9) << r.out;
+  r = Command(XMOD_BIN, {"expand", spec});
+  EXPECT_THAT(r.out, ::testing::HasSubstr("with 2 cooldown trunks and 6 branches"));
+
+  // The same budgets trained alone (cooldown_branches: false): bit-identical losses.
+  std::ifstream in(spec);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("name: wsd-branches"), 18, "name: wsd-alone");
+  text.replace(text.find("  schedule: wsd"), 15, "  cooldown_branches: false\n  schedule: wsd");
+  std::ofstream(Path("alone.yaml")) << text;
+  r = Command(XMOD_BIN, {"run", Path("alone.yaml"), "--db", Path("y.db"), "--groups", "2",
+                         "--run-dir", Path("runs_alone")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE role = 'run'") , 0);  // x.db: none alone
+  const std::string losses =
+      "SELECT seed, tokens, final_val_loss FROM job_results WHERE role != 'trunk' "
+      "ORDER BY seed, tokens";
+  const auto branched = Rows(losses);
+  const auto alone = Rows(losses, "y.db");
+  ASSERT_EQ(branched.size(), 6u);
+  ASSERT_EQ(alone.size(), 6u);
+  for (size_t i = 0; i < branched.size(); ++i) {
+    EXPECT_EQ(branched[i][0], alone[i][0]);
+    EXPECT_EQ(branched[i][1], alone[i][1]);
+    EXPECT_EQ(std::get<double>(branched[i][2]), std::get<double>(alone[i][2]))
+        << "seed " << std::get<int64_t>(branched[i][0]) << ", "
+        << std::get<int64_t>(branched[i][1]) << " tokens";
+  }
 }
 
 // The baselines sweep end to end: X-MoD with dense, MoD, MoE and DECO baselines

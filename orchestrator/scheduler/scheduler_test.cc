@@ -537,5 +537,83 @@ TEST(Progress, EtaIsTheWorkLeftAtTheWindowsRate) {
   EXPECT_FALSE(EtaSeconds(FlopProgress{1000, 1000}, 0, 60).has_value());  // done
 }
 
+// Cooldown branches in the scheduler (issue 14): trunks are leased first; a
+// branch waits until its trunk's checkpoint at its start is recorded and its
+// first attempt resumes from that checkpoint, with metrics only after it; a
+// trunk that ends without that checkpoint takes its waiting branches with it.
+TEST(BranchScheduler, BranchesWaitForTheirTrunkCheckpointAndStartFromIt) {
+  FakeClock clock;
+  SqliteStore::Options o;
+  o.path = ":memory:";
+  o.clock = &clock;
+  auto store = std::move(SqliteStore::Open(o).value());
+  Scheduler scheduler(store.get(), SchedulerOptions{});
+  std::ifstream in(std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/wsd_branches.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  ASSERT_TRUE(scheduler.Submit(text.str(), "wsd_branches.yaml").ok());
+  const std::string worker = scheduler.RegisterWorker("host", 1, "").value();
+  auto lease = [&]() -> std::optional<LeaseGrant> {
+    auto outcome = scheduler.Lease(worker);
+    EXPECT_TRUE(outcome.ok()) << outcome.status();
+    return outcome.ok() ? outcome->grant : std::nullopt;
+  };
+  auto role = [&](const std::string& id) {
+    auto rows = store->Query("SELECT role, start_step, parent_id FROM jobs WHERE job_id = '" + id +
+                             "'");
+    return AsText(Cell(*rows, 0, 0));
+  };
+  const std::optional<LeaseGrant> t1 = lease(), t2 = lease();
+  ASSERT_TRUE(t1.has_value() && t2.has_value());
+  EXPECT_EQ(role(t1->job_id), "trunk");
+  EXPECT_EQ(role(t2->job_id), "trunk");
+  EXPECT_FALSE(lease().has_value());  // every branch waits for a trunk checkpoint
+
+  // The first trunk reaches its first branch point (step 13) and records it.
+  auto starts = store->Query("SELECT job_id, start_step FROM jobs WHERE parent_id = '" +
+                             t1->job_id + "' ORDER BY start_step");
+  ASSERT_TRUE(starts.ok());
+  ASSERT_EQ(starts->rows.size(), 3u);
+  const std::string first_branch = AsText(Cell(*starts, 0, 0));
+  const int64_t start = AsInt(Cell(*starts, 0, 1));
+  EXPECT_EQ(start, 13);
+  std::vector<ReportedMetric> losses;
+  for (int64_t s = 1; s <= start; ++s) losses.push_back({"train_loss", s, 4.0, s * 1024, s * 1e6});
+  ASSERT_TRUE(scheduler.ReportMetrics(t1->job_id, t1->fencing_token, losses).ok());
+  const std::string path = "runs/" + t1->job_id + "/checkpoints/step_00000013";
+  ASSERT_TRUE(scheduler.ReportCheckpoint(t1->job_id, t1->fencing_token, start, path, "c").ok());
+  const std::optional<LeaseGrant> b = lease();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->job_id, first_branch);
+  EXPECT_EQ(b->resume_step, start);
+  EXPECT_EQ(b->resume_checkpoint, path);
+  EXPECT_FALSE(lease().has_value());  // the others start later
+  // Its metrics start after the trunk's step; a step at or before it is refused.
+  EXPECT_FALSE(scheduler.ReportMetrics(b->job_id, b->fencing_token,
+                                       {{"train_loss", start, 3.0, start * 1024, 1e6}})
+                   .ok());
+  EXPECT_TRUE(scheduler.ReportMetrics(b->job_id, b->fencing_token,
+                                      {{"train_loss", start + 1, 3.0, (start + 1) * 1024, 1e6}})
+                  .ok());
+
+  // The second trunk diverges before any branch point: its branches are cancelled,
+  // naming it; the first trunk's other branches still wait.
+  ASSERT_EQ(scheduler.Fail(t2->job_id, t2->fencing_token, AttemptEnd::kDiverged, "nan").value(),
+            JobState::kFailed);
+  auto stranded = store->Query("SELECT status, status_reason FROM jobs WHERE parent_id = '" +
+                               t2->job_id + "'");
+  ASSERT_TRUE(stranded.ok());
+  ASSERT_EQ(stranded->rows.size(), 3u);
+  for (const auto& row : stranded->rows) {
+    EXPECT_EQ(AsText(row[0]), "cancelled");
+    EXPECT_THAT(AsText(row[1]), HasSubstr("its trunk " + t2->job_id + " ended failed"));
+  }
+  EXPECT_EQ(store->Query("SELECT COUNT(*) FROM jobs WHERE parent_id = '" + t1->job_id +
+                         "' AND status = 'pending'")
+                .value()
+                .rows[0][0],
+            Value(int64_t{2}));
+}
+
 }  // namespace
 }  // namespace xmod

@@ -165,7 +165,9 @@ TEST(Expand, TenThousandJobGridTakesWellUnderASecond) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   EXPECT_EQ(jobs->size(), 10000u);
-  EXPECT_LT(seconds, 0.5) << "expanding 10,000 jobs took " << seconds << " s";
+  // Alone it takes 0.3-0.5 s here; under a parallel test run on two shared cores
+  // it has taken 0.7 s (bench/expand_bench measures the speed itself).
+  EXPECT_LT(seconds, 1.0) << "expanding 10,000 jobs took " << seconds << " s";
 }
 
 // Every job of the paper-scale sweep fits its declared 80 GB per rank, with the
@@ -364,5 +366,112 @@ TEST(ExpandBaselines, TheMoeFamilyTakesItsExpertsFromSparsityAndTopK) {
   }
   EXPECT_EQ(moe, 16);
 }
+// Cooldown branches (issue 14): per seed one constant-LR trunk to the last branch
+// start, keeping a checkpoint at every start, and one branch per budget with the
+// trunk's lr, batch and warm-up, starting at round((1 − f)·steps); the three
+// budgets D, 2D, 4D cost at most 0.7 of training them alone.
+TEST(ExpandBranches, BudgetsOfOneConfigurationShareATrunkAndCostAtMostSevenTenths) {
+  auto spec = LoadSweepSpec(std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/wsd_branches.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->train.decay_shape, DecayShape::kOneMinusSqrt);  // the default
+  auto jobs = ExpandSweep(*spec);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 8u);  // two seeds x (a trunk + three branches)
+  double flops = 0, standalone = 0;
+  std::map<std::string, const ResolvedJob*> trunks;
+  for (const ResolvedJob& j : *jobs) {
+    flops += j.train_flops;
+    standalone += j.standalone_flops();
+    if (std::string(j.role()) == "trunk") trunks[j.id] = &j;
+  }
+  ASSERT_EQ(trunks.size(), 2u);
+  for (const ResolvedJob& j : *jobs) {
+    if (std::string(j.role()) == "trunk") {
+      EXPECT_EQ(j.schedule, Schedule::kConstant);
+      EXPECT_EQ(j.keep_steps, (std::vector<int64_t>{13, 26, 51}));
+      EXPECT_EQ(j.steps, 51);
+      EXPECT_DOUBLE_EQ(j.train_flops, j.flops_per_token * 51 * 1024);
+      EXPECT_EQ(j.standalone_flops(), 0.0);
+      continue;
+    }
+    ASSERT_EQ(std::string(j.role()), "branch");
+    ASSERT_EQ(trunks.count(j.parent), 1u);
+    const ResolvedJob& t = *trunks[j.parent];
+    EXPECT_EQ(j.seed, t.seed);
+    EXPECT_EQ(j.schedule, Schedule::kWsd);
+    EXPECT_EQ(j.decay_shape, DecayShape::kOneMinusSqrt);
+    EXPECT_EQ(j.steps, j.tokens / 1024);
+    EXPECT_EQ(j.decay_steps, std::llround(0.2 * j.steps));
+    EXPECT_EQ(j.start_step, j.steps - j.decay_steps);
+    EXPECT_EQ(j.lr, t.lr);
+    EXPECT_EQ(j.warmup_steps, t.warmup_steps);
+    EXPECT_EQ(j.batch_tokens, t.batch_tokens);
+    // Only the cooldown is this job's work; alone it would train from step 0.
+    EXPECT_DOUBLE_EQ(j.train_flops, j.flops_per_token * (j.steps - j.start_step) * 1024);
+    EXPECT_DOUBLE_EQ(j.standalone_flops(), j.flops_per_token * j.steps * 1024);
+    // The job file says where it starts, and the id covers it.
+    const JobFile f = j.ToJobFile();
+    EXPECT_EQ(f.parent, t.id);
+    EXPECT_EQ(f.start_step, j.start_step);
+    EXPECT_EQ(j.id, HexId(CanonicalJson(f).dump()));
+  }
+  EXPECT_LE(flops / standalone, 0.7);
+  EXPECT_NEAR(flops / standalone, (51.0 + 3 + 6 + 13) / (16 + 32 + 64), 1e-12);
+
+  // cooldown_branches: false trains each budget alone, from scratch.
+  spec->train.cooldown_branches = false;
+  auto alone = ExpandSweep(*spec);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(alone->size(), 6u);
+  for (const ResolvedJob& j : *alone) EXPECT_EQ(std::string(j.role()), "run");
+}
+
+// A trunk warm-up (the largest budget's) that runs past the smallest budget's
+// cooldown start is refused, naming the sweep file and the group.
+TEST(ExpandBranches, AWarmupPastABranchStartIsRefusedNamingTheGroup) {
+  auto spec = LoadSweepSpec(std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/wsd_branches.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->train.warmup_steps = 14;  // the 16-step budget starts its cooldown at 13
+  auto jobs = ExpandSweep(*spec);
+  ASSERT_FALSE(jobs.ok());
+  EXPECT_NE(std::string(jobs.status().message())
+                .find("wsd_branches.yaml: train: cooldown branches of scale micro, dense, "
+                      "context 32, 16384 tokens: the trunk's warm-up (14 steps"),
+            std::string::npos)
+      << jobs.status();
+}
+
+// The wsd settings are checked where they are written.
+TEST(ExpandBranches, WsdSettingsAreCheckedInTheSpec) {
+  const std::string head =
+      "name: w\ndata: {synthetic: true, vocab_size: 64}\nfamily: dense\n"
+      "scales: {s: {d_model: 32, n_heads: 2, n_layers: 4}}\n"
+      "grid: {scale: [s], context: [32]}\nbudget: {tokens: 8192}\ndesign: {laws: []}\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"train: {batch_tokens: 1024, schedule: wsd, decay_shape: sqrt}",
+       "train.decay_shape: unknown decay shape 'sqrt'"},
+      {"train: {batch_tokens: 1024, decay_shape: cosine}",
+       "train.decay_shape: applies to schedule: wsd only"},
+      {"train: {batch_tokens: 1024, cooldown_branches: true}",
+       "train.cooldown_branches: applies to schedule: wsd only"},
+      {"train: {batch_tokens: 1024, schedule: wsd, min_lr_ratio: 0, decay_shape: exponential}",
+       "train.decay_shape: exponential decays to min_lr_ratio x lr and needs min_lr_ratio > 0"},
+      {"train: {batch_tokens: 1024, schedule: wsd, cooldown_branches: maybe}",
+       "train.cooldown_branches: expected true or false"},
+  };
+  for (const auto& [train, message] : cases) {
+    auto spec = ParseSweepSpec(head + train + "\n", "w.yaml");
+    ASSERT_FALSE(spec.ok()) << train;
+    EXPECT_NE(std::string(spec.status().message()).find(message), std::string::npos)
+        << train << ": " << spec.status();
+  }
+  auto ok = ParseSweepSpec(head + "train: {batch_tokens: 1024, schedule: wsd, decay_shape: "
+                                  "cosine, cooldown_branches: false}\n",
+                           "w.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->train.decay_shape, DecayShape::kCosine);
+  EXPECT_FALSE(ok->train.cooldown_branches);
+}
+
 }  // namespace
 }  // namespace xmod

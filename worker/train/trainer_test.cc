@@ -208,6 +208,72 @@ TEST_F(Trainer, ResumedRunReproducesTheUninterruptedRunBitForBit) {
   }
 }
 
+// Cooldown branches (issue 14): a constant-LR trunk trained to each branch's
+// start, then each branch from the trunk's checkpoint, end with the weights,
+// losses and evaluation of the uninterrupted wsd run of that budget, bit for bit.
+TEST_F(Trainer, ATrunkThenItsBranchEqualsTheUninterruptedWsdRunBitForBit) {
+  JobFile alone30 = TinyJob(Family::kDense, 30);
+  alone30.schedule = Schedule::kWsd;
+  alone30.decay_shape = DecayShape::kOneMinusSqrt;
+  alone30.decay_steps = 6;  // f = 0.2: the branch starts at step 24
+  alone30.id = "alone30";
+  JobFile alone20 = alone30;
+  alone20.steps = 20;
+  alone20.decay_steps = 4;  // starts at step 16
+  alone20.id = "alone20";
+  JobFile trunk = alone30;
+  trunk.id = "trunk";
+  trunk.schedule = Schedule::kConstant;
+  trunk.decay_steps = 0;
+  trunk.steps = 24;
+  trunk.keep_steps = {16, 24};  // checkpoint_interval 10 writes 10 and 20 too; keep = 2 prunes
+  JobFile branch30 = alone30, branch20 = alone20;
+  branch30.id = "branch30";
+  branch20.id = "branch20";
+  branch30.parent = branch20.parent = "trunk";
+  branch30.start_step = 24;
+  branch20.start_step = 16;
+
+  auto fresh = Run(branch20, "branch20");
+  ASSERT_FALSE(fresh.ok());  // a branch cannot start from scratch
+  EXPECT_EQ(fresh.status().code(), absl::StatusCode::kInvalidArgument) << fresh.status();
+
+  auto t = Run(trunk, "trunk");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "trunk/checkpoints/step_00000016/model.pt"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "trunk/checkpoints/step_00000010"));
+  for (auto [branch, alone] : {std::pair{&branch20, &alone20}, std::pair{&branch30, &alone30}}) {
+    auto b = Run(*branch, branch->id, /*resume=*/true);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->resumed_from, branch->start_step);
+    auto a = Run(*alone, alone->id);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_EQ(b->train_losses.size(), static_cast<size_t>(branch->steps - branch->start_step));
+    for (size_t i = 0; i < b->train_losses.size(); ++i) {
+      EXPECT_EQ(b->train_losses[i], a->train_losses[branch->start_step + i])
+          << branch->id << " step " << branch->start_step + 1 + i;
+    }
+    EXPECT_EQ(b->val_loss, a->val_loss) << branch->id;
+    // The final weights, read back from both last checkpoints.
+    char name[64];
+    std::snprintf(name, sizeof(name), "checkpoints/step_%08lld/model.pt",
+                  static_cast<long long>(branch->steps));
+    auto load = [&](const std::string& run) {
+      const ModelShape& s = branch->shape;
+      Decoder model(DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff,
+                                   s.context));
+      torch::load(model, (dir_ / run / name).string());
+      return model;
+    };
+    Decoder from_branch = load(branch->id), from_alone = load(alone->id);
+    const auto pa = from_branch->named_parameters(), pb = from_alone->named_parameters();
+    ASSERT_EQ(pa.size(), pb.size());
+    for (const auto& item : pa) {
+      EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << branch->id << " " << item.key();
+    }
+  }
+}
+
 TEST_F(Trainer, MetricsFileHoldsEachStepOnceAfterAResume) {
   const JobFile job = TinyJob(Family::kXmod, 20);
   ASSERT_TRUE(Run(job, "m", false, 15).ok());  // checkpoint at 10 and at the stop, 15
