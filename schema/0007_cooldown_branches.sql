@@ -5,6 +5,8 @@
 -- trunk's checkpoint at `start_step` and decays). A branch's `train_flops` counts
 -- only the steps it trains; `standalone_flops` in `job_results` is what its result
 -- would cost trained alone (0 for a trunk), so the saving is their difference.
+-- `config_key` also leaves out a branch's `parent` (its trunk's id, which holds
+-- the seed), so the replicates of a branch share it as those of a run do.
 -- `cluster_key` is what the bootstrap resamples: `config_key` for a run, and for
 -- a branch its trunk's config with the seed removed, so the budgets of one trunk
 -- (and its replicates) move together.
@@ -36,8 +38,8 @@ SELECT
   j.batch_tokens,
   j.steps * j.batch_tokens AS tokens_trained,
   json_extract(j.config_json, '$.n_params_embedding') AS n_params_embedding,
-  json_remove(json_remove(json_remove(json_remove(j.config_json, '$.seed'), '$.id'),
-                          '$.scale'), '$.priority') AS config_key,
+  json_remove(j.config_json, '$.seed', '$.id', '$.scale', '$.priority', '$.parent')
+    AS config_key,
   (SELECT m.value FROM metrics m
     WHERE m.job_id = j.job_id AND m.name = 'val_loss_se' ORDER BY m.step DESC LIMIT 1)
     AS final_val_loss_se,

@@ -331,6 +331,10 @@ TEST_F(CoordinatorE2e, XmodRunTrainsCooldownBranchesThatEqualTheBudgetsTrainedAl
                                              "/checkpoints/" + name + "/model.pt")))
         << name;
   }
+  // Replicates are per budget; the bootstrap's clusters are per trunk configuration
+  // (both seeds' trunks are one configuration: all six branches move together).
+  EXPECT_EQ(Count("SELECT COUNT(DISTINCT config_key) FROM job_results WHERE role = 'branch'"), 3);
+  EXPECT_EQ(Count("SELECT COUNT(DISTINCT cluster_key) FROM job_results WHERE role = 'branch'"), 1);
   // FLOPs: trunk (0.8 x 4D) + cooldowns 0.2 x (D + 2D + 4D), against 7D alone.
   const auto totals =
       Rows("SELECT SUM(train_flops), SUM(standalone_flops) FROM job_results WHERE sweep = "
@@ -355,7 +359,7 @@ TEST_F(CoordinatorE2e, XmodRunTrainsCooldownBranchesThatEqualTheBudgetsTrainedAl
   r = Command(XMOD_BIN, {"run", Path("alone.yaml"), "--db", Path("y.db"), "--groups", "2",
                          "--run-dir", Path("runs_alone")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE role = 'run'") , 0);  // x.db: none alone
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE role = 'run'"), 0);  // x.db: none alone
   const std::string losses =
       "SELECT seed, tokens, final_val_loss FROM job_results WHERE role != 'trunk' "
       "ORDER BY seed, tokens";

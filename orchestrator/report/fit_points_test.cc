@@ -1,0 +1,47 @@
+// Which jobs become law points, and how the bootstrap groups them, for cooldown
+// branches (issue 14): a trunk's loss (taken before any cooldown) is never a
+// point; each branch end is one (N, D) point at its whole budget, grouped with
+// the other branches of its trunk.
+#include <gtest/gtest.h>
+
+#include "orchestrator/report/report.h"
+
+namespace xmod {
+namespace {
+
+SweepJob Dense(const std::string& id, const std::string& role, int64_t tokens) {
+  SweepJob j;
+  j.id = id;
+  j.family = "dense";
+  j.scale = "micro";
+  j.status = "succeeded";
+  j.role = role;
+  j.config_key = "config-" + id;
+  j.cluster_key = role == "branch" ? "trunk-config" : j.config_key;
+  j.tokens = tokens;
+  j.tokens_trained = tokens;
+  j.context = 32;
+  j.n_active = 53536;
+  j.final_val_loss = 3.0;
+  return j;
+}
+
+TEST(FitPoints, TrunksAreNotPointsAndBranchesClusterByTheirTrunk) {
+  const std::vector<SweepJob> jobs = {Dense("t", "trunk", 52224), Dense("b1", "branch", 16384),
+                                      Dense("b2", "branch", 32768), Dense("b4", "branch", 65536),
+                                      Dense("r", "run", 16384)};
+  const std::vector<LawPoint> points = FitPoints(jobs, PointOptions{});
+  ASSERT_EQ(points.size(), 4u);
+  for (const LawPoint& p : points) {
+    EXPECT_NE(p.id, "t");
+    if (p.id == "r") {
+      EXPECT_EQ(p.config, "config-r");
+    } else {
+      EXPECT_EQ(p.config, "trunk-config") << p.id;  // resampled together
+    }
+  }
+  EXPECT_EQ(points[2].d, 65536.0);  // a branch counts its whole budget, trunk part included
+}
+
+}  // namespace
+}  // namespace xmod
