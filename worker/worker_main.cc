@@ -3,8 +3,10 @@
 // did not answer for --unreachable-timeout seconds.
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "proto/channel.h"
 #include "worker/client/worker_group.h"
 #include "worker/train/trainer.h"
@@ -39,6 +41,11 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads,
                  "LibTorch threads per rank (0: the CPUs this process may use / its ranks on the "
                  "node, or SLURM_CPUS_PER_TASK)");
+  int pack = 0;
+  app.add_option("--pack", pack,
+                 "Split this launch into sub-groups of N ranks that lease and train different "
+                 "jobs at once (MPI only; N must divide the launch; 0: one group)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--poll-seconds", o.poll_seconds, "Wait between lease attempts when idle")
       ->capture_default_str();
   app.add_option("--stall-timeout", o.stall_seconds,
@@ -67,10 +74,16 @@ int main(int argc, char** argv) {
   std::signal(SIGUSR2, OnSignal);
   std::signal(SIGINT, OnSignal);
   o.device = xmod::DefaultDevice();
-  auto comm = xmod::MakeCommunicatorFor(o.device, /*under_mpi=*/true);
+  auto comm = xmod::MakeCommunicatorFor(o.device, /*under_mpi=*/true, pack);
   if (!comm.ok()) {
     std::cerr << comm.status().message() << "\n";
-    return 1;
+    return absl::IsInvalidArgument(comm.status()) || absl::IsUnimplemented(comm.status()) ? 2 : 1;
+  }
+  if (pack > 0) {
+    // Each sub-group registers as a worker group of its own: "NAME-gK".
+    const char* world = std::getenv("OMPI_COMM_WORLD_RANK");
+    const int sub_group = (world != nullptr ? std::atoi(world) : 0) / pack;
+    o.name = absl::StrCat(o.name.empty() ? "pack" : o.name, "-g", sub_group);
   }
   absl::Status s = xmod::RunWorkerGroup(o, **comm);
   if (!s.ok()) {

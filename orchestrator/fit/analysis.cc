@@ -389,13 +389,17 @@ double Quantile(std::vector<double> values, double q) {
   return values[lo] + (at - static_cast<double>(lo)) * (values[hi] - values[lo]);
 }
 
-// Points grouped into clusters: the replicates of one configuration (same
-// `config`) move together; a point without a config is its own cluster.
-std::vector<std::vector<LawPoint>> Clusters(const std::vector<LawPoint>& points) {
+// Points grouped by `config` (the replicates of one configuration), or with
+// `resampled` by what the bootstrap draws (`cluster`, else `config`: the cooldown
+// branches of one trunk move together); a point without either is its own group.
+std::vector<std::vector<LawPoint>> Clusters(const std::vector<LawPoint>& points,
+                                            bool resampled = false) {
   std::map<std::string, size_t> index;
   std::vector<std::vector<LawPoint>> out;
   for (size_t i = 0; i < points.size(); ++i) {
-    const std::string key = points[i].config.empty() ? absl::StrCat("#", i) : points[i].config;
+    const std::string& named =
+        resampled && !points[i].cluster.empty() ? points[i].cluster : points[i].config;
+    const std::string key = named.empty() ? absl::StrCat("#", i) : named;
     auto [it, fresh] = index.emplace(key, out.size());
     if (fresh) out.emplace_back();
     out[it->second].push_back(points[i]);
@@ -410,7 +414,7 @@ std::vector<std::vector<std::vector<LawPoint>>> Strata(const std::vector<LawPoin
   std::map<std::pair<bool, double>, std::vector<LawPoint>> by;
   for (const LawPoint& x : points) by[{x.dense(), x.context}].push_back(x);
   std::vector<std::vector<std::vector<LawPoint>>> out;
-  for (const auto& [key, part] : by) out.push_back(Clusters(part));
+  for (const auto& [key, part] : by) out.push_back(Clusters(part, /*resampled=*/true));
   return out;
 }
 

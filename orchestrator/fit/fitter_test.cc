@@ -345,6 +345,15 @@ TEST(Bootstrap, ReplicatesMoveTogetherAndTheSeedSpreadIsReported) {
   EXPECT_LT(fit->noise.seed_sd, 0.03);
   EXPECT_NEAR(fit->noise.eval_se, 0.002, 1e-9);
   EXPECT_EQ(fit->bootstrap_used + fit->bootstrap_failed, 16);
+
+  // Cooldown branches: the budgets of one trunk (one n here) are one resampled
+  // cluster, while the seed spread is still taken within each budget.
+  for (LawPoint& x : points) x.cluster = absl::StrCat("trunk/", x.n);
+  fit = FitNamedLaw(points, options);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->bootstrap_clusters, 4);  // trunks
+  EXPECT_EQ(fit->noise.configurations, 12);
+  EXPECT_LT(fit->noise.seed_sd, 0.03);
 }
 
 TEST(XModLaw, JointFitIsNoWorseThanTwoStages) {

@@ -45,6 +45,9 @@ struct LawPoint {
   // Replicates: points of one configuration (everything but the seed) share
   // `config`; the bootstrap resamples configurations. Empty: the point is its own.
   std::string config;
+  // What the bootstrap resamples as one unit when it is wider than `config`: the
+  // cooldown branches of one trunk (docs/schedules.md). Empty: `config`.
+  std::string cluster;
   double se = 0.0;  // standard error of `loss` from the evaluation (0: unknown)
   // The dense law (a, b, e, alpha, beta) at this point's context, when the X-MoD
   // law compares a sparse run with a dense reference fitted per context.

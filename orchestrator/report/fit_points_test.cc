@@ -34,10 +34,11 @@ TEST(FitPoints, TrunksAreNotPointsAndBranchesClusterByTheirTrunk) {
   ASSERT_EQ(points.size(), 4u);
   for (const LawPoint& p : points) {
     EXPECT_NE(p.id, "t");
+    EXPECT_EQ(p.config, "config-" + p.id);  // replicates: per budget
     if (p.id == "r") {
-      EXPECT_EQ(p.config, "config-r");
+      EXPECT_EQ(p.cluster, "config-r");
     } else {
-      EXPECT_EQ(p.config, "trunk-config") << p.id;  // resampled together
+      EXPECT_EQ(p.cluster, "trunk-config") << p.id;  // resampled together
     }
   }
   EXPECT_EQ(points[2].d, 65536.0);  // a branch counts its whole budget, trunk part included

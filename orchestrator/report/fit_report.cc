@@ -184,7 +184,8 @@ LawPoint SweepJob::ToLawPoint(const PointOptions& options) const {
   LawPoint p;
   p.id = id;
   p.scale = scale;
-  p.config = cluster_key.empty() ? config_key : cluster_key;
+  p.config = config_key;
+  p.cluster = cluster_key;
   const double extra = options.total_params ? n_embedding : 0.0;
   p.n = n_active + extra;
   p.n_total = n_total + extra;

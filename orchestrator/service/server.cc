@@ -115,6 +115,7 @@ class Service final : public pb::Coordinator::Service {
       resp->set_fencing_token(g.fencing_token);
       resp->set_resume_step(g.resume_step);
       resp->set_resume_checkpoint(g.resume_checkpoint);
+      resp->set_resume_ranks(g.resume_ranks);
       return grpc::Status::OK;
     });
   }

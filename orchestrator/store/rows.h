@@ -95,6 +95,9 @@ struct LeaseGrant {
   int64_t fencing_token = 0;
   int64_t resume_step = 0;        // 0: start fresh
   std::string resume_checkpoint;  // path of that checkpoint
+  // Ranks of the group that wrote it (0: fresh or unknown): the batch does not
+  // depend on the rank count, so a different count resumes the same run.
+  int64_t resume_ranks = 0;
 };
 
 struct JobProgressRow {

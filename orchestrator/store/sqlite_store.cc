@@ -776,6 +776,7 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
           path->Bind(1, g.job_id).Bind(2, g.resume_step);
           ASSIGN_OR_RETURN(QueryResult p, CollectLocked(path));
           if (!p.rows.empty()) g.resume_checkpoint = AsText(Cell(p, 0, 0));
+          ASSIGN_OR_RETURN(g.resume_ranks, ResumeRanksLocked(g.job_id, g.resume_step));
         }
         grant = std::move(g);
         return absl::OkStatus();
@@ -838,6 +839,9 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
         g.resume_step = AsInt(Cell(tp, 0, 0));
         g.resume_checkpoint = AsText(Cell(tp, 0, 1));
       }
+    }
+    if (g.resume_step > 0) {
+      ASSIGN_OR_RETURN(g.resume_ranks, ResumeRanksLocked(g.job_id, g.resume_step));
     }
     // The latest attempt wins: rows past the resume point are redone by this one.
     ASSIGN_OR_RETURN(Statement * trim,
@@ -1101,6 +1105,20 @@ absl::Status SqliteStore::EndAttemptLocked(const std::string& job_id, JobState f
       .Bind(4, now)
       .Bind(5, reason);
   return WriteLocked(attempt, "closing the attempt");
+}
+
+absl::StatusOr<int64_t> SqliteStore::ResumeRanksLocked(const std::string& job_id, int64_t step) {
+  // The checkpoint (the job's own, else its trunk's), the attempt that wrote it,
+  // and that attempt's group.
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("SELECT w.ranks FROM jobs j JOIN checkpoints c ON c.step = ?2 "
+                                 "AND (c.job_id = j.job_id OR c.job_id = j.parent_id) "
+                                 "JOIN attempts a ON a.job_id = c.job_id AND a.attempt = "
+                                 "c.attempt JOIN workers w ON w.worker_id = a.worker_id "
+                                 "WHERE j.job_id = ?1 ORDER BY c.job_id = j.job_id DESC LIMIT 1"));
+  s->Bind(1, job_id).Bind(2, step);
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+  return rows.rows.empty() ? int64_t{0} : AsInt(Cell(rows, 0, 0));
 }
 
 absl::Status SqliteStore::CancelStrandedBranchesLocked(const std::string& trunk_id, double now) {

@@ -235,6 +235,9 @@ class SqliteStore {
   // way) without recording the checkpoint a branch starts from: they could never
   // be leased. The reason names the trunk, its state and the step.
   absl::Status CancelStrandedBranchesLocked(const std::string& trunk_id, double now);
+  // The ranks of the group that wrote `job_id`'s checkpoint at `step` (its own, or
+  // a branch's trunk's); 0 when unknown.
+  absl::StatusOr<int64_t> ResumeRanksLocked(const std::string& job_id, int64_t step);
   double Now() const;
 
   struct Writer {

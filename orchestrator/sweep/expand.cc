@@ -581,9 +581,11 @@ std::string BudgetFreeKey(const ResolvedJob& job) {
 
 // Cooldown branches (docs/schedules.md; Hägele et al. 2024): the wsd jobs of one
 // configuration that differ only in their budget become one constant-LR trunk
-// and one branch per budget. The group trains with the largest budget's learning
-// rate, batch and warm-up (the trunk's), so that every branch continues exactly
-// the run it would have been alone with those settings. The branch of budget D
+// and one branch per budget. The group trains with one learning rate, batch and
+// warm-up (the trunk's), so that every branch continues exactly the run it would
+// have been alone with those settings: the smallest budget's. A smaller batch is
+// at least as token-efficient at the larger budgets, while the larger budgets'
+// batch costs the small ones optimizer steps (docs/schedules.md has both measured). The branch of budget D
 // starts at the trunk's step round((1 − f)·steps(D)) and decays over the rest.
 absl::Status MakeCooldownBranches(const SweepSpec& spec, std::vector<ResolvedJob>* jobs) {
   const TrainSpec& t = spec.train;
@@ -607,7 +609,9 @@ absl::Status MakeCooldownBranches(const SweepSpec& spec, std::vector<ResolvedJob
     std::sort(members.begin(), members.end(), [&](size_t a, size_t b) {
       return (*jobs)[a].tokens < (*jobs)[b].tokens;
     });
-    const ResolvedJob reference = (*jobs)[members.back()];  // the largest budget
+    // The settings every member trains with: the smallest budget's (see above).
+    const ResolvedJob reference = (*jobs)[members.front()];
+    const ResolvedJob largest = (*jobs)[members.back()];
     std::vector<ResolvedJob> branches;
     std::vector<int64_t> starts;
     for (size_t i : members) {
@@ -637,7 +641,7 @@ absl::Status MakeCooldownBranches(const SweepSpec& spec, std::vector<ResolvedJob
       if (b.warmup_steps > b.start_step) {
         return absl::InvalidArgumentError(absl::StrCat(
             where, "the trunk's warm-up (", b.warmup_steps,
-            " steps, from the largest budget) runs past this branch's start at step ",
+            " steps, from the smallest budget) runs past this branch's start at step ",
             b.start_step, " (shorten the warm-up, or set cooldown_branches: false)"));
       }
       b.eval_interval = EvalInterval(t, b.steps);
@@ -650,6 +654,8 @@ absl::Status MakeCooldownBranches(const SweepSpec& spec, std::vector<ResolvedJob
     std::sort(starts.begin(), starts.end());
     starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
     ResolvedJob trunk = reference;
+    trunk.budget_kind = largest.budget_kind;
+    trunk.budget_value = largest.budget_value;
     trunk.schedule = Schedule::kConstant;
     trunk.decay_steps = 0;
     trunk.decay_shape = DecayShape::kLinear;

@@ -174,6 +174,13 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
     std::cerr << comm.Where() << ": job " << job->id << " attempt " << lease.attempt()
               << (lease.resume_step() > 0 ? absl::StrCat(" from step ", lease.resume_step()) : "")
               << "\n";
+    if (lease.resume_ranks() > 0 && lease.resume_ranks() != comm.size()) {
+      // The batch is split over the ranks, not sized by them: the same run goes on,
+      // equal up to the order of floating-point reductions.
+      std::cerr << comm.Where() << ": job " << job->id << ": elastic resume: its checkpoint at "
+                << "step " << lease.resume_step() << " was written by a group of "
+                << lease.resume_ranks() << " rank(s); it continues on " << comm.size() << "\n";
+    }
     absl::StatusOr<TrainResult> result = Train(*job, **data, comm, t);
     session.StopHeartbeat();
     session.Finish(result);

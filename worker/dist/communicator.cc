@@ -76,12 +76,19 @@ MPI_Datatype MpiType(torch::ScalarType type) {
 
 class Mpi : public Communicator {
  public:
-  Mpi(int rank, int size, int64_t bucket_bytes)
-      : rank_(rank), size_(size), bucket_bytes_(bucket_bytes), host_(HostName()) {}
+  // Over `comm` (comm_, or one sub-group of it); `world_rank` names the
+  // process in messages.
+  Mpi(MPI_Comm comm, int rank, int size, int world_rank, int64_t bucket_bytes)
+      : comm_(comm),
+        rank_(rank),
+        size_(size),
+        world_rank_(world_rank),
+        bucket_bytes_(bucket_bytes),
+        host_(HostName()) {}
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string Where() const override { return absl::StrCat(host_, ":", rank_); }
+  std::string Where() const override { return absl::StrCat(host_, ":", world_rank_); }
 
   // Waits by polling a non-blocking broadcast, sleeping more the longer it waits:
   // ranks idling while rank 0 talks to the coordinator must not spin on a core
@@ -89,10 +96,10 @@ class Mpi : public Communicator {
   absl::Status Broadcast(std::string* bytes, int root) override {
     int64_t n = static_cast<int64_t>(bytes->size());
     RETURN_IF_ERROR(Wait(
-        [&](MPI_Request* r) { return MPI_Ibcast(&n, 1, MPI_INT64_T, root, MPI_COMM_WORLD, r); }));
+        [&](MPI_Request* r) { return MPI_Ibcast(&n, 1, MPI_INT64_T, root, comm_, r); }));
     bytes->resize(static_cast<size_t>(n));
     return Wait([&](MPI_Request* r) {
-      return MPI_Ibcast(bytes->data(), static_cast<int>(n), MPI_CHAR, root, MPI_COMM_WORLD, r);
+      return MPI_Ibcast(bytes->data(), static_cast<int>(n), MPI_CHAR, root, comm_, r);
     });
   }
 
@@ -100,7 +107,7 @@ class Mpi : public Communicator {
     return ForEachBucket(tensors, bucket_bytes_, [&](torch::Tensor& flat) {
       RETURN_IF_ERROR(CheckType(flat));
       return Check(MPI_Bcast(flat.data_ptr(), static_cast<int>(flat.numel()),
-                             MpiType(flat.scalar_type()), root, MPI_COMM_WORLD),
+                             MpiType(flat.scalar_type()), root, comm_),
                    "broadcast");
     });
   }
@@ -110,7 +117,7 @@ class Mpi : public Communicator {
     return ForEachBucket(tensors, bucket_bytes_, [&](torch::Tensor& flat) {
       RETURN_IF_ERROR(CheckType(flat));
       return Check(MPI_Allreduce(MPI_IN_PLACE, flat.data_ptr(), static_cast<int>(flat.numel()),
-                                 MpiType(flat.scalar_type()), MPI_SUM, MPI_COMM_WORLD),
+                                 MpiType(flat.scalar_type()), MPI_SUM, comm_),
                    "all-reduce");
     });
   }
@@ -123,16 +130,16 @@ class Mpi : public Communicator {
       const int n = static_cast<int>(flat.numel());
       const MPI_Datatype type = MpiType(flat.scalar_type());
       return Check(rank_ == root
-                       ? MPI_Reduce(MPI_IN_PLACE, data, n, type, MPI_SUM, root, MPI_COMM_WORLD)
-                       : MPI_Reduce(data, nullptr, n, type, MPI_SUM, root, MPI_COMM_WORLD),
+                       ? MPI_Reduce(MPI_IN_PLACE, data, n, type, MPI_SUM, root, comm_)
+                       : MPI_Reduce(data, nullptr, n, type, MPI_SUM, root, comm_),
                    "reduce");
     });
   }
 
-  absl::Status Barrier() override { return Check(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+  absl::Status Barrier() override { return Check(MPI_Barrier(comm_), "barrier"); }
 
   [[noreturn]] void Abort(int code) override {
-    MPI_Abort(MPI_COMM_WORLD, code);
+    MPI_Abort(MPI_COMM_WORLD, code);  // a sub-group cannot end alone: the whole launch ends
     std::exit(code);
   }
 
@@ -166,8 +173,10 @@ class Mpi : public Communicator {
     return absl::OkStatus();
   }
 
+  MPI_Comm comm_;
   int rank_;
   int size_;
+  int world_rank_;
   int64_t bucket_bytes_;
   std::string host_;
 };
@@ -184,7 +193,8 @@ std::unique_ptr<Communicator> MakeSingleProcessCommunicator() {
   return std::make_unique<SingleProcess>();
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(int64_t bucket_bytes) {
+absl::StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(int64_t bucket_bytes,
+                                                                  int pack_ranks) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -197,7 +207,24 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(int64_t bucket
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return std::unique_ptr<Communicator>(new Mpi(rank, size, bucket_bytes));
+  if (pack_ranks <= 0 || pack_ranks == size) {
+    return std::unique_ptr<Communicator>(new Mpi(MPI_COMM_WORLD, rank, size, rank, bucket_bytes));
+  }
+  if (size % pack_ranks != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(HostName(), ":", rank, ": --pack ", pack_ranks, " does not divide the ",
+                     size, " ranks of this launch into whole sub-groups"));
+  }
+  // Consecutive world ranks form a sub-group (ranks on one node stay together
+  // under mpirun's default by-core mapping).
+  MPI_Comm sub = MPI_COMM_NULL;
+  if (MPI_Comm_split(MPI_COMM_WORLD, rank / pack_ranks, rank, &sub) != MPI_SUCCESS) {
+    return absl::InternalError(absl::StrCat(HostName(), ":", rank, ": MPI_Comm_split failed"));
+  }
+  int sub_rank = 0, sub_size = 1;
+  MPI_Comm_rank(sub, &sub_rank);
+  MPI_Comm_size(sub, &sub_size);
+  return std::unique_ptr<Communicator>(new Mpi(sub, sub_rank, sub_size, rank, bucket_bytes));
 }
 
 }  // namespace xmod

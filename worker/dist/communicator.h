@@ -46,7 +46,12 @@ std::unique_ptr<Communicator> MakeSingleProcessCommunicator();
 
 // MPI_COMM_WORLD. Initialises MPI if needed (and finalises it at exit if it did).
 // FAILED_PRECONDITION when MPI cannot be initialised.
-absl::StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(int64_t bucket_bytes = 64 << 20);
+// With pack_ranks > 0 (smaller than the launch), the launch is split
+// (MPI_Comm_split) into sub-groups of pack_ranks consecutive ranks and the
+// communicator spans this process's sub-group only; INVALID_ARGUMENT when it does
+// not divide the launch. A sub-group's Abort still ends the whole launch.
+absl::StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(int64_t bucket_bytes = 64 << 20,
+                                                                  int pack_ranks = 0);
 
 // Whether this build has the NCCL communicator, and whether a CUDA device is visible.
 bool NcclCompiledIn();

@@ -37,9 +37,20 @@ std::string DefaultDevice() {
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicatorFor(const std::string& device,
-                                                                  bool under_mpi) {
-  if (device.rfind("cuda", 0) == 0 && NcclCompiledIn()) return MakeNcclCommunicator(LocalRank());
-  if (under_mpi) return MakeMpiCommunicator();
+                                                                  bool under_mpi, int pack_ranks) {
+  if (device.rfind("cuda", 0) == 0 && NcclCompiledIn()) {
+    if (pack_ranks > 0) {
+      return absl::UnimplementedError(
+          "--pack splits an MPI launch; the NCCL communicator spans the whole launch: start "
+          "one launch per group size on GPUs instead");
+    }
+    return MakeNcclCommunicator(LocalRank());
+  }
+  if (under_mpi) return MakeMpiCommunicator(64 << 20, pack_ranks);
+  if (pack_ranks > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pack ", pack_ranks, " needs a launch of several ranks (mpirun)"));
+  }
   return MakeSingleProcessCommunicator();
 }
 

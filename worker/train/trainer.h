@@ -81,9 +81,11 @@ int LocalRank();
 // "cuda:<local rank>" when LibTorch sees a CUDA device, else "cpu".
 std::string DefaultDevice();
 // NCCL for a CUDA device when built with it; otherwise MPI under a launcher, or a
-// single process.
+// single process. pack_ranks > 0 splits an MPI launch into sub-groups of that many
+// ranks (MakeMpiCommunicator); refused for NCCL and for a single process.
 absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicatorFor(const std::string& device,
-                                                                  bool under_mpi);
+                                                                  bool under_mpi,
+                                                                  int pack_ranks = 0);
 
 // Builds the data source a job names: its dataset folder or the synthetic source.
 absl::StatusOr<std::unique_ptr<TokenSource>> OpenJobData(const JobFile& job);
