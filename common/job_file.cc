@@ -302,8 +302,7 @@ absl::Status ReadKeepSteps(const nlohmann::json& json, JobFile* job) {
   }
   for (const nlohmann::json& v : *it) {
     if (!v.is_number_integer() || v.get<int64_t>() < 1) {
-      return absl::InvalidArgumentError(
-          "job: field 'keep_steps' must hold positive integer steps");
+      return absl::InvalidArgumentError("job: field 'keep_steps' must hold positive integer steps");
     }
     job->keep_steps.push_back(v.get<int64_t>());
   }
@@ -343,8 +342,8 @@ absl::Status CheckRanges(const JobFile& job) {
   }
   for (int64_t s : job.keep_steps) {
     if (s > job.steps) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("job: field 'keep_steps' holds step ", s, ", past the last step ", job.steps));
+      return absl::InvalidArgumentError(absl::StrCat("job: field 'keep_steps' holds step ", s,
+                                                     ", past the last step ", job.steps));
     }
   }
   if (!job.parent.empty() && (job.start_step < 1 || job.start_step >= job.steps)) {

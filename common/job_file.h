@@ -66,7 +66,7 @@ struct JobFile {
   double min_lr = 0.0;
   int64_t warmup_steps = 0;
   Schedule schedule = Schedule::kCosine;
-  int64_t decay_steps = 0;  // wsd only
+  int64_t decay_steps = 0;                       // wsd only
   DecayShape decay_shape = DecayShape::kLinear;  // wsd only
   // Cooldown branches (docs/schedules.md). A trunk trains the constant-LR part once
   // and keeps a checkpoint at every step in keep_steps (its branches' starts); a

@@ -268,14 +268,14 @@ TEST_F(CoordinatorE2e, AJobResumesOnADifferentRankCountTwoToOneToTwo) {
   EXPECT_EQ(Count("SELECT COUNT(*) FROM attempts WHERE status = 'preempted'"), 2);
   EXPECT_EQ(Count("SELECT resumed_from_step FROM attempts WHERE attempt = 2"), first_stop);
   EXPECT_EQ(Count("SELECT resumed_from_step FROM attempts WHERE attempt = 3"), second_stop);
-  EXPECT_THAT(testing::Slurp(Path("b.log")),
-              ::testing::HasSubstr("elastic resume: its checkpoint at step " +
-                                   std::to_string(first_stop) +
-                                   " was written by a group of 2 rank(s); it continues on 1"));
-  EXPECT_THAT(testing::Slurp(Path("c.log")),
-              ::testing::HasSubstr("elastic resume: its checkpoint at step " +
-                                   std::to_string(second_stop) +
-                                   " was written by a group of 1 rank(s); it continues on 2"));
+  EXPECT_THAT(
+      testing::Slurp(Path("b.log")),
+      ::testing::HasSubstr("elastic resume: its checkpoint at step " + std::to_string(first_stop) +
+                           " was written by a group of 2 rank(s); it continues on 1"));
+  EXPECT_THAT(
+      testing::Slurp(Path("c.log")),
+      ::testing::HasSubstr("elastic resume: its checkpoint at step " + std::to_string(second_stop) +
+                           " was written by a group of 1 rank(s); it continues on 2"));
   ExpectCompleteCurves();
 
   // The reference: the same job file trained without a stop on one rank.
@@ -303,9 +303,10 @@ TEST_F(CoordinatorE2e, AJobResumesOnADifferentRankCountTwoToOneToTwo) {
   std::sort(relative.begin(), relative.end());
   const double median = relative[relative.size() / 2];
   EXPECT_LT(median, 2e-4);
-  std::printf("elastic 2 -> 1 -> 2 ranks vs one rank over %zu losses: median relative "
-              "difference %.2e, largest %.2e\n",
-              relative.size(), median, relative.back());
+  std::printf(
+      "elastic 2 -> 1 -> 2 ranks vs one rank over %zu losses: median relative "
+      "difference %.2e, largest %.2e\n",
+      relative.size(), median, relative.back());
 }
 
 // Packing (issue 14): one launch of 4 ranks with --pack 2 is two worker groups of
@@ -455,8 +456,8 @@ TEST_F(CoordinatorE2e, XmodRunTrainsCooldownBranchesThatEqualTheBudgetsTrainedAl
     char name[32];
     std::snprintf(name, sizeof(name), "step_%08lld",
                   static_cast<long long>(std::get<int64_t>(row[1])));
-    EXPECT_TRUE(std::filesystem::exists(Path("runs/" + std::get<std::string>(row[0]) +
-                                             "/checkpoints/" + name + "/model.pt")))
+    EXPECT_TRUE(std::filesystem::exists(
+        Path("runs/" + std::get<std::string>(row[0]) + "/checkpoints/" + name + "/model.pt")))
         << name;
   }
   // Replicates are per budget; the bootstrap's clusters are per trunk configuration
@@ -464,9 +465,9 @@ TEST_F(CoordinatorE2e, XmodRunTrainsCooldownBranchesThatEqualTheBudgetsTrainedAl
   EXPECT_EQ(Count("SELECT COUNT(DISTINCT config_key) FROM job_results WHERE role = 'branch'"), 3);
   EXPECT_EQ(Count("SELECT COUNT(DISTINCT cluster_key) FROM job_results WHERE role = 'branch'"), 1);
   // FLOPs: trunk (0.8 x 4D) + cooldowns 0.2 x (D + 2D + 4D), against 7D alone.
-  const auto totals =
-      Rows("SELECT SUM(train_flops), SUM(standalone_flops) FROM job_results WHERE sweep = "
-           "'wsd-branches'");
+  const auto totals = Rows(
+      "SELECT SUM(train_flops), SUM(standalone_flops) FROM job_results WHERE sweep = "
+      "'wsd-branches'");
   ASSERT_EQ(totals.size(), 1u);
   const double ratio = std::get<double>(totals[0][0]) / std::get<double>(totals[0][1]);
   EXPECT_LE(ratio, 0.7);
@@ -499,8 +500,8 @@ TEST_F(CoordinatorE2e, XmodRunTrainsCooldownBranchesThatEqualTheBudgetsTrainedAl
     EXPECT_EQ(branched[i][0], alone[i][0]);
     EXPECT_EQ(branched[i][1], alone[i][1]);
     EXPECT_EQ(std::get<double>(branched[i][2]), std::get<double>(alone[i][2]))
-        << "seed " << std::get<int64_t>(branched[i][0]) << ", "
-        << std::get<int64_t>(branched[i][1]) << " tokens";
+        << "seed " << std::get<int64_t>(branched[i][0]) << ", " << std::get<int64_t>(branched[i][1])
+        << " tokens";
   }
 }
 

@@ -559,8 +559,8 @@ TEST(BranchScheduler, BranchesWaitForTheirTrunkCheckpointAndStartFromIt) {
     return outcome.ok() ? outcome->grant : std::nullopt;
   };
   auto role = [&](const std::string& id) {
-    auto rows = store->Query("SELECT role, start_step, parent_id FROM jobs WHERE job_id = '" + id +
-                             "'");
+    auto rows =
+        store->Query("SELECT role, start_step, parent_id FROM jobs WHERE job_id = '" + id + "'");
     return AsText(Cell(*rows, 0, 0));
   };
   const std::optional<LeaseGrant> t1 = lease(), t2 = lease();
@@ -589,27 +589,30 @@ TEST(BranchScheduler, BranchesWaitForTheirTrunkCheckpointAndStartFromIt) {
   EXPECT_EQ(b->resume_checkpoint, path);
   EXPECT_FALSE(lease().has_value());  // the others start later
   // Its metrics start after the trunk's step; a step at or before it is refused.
-  EXPECT_FALSE(scheduler.ReportMetrics(b->job_id, b->fencing_token,
-                                       {{"train_loss", start, 3.0, start * 1024, 1e6}})
+  EXPECT_FALSE(scheduler
+                   .ReportMetrics(b->job_id, b->fencing_token,
+                                  {{"train_loss", start, 3.0, start * 1024, 1e6}})
                    .ok());
-  EXPECT_TRUE(scheduler.ReportMetrics(b->job_id, b->fencing_token,
-                                      {{"train_loss", start + 1, 3.0, (start + 1) * 1024, 1e6}})
+  EXPECT_TRUE(scheduler
+                  .ReportMetrics(b->job_id, b->fencing_token,
+                                 {{"train_loss", start + 1, 3.0, (start + 1) * 1024, 1e6}})
                   .ok());
 
   // The second trunk diverges before any branch point: its branches are cancelled,
   // naming it; the first trunk's other branches still wait.
   ASSERT_EQ(scheduler.Fail(t2->job_id, t2->fencing_token, AttemptEnd::kDiverged, "nan").value(),
             JobState::kFailed);
-  auto stranded = store->Query("SELECT status, status_reason FROM jobs WHERE parent_id = '" +
-                               t2->job_id + "'");
+  auto stranded =
+      store->Query("SELECT status, status_reason FROM jobs WHERE parent_id = '" + t2->job_id + "'");
   ASSERT_TRUE(stranded.ok());
   ASSERT_EQ(stranded->rows.size(), 3u);
   for (const auto& row : stranded->rows) {
     EXPECT_EQ(AsText(row[0]), "cancelled");
     EXPECT_THAT(AsText(row[1]), HasSubstr("its trunk " + t2->job_id + " ended failed"));
   }
-  EXPECT_EQ(store->Query("SELECT COUNT(*) FROM jobs WHERE parent_id = '" + t1->job_id +
-                         "' AND status = 'pending'")
+  EXPECT_EQ(store
+                ->Query("SELECT COUNT(*) FROM jobs WHERE parent_id = '" + t1->job_id +
+                        "' AND status = 'pending'")
                 .value()
                 .rows[0][0],
             Value(int64_t{2}));

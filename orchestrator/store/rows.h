@@ -104,7 +104,7 @@ struct JobProgressRow {
   std::string job_id, family, scale, status;
   double sparsity = 0.0, train_flops = 0.0;
   int64_t stride = 1, context = 0, attempt = 0, step = 0, steps = 0;
-  int64_t start_step = 0;  // a cooldown branch's first step is start_step + 1
+  int64_t start_step = 0;         // a cooldown branch's first step is start_step + 1
   double standalone_flops = 0.0;  // trained alone from step 0 (0 for a trunk)
   std::optional<double> final_val_loss;
 
@@ -118,8 +118,7 @@ struct JobProgressRow {
     if (!in_flight() || steps <= 0) return 0.0;
     const double span = static_cast<double>(steps - start_step);
     if (span <= 0) return 0.0;
-    return train_flops *
-           std::clamp(static_cast<double>(step - start_step) / span, 0.0, 1.0);
+    return train_flops * std::clamp(static_cast<double>(step - start_step) / span, 0.0, 1.0);
   }
 };
 

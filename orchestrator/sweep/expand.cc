@@ -568,10 +568,9 @@ namespace {
 // without the fields a budget decides, and the scale's name.
 std::string BudgetFreeKey(const ResolvedJob& job) {
   nlohmann::json j = job.CanonicalConfig();
-  for (const char* field :
-       {"tokens", "steps", "batch_tokens", "batch_size", "micro_batch_size", "lr", "min_lr",
-        "warmup_steps", "decay_steps", "eval_interval", "checkpoint_interval", "recompute",
-        "optimizer_sharding"}) {
+  for (const char* field : {"tokens", "steps", "batch_tokens", "batch_size", "micro_batch_size",
+                            "lr", "min_lr", "warmup_steps", "decay_steps", "eval_interval",
+                            "checkpoint_interval", "recompute", "optimizer_sharding"}) {
     j.erase(field);
   }
   return job.scale + "|" + j.dump();
@@ -585,8 +584,8 @@ std::string BudgetFreeKey(const ResolvedJob& job) {
 // warm-up (the trunk's), so that every branch continues exactly the run it would
 // have been alone with those settings: the smallest budget's. A smaller batch is
 // at least as token-efficient at the larger budgets, while the larger budgets'
-// batch costs the small ones optimizer steps (docs/schedules.md has both measured). The branch of budget D
-// starts at the trunk's step round((1 − f)·steps(D)) and decays over the rest.
+// batch costs the small ones optimizer steps (docs/schedules.md has both measured). The branch of
+// budget D starts at the trunk's step round((1 − f)·steps(D)) and decays over the rest.
 absl::Status MakeCooldownBranches(const SweepSpec& spec, std::vector<ResolvedJob>* jobs) {
   const TrainSpec& t = spec.train;
   if (t.schedule != Schedule::kWsd || !t.cooldown_branches) return absl::OkStatus();
@@ -606,9 +605,8 @@ absl::Status MakeCooldownBranches(const SweepSpec& spec, std::vector<ResolvedJob
       out.push_back(std::move((*jobs)[members[0]]));
       continue;
     }
-    std::sort(members.begin(), members.end(), [&](size_t a, size_t b) {
-      return (*jobs)[a].tokens < (*jobs)[b].tokens;
-    });
+    std::sort(members.begin(), members.end(),
+              [&](size_t a, size_t b) { return (*jobs)[a].tokens < (*jobs)[b].tokens; });
     // The settings every member trains with: the smallest budget's (see above).
     const ResolvedJob reference = (*jobs)[members.front()];
     const ResolvedJob largest = (*jobs)[members.back()];
@@ -633,16 +631,16 @@ absl::Status MakeCooldownBranches(const SweepSpec& spec, std::vector<ResolvedJob
                        std::string(FamilyName(b.shape.family)), ", context ", b.shape.context, ", ",
                        b.tokens, " tokens: ");
       if (b.decay_steps < 1 || b.start_step < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, "a cooldown of ", b.decay_steps, " of ", b.steps,
-            " steps leaves no branch (raise the budget, change decay_fraction, or set "
-            "cooldown_branches: false)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "a cooldown of ", b.decay_steps, " of ", b.steps,
+                         " steps leaves no branch (raise the budget, change decay_fraction, or set "
+                         "cooldown_branches: false)"));
       }
       if (b.warmup_steps > b.start_step) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, "the trunk's warm-up (", b.warmup_steps,
-            " steps, from the smallest budget) runs past this branch's start at step ",
-            b.start_step, " (shorten the warm-up, or set cooldown_branches: false)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "the trunk's warm-up (", b.warmup_steps,
+                         " steps, from the smallest budget) runs past this branch's start at step ",
+                         b.start_step, " (shorten the warm-up, or set cooldown_branches: false)"));
       }
       b.eval_interval = EvalInterval(t, b.steps);
       b.checkpoint_interval = CheckpointInterval(t, b.steps);

@@ -49,8 +49,8 @@ struct ResolvedJob {
   // Budget.
   BudgetKind budget_kind = BudgetKind::kTokensPerParam;
   double budget_value = 0.0;
-  int64_t tokens = 0;        // D the budget asks for
-  int64_t steps = 0;         // ceil(tokens / batch_tokens)
+  int64_t tokens = 0;  // D the budget asks for
+  int64_t steps = 0;   // ceil(tokens / batch_tokens)
   // flops_per_token × (steps − start_step) × batch_tokens: what this job trains
   // (a branch only its cooldown, the trunk its constant part).
   double train_flops = 0.0;
@@ -62,7 +62,7 @@ struct ResolvedJob {
   double min_lr = 0.0;
   int64_t warmup_steps = 0;
   Schedule schedule = Schedule::kCosine;
-  int64_t decay_steps = 0;  // wsd only; 0 otherwise
+  int64_t decay_steps = 0;                       // wsd only; 0 otherwise
   DecayShape decay_shape = DecayShape::kLinear;  // wsd only
   // Cooldown branches (docs/schedules.md): a trunk keeps checkpoints at keep_steps;
   // a branch starts from its parent trunk's checkpoint at start_step.
@@ -92,14 +92,16 @@ struct ResolvedJob {
 
   double flops_ratio() const { return flops_per_token / dense_flops_per_token; }
   // "trunk", "branch" or "run" (trained alone).
-  const char* role() const { return !parent.empty() ? "branch" : !keep_steps.empty() ? "trunk" : "run"; }
+  const char* role() const {
+    return !parent.empty() ? "branch" : !keep_steps.empty() ? "trunk" : "run";
+  }
   // The FLOPs this job's result would cost trained alone from step 0 (0 for a
   // trunk, whose result is not a law point): the saving of branches is the sum of
   // these against the sum of train_flops.
   double standalone_flops() const {
-    return keep_steps.empty() ? flops_per_token * static_cast<double>(steps) *
-                                    static_cast<double>(batch_tokens)
-                              : 0.0;
+    return keep_steps.empty()
+               ? flops_per_token * static_cast<double>(steps) * static_cast<double>(batch_tokens)
+               : 0.0;
   }
   // What the job really trains on: whole steps of batch_tokens (>= tokens).
   int64_t tokens_trained() const { return steps * batch_tokens; }

@@ -465,8 +465,9 @@ TEST(ExpandBranches, WsdSettingsAreCheckedInTheSpec) {
     EXPECT_NE(std::string(spec.status().message()).find(message), std::string::npos)
         << train << ": " << spec.status();
   }
-  auto ok = ParseSweepSpec(head + "train: {batch_tokens: 1024, schedule: wsd, decay_shape: "
-                                  "cosine, cooldown_branches: false}\n",
+  auto ok = ParseSweepSpec(head +
+                               "train: {batch_tokens: 1024, schedule: wsd, decay_shape: "
+                               "cosine, cooldown_branches: false}\n",
                            "w.yaml");
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->train.decay_shape, DecayShape::kCosine);

@@ -954,8 +954,8 @@ class SpecParser {
     }
     if (t.schedule == Schedule::kWsd && t.decay_shape == DecayShape::kExponential &&
         !(t.min_lr_ratio > 0)) {
-      Error(Line(node["decay_shape"] ? node["decay_shape"] : node),
-            "train.decay_shape", "exponential decays to min_lr_ratio x lr and needs min_lr_ratio > 0");
+      Error(Line(node["decay_shape"] ? node["decay_shape"] : node), "train.decay_shape",
+            "exponential decays to min_lr_ratio x lr and needs min_lr_ratio > 0");
     }
     if (t.schedule == Schedule::kWsd && !(t.decay_fraction > 0)) {
       Error(Line(node["decay_fraction"] ? node["decay_fraction"] : node), "train.decay_fraction",

@@ -95,8 +95,8 @@ class Mpi : public Communicator {
   // that another group's training needs.
   absl::Status Broadcast(std::string* bytes, int root) override {
     int64_t n = static_cast<int64_t>(bytes->size());
-    RETURN_IF_ERROR(Wait(
-        [&](MPI_Request* r) { return MPI_Ibcast(&n, 1, MPI_INT64_T, root, comm_, r); }));
+    RETURN_IF_ERROR(
+        Wait([&](MPI_Request* r) { return MPI_Ibcast(&n, 1, MPI_INT64_T, root, comm_, r); }));
     bytes->resize(static_cast<size_t>(n));
     return Wait([&](MPI_Request* r) {
       return MPI_Ibcast(bytes->data(), static_cast<int>(n), MPI_CHAR, root, comm_, r);
@@ -129,9 +129,8 @@ class Mpi : public Communicator {
       void* data = flat.data_ptr();
       const int n = static_cast<int>(flat.numel());
       const MPI_Datatype type = MpiType(flat.scalar_type());
-      return Check(rank_ == root
-                       ? MPI_Reduce(MPI_IN_PLACE, data, n, type, MPI_SUM, root, comm_)
-                       : MPI_Reduce(data, nullptr, n, type, MPI_SUM, root, comm_),
+      return Check(rank_ == root ? MPI_Reduce(MPI_IN_PLACE, data, n, type, MPI_SUM, root, comm_)
+                                 : MPI_Reduce(data, nullptr, n, type, MPI_SUM, root, comm_),
                    "reduce");
     });
   }
@@ -211,9 +210,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(int64_t bucket
     return std::unique_ptr<Communicator>(new Mpi(MPI_COMM_WORLD, rank, size, rank, bucket_bytes));
   }
   if (size % pack_ranks != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(HostName(), ":", rank, ": --pack ", pack_ranks, " does not divide the ",
-                     size, " ranks of this launch into whole sub-groups"));
+    return absl::InvalidArgumentError(absl::StrCat(HostName(), ":", rank, ": --pack ", pack_ranks,
+                                                   " does not divide the ", size,
+                                                   " ranks of this launch into whole sub-groups"));
   }
   // Consecutive world ranks form a sub-group (ranks on one node stay together
   // under mpirun's default by-core mapping).

@@ -78,7 +78,8 @@ absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_i
   const auto all = Complete(run_dir);
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < all.size(); ++i) {
     const int64_t s = all[i].first;
-    if (s == protect_step || std::find(keep_steps.begin(), keep_steps.end(), s) != keep_steps.end()) {
+    if (s == protect_step ||
+        std::find(keep_steps.begin(), keep_steps.end(), s) != keep_steps.end()) {
       continue;
     }
     fs::remove_all(all[i].second, ec);

@@ -22,8 +22,7 @@ namespace xmod {
 // those of `keep_steps` (a trunk's branch starts).
 absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_id, int64_t step,
                             Decoder& model, torch::optim::Optimizer& optimizer, int keep = 2,
-                            int64_t protect_step = -1,
-                            const std::vector<int64_t>& keep_steps = {});
+                            int64_t protect_step = -1, const std::vector<int64_t>& keep_steps = {});
 
 struct LoadedCheckpoint {
   int64_t step = 0;

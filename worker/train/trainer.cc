@@ -319,8 +319,8 @@ class Run {
     if (comm_.rank() == 0) std::filesystem::create_directories(o_.run_dir);
     if (job_.is_branch() && !(o_.resume && o_.resume_step != 0)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "job ", job_.id, " is a cooldown branch of ", job_.parent, " from step ",
-          job_.start_step, ": it starts from its trunk's checkpoint, so it must be resumed "
+          "job ", job_.id, " is a cooldown branch of ", job_.parent, " from step ", job_.start_step,
+          ": it starts from its trunk's checkpoint, so it must be resumed "
           "(xmod-train --resume), not started fresh"));
     }
     if (o_.resume && o_.resume_step != 0) {
@@ -341,8 +341,8 @@ class Run {
           return absl::DataLossError(absl::StrCat(
               "job ", job_.id, " on ", comm_.Where(), ": a cooldown branch starts from step ",
               job_.start_step, " of its trunk ", job_.parent, ", but ",
-              CheckpointDir(trunk_dir, job_.start_step), " is missing or damaged (newest usable: step ",
-              loaded->step, ")"));
+              CheckpointDir(trunk_dir, job_.start_step),
+              " is missing or damaged (newest usable: step ", loaded->step, ")"));
         }
         if (!loaded.ok()) {
           return absl::DataLossError(absl::StrCat(
@@ -476,8 +476,7 @@ class Run {
   // At the interval, at the last step, and (a trunk) at each branch's start.
   bool CheckpointDue(int64_t step, bool last) const {
     return step % job_.checkpoint_interval == 0 || last ||
-           std::find(job_.keep_steps.begin(), job_.keep_steps.end(), step) !=
-               job_.keep_steps.end();
+           std::find(job_.keep_steps.begin(), job_.keep_steps.end(), step) != job_.keep_steps.end();
   }
 
   absl::Status Checkpoint(int64_t step) {
@@ -487,8 +486,8 @@ class Run {
     }
     if (comm_.rank() == 0) {
       RETURN_IF_ERROR(SaveCheckpoint(o_.run_dir, job_.id, step, model_,
-                                     sharded_ ? *gathered : *optimizer_, /*keep=*/2,
-                                     recorded_step_, job_.keep_steps));
+                                     sharded_ ? *gathered : *optimizer_, /*keep=*/2, recorded_step_,
+                                     job_.keep_steps));
       if (!o_.on_checkpoint || o_.on_checkpoint(step, CheckpointDir(o_.run_dir, step))) {
         recorded_step_ = step;
       }

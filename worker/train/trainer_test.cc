@@ -260,8 +260,8 @@ TEST_F(Trainer, ATrunkThenItsBranchEqualsTheUninterruptedWsdRunBitForBit) {
                   static_cast<long long>(branch->steps));
     auto load = [&](const std::string& run) {
       const ModelShape& s = branch->shape;
-      Decoder model(DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff,
-                                   s.context));
+      Decoder model(
+          DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context));
       torch::load(model, (dir_ / run / name).string());
       return model;
     };
