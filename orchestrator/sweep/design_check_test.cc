@@ -45,6 +45,29 @@ TEST(DesignCheck, TheShippedSweepsIdentifyBothLaws) {
   }
 }
 
+// The cooldown-branch example: its branch ends identify the dense law (the
+// trunks are not points), and it costs at most 0.7 of its budgets trained alone.
+TEST(DesignCheck, TheCooldownBranchDemoIdentifiesTheDenseLawAtTwoThirdsTheFlops) {
+  auto spec = ParseSweepSpec(ReadSweep("demo-wsd"), "demo-wsd.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto jobs = ExpandSweep(*spec);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  double flops = 0, standalone = 0;
+  int trunks = 0, branches = 0;
+  for (const ResolvedJob& j : *jobs) {
+    flops += j.train_flops;
+    standalone += j.standalone_flops();
+    trunks += std::string(j.role()) == "trunk";
+    branches += std::string(j.role()) == "branch";
+  }
+  EXPECT_EQ(trunks, 6);  // 3 scales x 2 seeds
+  EXPECT_EQ(branches, 18);
+  EXPECT_LE(flops / standalone, 0.7);
+  const DesignReport r = CheckDesign(*spec, *jobs);
+  EXPECT_TRUE(r.ok()) << Errors(r);
+  EXPECT_EQ(r.laws, (std::vector<std::string>{"dense"}));
+}
+
 TEST(DesignCheck, ASingleBudgetClusterSweepIsRefusedSayingWhyAndHow) {
   std::string text = ReadSweep("xmod-cluster");
   const std::string budgets = "tokens_per_param: [10, 20, 40]";
