@@ -94,8 +94,8 @@ class ClusterTest : public TempDirTest {
     return rows.ok() ? rows->rows : std::vector<std::vector<Value>>{};
   }
 
-  int64_t Count(const std::string& sql) {
-    auto rows = Rows(sql);
+  int64_t Count(const std::string& sql, const std::string& db = "x.db") {
+    auto rows = Rows(sql, db);
     if (rows.empty() || !std::holds_alternative<int64_t>(rows[0][0])) return -1;  // NULL
     return std::get<int64_t>(rows[0][0]);
   }

@@ -487,9 +487,27 @@ TEST_F(CoordinatorE2e, XmodRunTrainsCooldownBranchesThatEqualTheBudgetsTrainedAl
   r = Command(XMOD_BIN, {"expand", spec});
   EXPECT_THAT(r.out, ::testing::HasSubstr("with 2 cooldown trunks and 6 branches"));
 
-  // The same budgets trained alone (cooldown_branches: false): bit-identical losses.
   std::ifstream in(spec);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  {
+    // One trunk and two groups: the idle group leases the first branch as soon as
+    // the trunk's checkpoint at its start is recorded, while the trunk trains on.
+    std::string one = text;
+    one.replace(one.find("seed: [1, 2]"), 12, "seed: [1]");
+    one.replace(one.find("tokens: [16384, 32768, 65536]"), 29, "tokens: [262144, 524288, 1048576]");
+    std::ofstream(Path("one.yaml")) << one;
+    r = Command(XMOD_BIN, {"run", Path("one.yaml"), "--db", Path("z.db"), "--groups", "2",
+                           "--run-dir", Path("runs_one")});
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_GT(Count("SELECT COUNT(*) FROM attempts t JOIN jobs tj ON tj.job_id = t.job_id AND "
+                    "tj.role = 'trunk' JOIN jobs b ON b.parent_id = tj.job_id JOIN attempts "
+                    "ab ON ab.job_id = b.job_id WHERE ab.started_at < t.ended_at",
+                    "z.db"),
+              0)
+        << "no branch ran beside its trunk";
+  }
+
+  // The same budgets trained alone (cooldown_branches: false): bit-identical losses.
   text.replace(text.find("name: wsd-branches"), 18, "name: wsd-alone");
   text.replace(text.find("  schedule: wsd"), 15, "  cooldown_branches: false\n  schedule: wsd");
   std::ofstream(Path("alone.yaml")) << text;
