@@ -766,18 +766,7 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
         g.attempt = AsInt(Cell(lost, 0, 2));
         g.fencing_token = AsInt(Cell(lost, 0, 3));
         g.resume_step = AsInt(Cell(lost, 0, 4));
-        if (g.resume_step > 0) {
-          // Its own checkpoint, or (a branch's first attempt) its trunk's.
-          ASSIGN_OR_RETURN(Statement * path,
-                           PrepareLocked("SELECT c.path FROM checkpoints c JOIN jobs j "
-                                         "ON j.job_id = ?1 WHERE c.step = ?2 AND (c.job_id = "
-                                         "j.job_id OR c.job_id = j.parent_id) "
-                                         "ORDER BY c.job_id = j.job_id DESC LIMIT 1"));
-          path->Bind(1, g.job_id).Bind(2, g.resume_step);
-          ASSIGN_OR_RETURN(QueryResult p, CollectLocked(path));
-          if (!p.rows.empty()) g.resume_checkpoint = AsText(Cell(p, 0, 0));
-          ASSIGN_OR_RETURN(g.resume_ranks, ResumeRanksLocked(g.job_id, g.resume_step));
-        }
+        if (g.resume_step > 0) RETURN_IF_ERROR(FindResumePointLocked(g.resume_step, &g));
         grant = std::move(g);
         return absl::OkStatus();
       }
@@ -819,30 +808,7 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
     ASSIGN_OR_RETURN(QueryResult token, CollectLocked(bump));
     g.fencing_token = AsInt(Cell(token, 0, 0));
 
-    ASSIGN_OR_RETURN(Statement * checkpoint,
-                     PrepareLocked("SELECT step, path FROM checkpoints WHERE job_id = ?1 "
-                                   "ORDER BY step DESC LIMIT 1"));
-    checkpoint->Bind(1, g.job_id);
-    ASSIGN_OR_RETURN(QueryResult cp, CollectLocked(checkpoint));
-    if (!cp.rows.empty()) {
-      g.resume_step = AsInt(Cell(cp, 0, 0));
-      g.resume_checkpoint = AsText(Cell(cp, 0, 1));
-    } else {
-      // A branch with no checkpoint of its own starts from its trunk's.
-      ASSIGN_OR_RETURN(Statement * trunk,
-                       PrepareLocked("SELECT j.start_step, c.path FROM jobs j JOIN checkpoints c "
-                                     "ON c.job_id = j.parent_id AND c.step = j.start_step "
-                                     "WHERE j.job_id = ?1"));
-      trunk->Bind(1, g.job_id);
-      ASSIGN_OR_RETURN(QueryResult tp, CollectLocked(trunk));
-      if (!tp.rows.empty()) {
-        g.resume_step = AsInt(Cell(tp, 0, 0));
-        g.resume_checkpoint = AsText(Cell(tp, 0, 1));
-      }
-    }
-    if (g.resume_step > 0) {
-      ASSIGN_OR_RETURN(g.resume_ranks, ResumeRanksLocked(g.job_id, g.resume_step));
-    }
+    RETURN_IF_ERROR(FindResumePointLocked(/*step=*/-1, &g));
     // The latest attempt wins: rows past the resume point are redone by this one.
     ASSIGN_OR_RETURN(Statement * trim,
                      PrepareLocked("DELETE FROM metrics WHERE job_id = ?1 AND step > ?2"));
@@ -1107,18 +1073,27 @@ absl::Status SqliteStore::EndAttemptLocked(const std::string& job_id, JobState f
   return WriteLocked(attempt, "closing the attempt");
 }
 
-absl::StatusOr<int64_t> SqliteStore::ResumeRanksLocked(const std::string& job_id, int64_t step) {
-  // The checkpoint (the job's own, else its trunk's), the attempt that wrote it,
-  // and that attempt's group.
-  ASSIGN_OR_RETURN(Statement * s,
-                   PrepareLocked("SELECT w.ranks FROM jobs j JOIN checkpoints c ON c.step = ?2 "
-                                 "AND (c.job_id = j.job_id OR c.job_id = j.parent_id) "
-                                 "JOIN attempts a ON a.job_id = c.job_id AND a.attempt = "
-                                 "c.attempt JOIN workers w ON w.worker_id = a.worker_id "
-                                 "WHERE j.job_id = ?1 ORDER BY c.job_id = j.job_id DESC LIMIT 1"));
-  s->Bind(1, job_id).Bind(2, step);
+absl::Status SqliteStore::FindResumePointLocked(int64_t step, LeaseGrant* g) {
+  // The job's own checkpoints first (newest first), else a branch's trunk's at its
+  // start; then the attempt that wrote it and that attempt's group.
+  ASSIGN_OR_RETURN(
+      Statement * s,
+      PrepareLocked("SELECT r.step, r.path, IFNULL(w.ranks, 0) FROM ("
+                    "SELECT c.step, c.path, c.job_id, c.attempt, 0 AS trunk FROM checkpoints c "
+                    "WHERE c.job_id = ?1 AND (?2 < 0 OR c.step = ?2) "
+                    "UNION ALL SELECT c.step, c.path, c.job_id, c.attempt, 1 FROM jobs j "
+                    "JOIN checkpoints c ON c.job_id = j.parent_id AND c.step = j.start_step "
+                    "WHERE j.job_id = ?1 AND (?2 < 0 OR c.step = ?2) "
+                    "ORDER BY trunk, step DESC LIMIT 1) r "
+                    "LEFT JOIN attempts a ON a.job_id = r.job_id AND a.attempt = r.attempt "
+                    "LEFT JOIN workers w ON w.worker_id = a.worker_id"));
+  s->Bind(1, g->job_id).Bind(2, step);
   ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
-  return rows.rows.empty() ? int64_t{0} : AsInt(Cell(rows, 0, 0));
+  if (rows.rows.empty()) return absl::OkStatus();
+  g->resume_step = AsInt(Cell(rows, 0, 0));
+  g->resume_checkpoint = AsText(Cell(rows, 0, 1));
+  g->resume_ranks = AsInt(Cell(rows, 0, 2));
+  return absl::OkStatus();
 }
 
 absl::Status SqliteStore::CancelStrandedBranchesLocked(const std::string& trunk_id, double now) {

@@ -235,9 +235,11 @@ class SqliteStore {
   // way) without recording the checkpoint a branch starts from: they could never
   // be leased. The reason names the trunk, its state and the step.
   absl::Status CancelStrandedBranchesLocked(const std::string& trunk_id, double now);
-  // The ranks of the group that wrote `job_id`'s checkpoint at `step` (its own, or
-  // a branch's trunk's); 0 when unknown.
-  absl::StatusOr<int64_t> ResumeRanksLocked(const std::string& job_id, int64_t step);
+  // Where g->job_id resumes: its newest checkpoint (or, with step >= 0, the one at
+  // that step), else a cooldown branch's trunk checkpoint at its start; fills
+  // resume_step, resume_checkpoint and resume_ranks (the writing group's ranks, 0
+  // when unknown). Leaves g as it is when there is none.
+  absl::Status FindResumePointLocked(int64_t step, LeaseGrant* g);
   double Now() const;
 
   struct Writer {
