@@ -20,6 +20,7 @@
 #include "common/status_macros.h"
 #include "common/token_data.h"
 #include "orchestrator/launch/local_run.h"
+#include "orchestrator/order/law_order.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
 #include "orchestrator/scheduler/progress.h"
@@ -380,9 +381,13 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
   }
   const bool existed = std::filesystem::exists(f.db);
   ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
+  LawDrivenOrder::Options order_options;
+  order_options.log = [&out](const std::string& line) { out << line + "\n" << std::flush; };
+  LawDrivenOrder order(store.get(), order_options);
   SchedulerOptions scheduler_options;
   scheduler_options.lease_ttl_seconds = f.lease_ttl;
   scheduler_options.max_jobs = f.max_jobs;
+  scheduler_options.on_complete = [&order](const std::string& id) { order.JobCompleted(id); };
   Scheduler scheduler(store.get(), scheduler_options);
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> started =
       CoordinatorServer::Start(&scheduler, options);
@@ -399,6 +404,7 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
     return started.status();
   }
   std::unique_ptr<CoordinatorServer> server = *std::move(started);
+  order.RefitAll();  // adaptive sweeps steer from the results the file already holds
   // The address other machines dial: --advertise, else the listen host, else (for
   // a wildcard listen) this machine's name.
   std::string host = f.advertise;

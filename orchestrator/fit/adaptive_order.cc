@@ -124,11 +124,10 @@ absl::StatusOr<AdaptiveOrder> OrderByExpectedGain(const std::vector<LawPoint>& p
       const double q = g.dot(u);
       const double removed = q * q / (1.0 + grads[i].dot(u));
       const double score = removed / candidates[i].cost;
-      const bool better =
-          best == candidates.size() || score > best_score ||
-          (score == best_score && (candidates[i].cost < candidates[best].cost ||
-                                   (candidates[i].cost == candidates[best].cost &&
-                                    candidates[i].id < candidates[best].id)));
+      const bool better = best == candidates.size() || score > best_score ||
+                          (score == best_score && (candidates[i].cost < candidates[best].cost ||
+                                                   (candidates[i].cost == candidates[best].cost &&
+                                                    candidates[i].id < candidates[best].id)));
       if (better) {
         best = i;
         best_score = score;

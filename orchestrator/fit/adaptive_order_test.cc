@@ -59,10 +59,9 @@ TEST(AdaptiveOrder, FallsBackToCheapestFirstUntilTheLawIsIdentifiable) {
   EXPECT_NE(order->why.find("too few points"), std::string::npos) << order->why;
   ASSERT_EQ(order->order.size(), g.jobs.size());
   std::vector<OrderCandidate> sorted = g.jobs;
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const auto& a, const auto& b) {
-                     return a.cost != b.cost ? a.cost < b.cost : a.id < b.id;
-                   });
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.cost != b.cost ? a.cost < b.cost : a.id < b.id;
+  });
   for (size_t i = 0; i < sorted.size(); ++i) EXPECT_EQ(order->order[i], sorted[i].id) << i;
 
   // Bad input is refused with the candidate named.

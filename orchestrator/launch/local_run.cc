@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cpus.h"
 #include "common/status_macros.h"
+#include "orchestrator/order/law_order.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
 #include "orchestrator/scheduler/progress.h"
@@ -162,6 +163,7 @@ class LocalRun {
   SweepSpec spec;
   std::string db_path;
   std::unique_ptr<SqliteStore> store;
+  std::unique_ptr<LawDrivenOrder> order;  // the refitter of order: adaptive sweeps
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<CoordinatorServer> server;
   std::vector<pid_t> groups;  // negated once reaped
@@ -195,12 +197,17 @@ absl::Status LocalRun::StartCoordinator() {
   SqliteStore::Options store_options;
   store_options.path = db_path = o.db.empty() ? spec.name + ".db" : o.db;
   ASSIGN_OR_RETURN(store, SqliteStore::Open(store_options));
+  LawDrivenOrder::Options order_options;
+  order_options.log = [this](const std::string& line) { out << line + "\n" << std::flush; };
+  order = std::make_unique<LawDrivenOrder>(store.get(), order_options);
   SchedulerOptions scheduler_options;
   scheduler_options.lease_ttl_seconds = o.lease_ttl_seconds;
   scheduler_options.max_jobs = o.max_jobs;
+  scheduler_options.on_complete = [this](const std::string& id) { order->JobCompleted(id); };
   scheduler = std::make_unique<Scheduler>(store.get(), scheduler_options);
   ASSIGN_OR_RETURN(SubmitResult submitted,
                    scheduler->Submit(spec.yaml_text, o.spec_path, o.allow_unidentifiable));
+  order->RefitAll();  // a resumed run steers from the results it already has
   ServerOptions server_options;
   server_options.listen = "127.0.0.1:0";
   ASSIGN_OR_RETURN(server, CoordinatorServer::Start(scheduler.get(), server_options));

@@ -67,8 +67,8 @@ bool BatchSplitsOver(int64_t batch_tokens, int64_t context, int64_t group_ranks)
 }
 
 bool LeasesBefore(const LeaseKey& a, const LeaseKey& b) {
-  return std::tie(b.priority, a.train_flops, a.job_id) <
-         std::tie(a.priority, b.train_flops, b.job_id);
+  const double ka = a.Key(), kb = b.Key();
+  return std::tie(b.priority, ka, a.job_id) < std::tie(a.priority, kb, b.job_id);
 }
 
 bool IsResumable(JobState state) {

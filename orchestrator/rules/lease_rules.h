@@ -11,6 +11,7 @@
 #define XMOD_ORCHESTRATOR_RULES_LEASE_RULES_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,17 +58,22 @@ std::vector<JobState> StatesWhere(bool (*predicate)(JobState));
 // count divides the sequence count may lease it.
 bool BatchSplitsOver(int64_t batch_tokens, int64_t context, int64_t group_ranks);
 
-// What the lease order compares: higher priority first, then the cheapest job
-// (training FLOPs), then the job id, so the order is total and the same on every
-// coordinator.
+// What the lease order compares: higher priority first, then the order key (a
+// FLOP figure: the job's training FLOPs, so the cheapest job first, unless the
+// law-driven order of its sweep set one; docs/order.md), then the job id, so the
+// order is total and the same on every coordinator.
 struct LeaseKey {
   int64_t priority = 0;
   double train_flops = 0.0;
   std::string job_id;
+  std::optional<double> order_key;  // unset: train_flops
+  double Key() const { return order_key.value_or(train_flops); }
 };
 bool LeasesBefore(const LeaseKey& a, const LeaseKey& b);
-// The same order as an SQL ORDER BY over the jobs table's columns.
-inline constexpr std::string_view kLeaseOrderSql = "priority DESC, train_flops, job_id";
+// The same order as an SQL ORDER BY over the jobs table's columns (the
+// jobs_by_status index has the same expression, schema/0008_adaptive_order.sql).
+inline constexpr std::string_view kLeaseOrderSql =
+    "priority DESC, COALESCE(order_key, train_flops), job_id";
 
 // `xmod resume`: the states it moves back to pending (with a fresh attempt budget).
 bool IsResumable(JobState state);

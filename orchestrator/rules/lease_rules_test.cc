@@ -91,13 +91,27 @@ TEST(LeaseRules, ABatchFitsGroupsWhoseRanksDivideItsSequences) {
 
 TEST(LeaseRules, LeaseOrderIsPriorityThenCheapestThenId) {
   std::vector<LeaseKey> keys = {
-      {0, 5.0, "b"}, {0, 5.0, "a"}, {1, 9.0, "z"}, {0, 1.0, "y"}, {2, 100.0, "x"}, {1, 3.0, "w"},
+      {0, 5.0, "b", {}}, {0, 5.0, "a", {}},   {1, 9.0, "z", {}},
+      {0, 1.0, "y", {}}, {2, 100.0, "x", {}}, {1, 3.0, "w", {}},
   };
   std::sort(keys.begin(), keys.end(), LeasesBefore);
   std::vector<std::string> order;
   for (const LeaseKey& k : keys) order.push_back(k.job_id);
   EXPECT_EQ(order, (std::vector<std::string>{"x", "w", "z", "y", "a", "b"}));
   EXPECT_FALSE(LeasesBefore(keys[0], keys[0]));  // a strict order
+}
+
+// An order key (the law-driven order) stands in for the job's FLOPs within its
+// priority; it never lifts a job over a higher priority.
+TEST(LeaseRules, AnOrderKeyTakesThePlaceOfTheFlops) {
+  std::vector<LeaseKey> keys = {
+      {0, 1.0, "a", 8.0}, {0, 5.0, "b", {}}, {0, 9.0, "c", 2.0},
+      {1, 50.0, "d", {}}, {0, 2.0, "e", {}},
+  };
+  std::sort(keys.begin(), keys.end(), LeasesBefore);
+  std::vector<std::string> order;
+  for (const LeaseKey& k : keys) order.push_back(k.job_id);
+  EXPECT_EQ(order, (std::vector<std::string>{"d", "c", "e", "b", "a"}));
 }
 
 TEST(LeaseRules, ReportedStepsNeverGoBackOrBeyondTheJob) {

@@ -131,8 +131,10 @@ absl::Status Scheduler::ReportCheckpoint(const std::string& job_id, int64_t toke
 }
 
 absl::Status Scheduler::Complete(const std::string& job_id, int64_t token, int64_t step) {
-  return store_->EndAttempt(job_id, token, AttemptEnd::kSucceeded, step, "succeeded", clock_->Now())
-      .status();
+  ASSIGN_OR_RETURN(JobState state, store_->EndAttempt(job_id, token, AttemptEnd::kSucceeded, step,
+                                                      "succeeded", clock_->Now()));
+  if (state == JobState::kSucceeded && options_.on_complete) options_.on_complete(job_id);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<JobState> Scheduler::Fail(const std::string& job_id, int64_t token, AttemptEnd end,

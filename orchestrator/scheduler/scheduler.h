@@ -8,6 +8,7 @@
 #define XMOD_ORCHESTRATOR_SCHEDULER_SCHEDULER_H_
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -35,6 +36,9 @@ struct SchedulerOptions {
   double lease_ttl_seconds = 30.0;
   int64_t max_metrics_per_batch = 10000;
   int64_t max_jobs = kDefaultMaxJobs;  // the most jobs one submitted sweep may expand to
+  // Called after a job's success is committed (the law-driven order's refitter,
+  // orchestrator/order); must not block.
+  std::function<void(const std::string& job_id)> on_complete;
 };
 
 struct LeaseOutcome {

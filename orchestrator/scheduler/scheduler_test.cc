@@ -107,11 +107,24 @@ TEST_F(SchedulerTest, JobsAreLeasedInTheRulesOrder) {
   std::stringstream text;
   text << in.rdbuf();
   ASSERT_TRUE(scheduler_->Submit(text.str(), "lawgrid.yaml", true).ok());
-  auto rows = store_->Query("SELECT priority, train_flops, job_id FROM jobs");
+  // A law-driven order key on every third job (schema/0008_adaptive_order.sql),
+  // some below and some above the job's own FLOPs.
+  auto ids = store_->Query("SELECT job_id, train_flops FROM jobs ORDER BY job_id");
+  ASSERT_TRUE(ids.ok());
+  std::vector<std::pair<std::string, std::optional<double>>> set;
+  for (size_t i = 0; i < ids->rows.size(); i += 3) {
+    set.emplace_back(std::get<std::string>(ids->rows[i][0]),
+                     std::get<double>(ids->rows[i][1]) * (i % 2 == 0 ? 0.1 : 7.0));
+  }
+  ASSERT_TRUE(store_->SetOrderKeys(set).ok());
+  auto rows = store_->Query("SELECT priority, train_flops, job_id, order_key FROM jobs");
   ASSERT_TRUE(rows.ok());
   std::vector<LeaseKey> keys;
   for (const auto& r : rows->rows) {
-    keys.push_back({std::get<int64_t>(r[0]), std::get<double>(r[1]), std::get<std::string>(r[2])});
+    std::optional<double> order_key;
+    if (std::holds_alternative<double>(r[3])) order_key = std::get<double>(r[3]);
+    keys.push_back(
+        {std::get<int64_t>(r[0]), std::get<double>(r[1]), std::get<std::string>(r[2]), order_key});
   }
   ASSERT_GT(keys.size(), 100u);
   std::sort(keys.begin(), keys.end(), LeasesBefore);

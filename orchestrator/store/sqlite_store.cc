@@ -694,6 +694,27 @@ absl::StatusOr<int64_t> SqliteStore::Cancel(const std::string& sweep_or_job) {
   return moved;
 }
 
+absl::StatusOr<int64_t> SqliteStore::SetOrderKeys(
+    const std::vector<std::pair<std::string, std::optional<double>>>& keys) {
+  int64_t changed = 0;
+  RETURN_IF_ERROR(Write([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(Statement * set, PrepareLocked("UPDATE jobs SET order_key = ?2 "
+                                                    "WHERE job_id = ?1 AND status = 'pending'"));
+    for (const auto& [job_id, key] : keys) {
+      set->Bind(1, job_id);
+      if (key.has_value() && std::isfinite(*key)) {
+        set->Bind(2, *key);
+      } else {
+        set->BindNull(2);
+      }
+      RETURN_IF_ERROR(WriteLocked(set, "setting the order key"));
+      changed += sqlite3_changes(db_);
+    }
+    return absl::OkStatus();
+  }));
+  return changed;
+}
+
 absl::StatusOr<QueryResult> SqliteStore::Query(const std::string& sql) {
   std::lock_guard<std::mutex> lock(mu_);
   sqlite3_stmt* raw = nullptr;

@@ -103,6 +103,12 @@ class SqliteStore {
   // Pending, leased and running jobs of the sweep (or the one job whose id is
   // `sweep_or_job`) to cancelled; returns how many.
   absl::StatusOr<int64_t> Cancel(const std::string& sweep_or_job);
+  // The law-driven order (docs/order.md): sets each listed job's lease order key
+  // (nullopt: clears it, so the job leases by its own FLOPs again), for the jobs
+  // that are still pending; a job leased meanwhile is left alone. All in one
+  // transaction. Returns how many rows changed.
+  absl::StatusOr<int64_t> SetOrderKeys(
+      const std::vector<std::pair<std::string, std::optional<double>>>& keys);
 
   // Runs one read-only statement. INVALID_ARGUMENT when the statement would
   // write, or does not parse.

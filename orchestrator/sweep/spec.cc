@@ -970,7 +970,8 @@ class SpecParser {
 
   void ParseResources(const YAML::Node& node, SweepSpec* spec) {
     if (!ExpectMap(node, "resources")) return;
-    CheckKeys(node, "resources", {"ranks", "max_attempts", "priority", "gpu_memory_gb"});
+    CheckKeys(node, "resources",
+              {"ranks", "max_attempts", "priority", "gpu_memory_gb", "order", "order_target"});
     ResourceSpec& r = spec->resources;
     if (node["gpu_memory_gb"]) {
       r.gpu_memory_line = Line(node["gpu_memory_gb"]);
@@ -986,6 +987,39 @@ class SpecParser {
       Positive(node["max_attempts"], "resources.max_attempts", &r.max_attempts);
     }
     if (node["priority"]) Int(node["priority"], "resources.priority", &r.priority);
+    if (node["order"]) {
+      r.order_line = Line(node["order"]);
+      std::string order;
+      if (String(node["order"], "resources.order", &order)) {
+        if (order == "adaptive") {
+          r.adaptive_order = true;
+        } else if (order != "cheapest") {
+          Error(r.order_line, "resources.order",
+                absl::StrCat("unknown order '", order, "' (known: cheapest, adaptive)"));
+        }
+      }
+    }
+    if (const YAML::Node target = node["order_target"]; target) {
+      if (!r.adaptive_order) {
+        Error(
+            Line(target), "resources.order_target",
+            "only order: adaptive steers by a target; set resources.order: adaptive or remove it");
+      }
+      if (ExpectMap(target, "resources.order_target")) {
+        CheckKeys(target, "resources.order_target", {"params", "tokens"});
+        for (const auto& [key, field] :
+             {std::pair<const char*, double*>{"params", &r.order_target_params},
+              std::pair<const char*, double*>{"tokens", &r.order_target_tokens}}) {
+          const std::string name = absl::StrCat("resources.order_target.", key);
+          if (!target[key]) {
+            Error(Line(target), name, "missing (give both params and tokens)");
+          } else if (Double(target[key], name, field) && !(*field >= 1 && *field <= 1e18)) {
+            Error(Line(target[key]), name,
+                  absl::StrCat("must be a count in [1, 1e18], got ", target[key].Scalar()));
+          }
+        }
+      }
+    }
   }
 
   // Checks that need more than one section; runs only on an otherwise clean file.

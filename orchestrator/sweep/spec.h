@@ -89,6 +89,15 @@ struct ResourceSpec {
   int gpu_memory_line = 0;
   int64_t max_attempts = 3;
   int64_t priority = 0;
+  // Lease order within a priority: cheapest-first (false), or law-driven
+  // (`order: adaptive`, docs/order.md): the dense law is refitted after each
+  // completed job and its jobs are leased by expected gain at `order_target`.
+  bool adaptive_order = false;
+  int order_line = 0;
+  // Where the law's prediction should be sure: N (non-embedding parameters) and D
+  // (tokens). 0: four times the sweep's largest dense N, at 20 tokens per parameter.
+  double order_target_params = 0.0;
+  double order_target_tokens = 0.0;
 };
 
 // The top-k MoE baseline and family (`moe:`; docs/baselines.md).

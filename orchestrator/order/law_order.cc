@@ -1,0 +1,210 @@
+#include "orchestrator/order/law_order.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "common/status_macros.h"
+#include "orchestrator/report/report.h"
+#include "orchestrator/sweep/spec.h"
+
+namespace xmod {
+namespace {
+
+std::string Quoted(const std::string& text) {
+  return absl::StrCat("'", absl::StrReplaceAll(text, {{"'", "''"}}), "'");
+}
+
+std::string Text(const Value& v) {
+  return std::holds_alternative<std::string>(v) ? std::get<std::string>(v) : std::string();
+}
+
+// A job whose result the dense law reads once it has run: a dense run or branch
+// end (never a cooldown trunk), as FitPoints and FitNamedLaw("dense") select.
+bool DenseLawReads(const SweepJob& j) {
+  return j.role != "trunk" && (j.family == "dense" || j.family == "xmod") && j.ToLawPoint().dense();
+}
+
+}  // namespace
+
+std::string DescribeRefit(const std::string& sweep, const OrderRefit& r) {
+  if (!r.steered) {
+    return absl::StrCat("adaptive order: sweep '", sweep, "': cheapest-first for now (", r.why,
+                        "); ", r.candidates, " dense job(s) pending");
+  }
+  return absl::StrFormat(
+      "adaptive order: sweep '%s': dense law refitted on %d point(s) in %.2f s; target N %.3g, D "
+      "%.3g (sd of log L there %.3g sigma); %d dense job(s) pending, next %s (removes %.0f%% of "
+      "the target variance)",
+      sweep, r.points, r.fit_seconds, r.target.n, r.target.d, r.target_sd, r.candidates,
+      r.order.empty() ? std::string("none") : r.order.front(), 100.0 * r.next_gain);
+}
+
+LawDrivenOrder::LawDrivenOrder(SqliteStore* store, Options options)
+    : store_(store), options_(std::move(options)), thread_([this] { Loop(); }) {}
+
+LawDrivenOrder::~LawDrivenOrder() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void LawDrivenOrder::JobCompleted(const std::string& job_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    completed_.push_back(job_id);
+  }
+  wake_.notify_all();
+}
+
+void LawDrivenOrder::RefitAll() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    all_ = true;
+  }
+  wake_.notify_all();
+}
+
+void LawDrivenOrder::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock,
+             [&] { return stop_ || (!busy_ && completed_.empty() && sweeps_.empty() && !all_); });
+}
+
+void LawDrivenOrder::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    wake_.wait(lock, [&] { return stop_ || !completed_.empty() || !sweeps_.empty() || all_; });
+    if (stop_) break;
+    busy_ = true;
+    std::deque<std::string> completed;
+    completed.swap(completed_);
+    const bool all = std::exchange(all_, false);
+    lock.unlock();
+    // Which sweeps to refit: those of the completed jobs (or every sweep). One
+    // refit per sweep however many of its jobs finished meanwhile.
+    std::set<std::string> names;
+    std::string sql;
+    if (all) {
+      sql = "SELECT name FROM sweeps";
+    } else if (!completed.empty()) {
+      std::string ids;
+      for (const std::string& id : completed)
+        absl::StrAppend(&ids, ids.empty() ? "" : ",", Quoted(id));
+      sql = absl::StrCat(
+          "SELECT DISTINCT s.name FROM sweep_jobs sj JOIN sweeps s ON s.sweep_id = sj.sweep_id "
+          "WHERE sj.job_id IN (",
+          ids, ")");
+    }
+    if (!sql.empty()) {
+      absl::StatusOr<QueryResult> rows = store_->Query(sql);
+      if (rows.ok()) {
+        for (const auto& row : rows->rows) names.insert(Text(row[0]));
+      } else if (options_.log) {
+        options_.log(
+            absl::StrCat("adaptive order: finding the sweeps to refit: ", rows.status().message()));
+      }
+    }
+    lock.lock();
+    names.insert(sweeps_.begin(), sweeps_.end());
+    sweeps_.clear();
+    lock.unlock();
+    for (const std::string& name : names) {
+      absl::StatusOr<OrderRefit> r = Refit(name);
+      if (!options_.log) continue;
+      if (!r.ok()) {
+        options_.log(absl::StrCat("adaptive order: sweep '", name, "': ", r.status().message()));
+      } else if (r->adaptive_sweep) {
+        options_.log(DescribeRefit(name, *r));
+      }
+    }
+    lock.lock();
+    busy_ = false;
+    idle_.notify_all();
+  }
+  busy_ = false;
+  idle_.notify_all();
+}
+
+absl::StatusOr<OrderRefit> LawDrivenOrder::Refit(const std::string& sweep) {
+  OrderRefit out;
+  ASSIGN_OR_RETURN(QueryResult spec_rows,
+                   store_->Query(absl::StrCat("SELECT spec_yaml, source FROM sweeps WHERE name = ",
+                                              Quoted(sweep))));
+  if (spec_rows.rows.empty()) {
+    return absl::NotFoundError(absl::StrCat("no sweep named '", sweep, "'"));
+  }
+  ASSIGN_OR_RETURN(SweepSpec spec,
+                   ParseSweepSpec(Text(spec_rows.rows[0][0]), Text(spec_rows.rows[0][1])));
+  if (!spec.resources.adaptive_order) return out;
+  out.adaptive_sweep = true;
+  ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store_, sweep));
+
+  std::vector<LawPoint> points;
+  for (const LawPoint& x : FitPoints(jobs)) {
+    if (x.dense()) points.push_back(x);
+  }
+  std::vector<OrderCandidate> candidates;
+  double largest_n = 0.0;
+  for (const SweepJob& j : jobs) {
+    if (!DenseLawReads(j)) continue;
+    largest_n = std::max(largest_n, j.ToLawPoint().n);
+    if (j.status != "pending" || !(j.train_flops > 0)) continue;
+    candidates.push_back({j.id, j.ToLawPoint(), j.train_flops});
+  }
+  out.points = static_cast<int>(points.size());
+  out.candidates = static_cast<int>(candidates.size());
+  if (spec.resources.order_target_params > 0) {
+    out.target =
+        DensePoint(spec.resources.order_target_params, spec.resources.order_target_tokens, 0.0);
+  } else {
+    out.target = DensePoint(4.0 * largest_n, 80.0 * largest_n, 0.0);
+  }
+  if (candidates.empty()) {
+    out.why = "no dense job is pending";
+    return out;
+  }
+
+  AdaptiveOrderOptions options;
+  options.fit = options_.fit;
+  if (auto it = warm_.find(sweep); it != warm_.end()) options.warm = it->second;
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(AdaptiveOrder order,
+                   OrderByExpectedGain(points, candidates, out.target, options));
+  out.fit_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.steered = order.adaptive;
+  out.why = order.why;
+  out.order = order.order;
+  if (order.adaptive) {
+    warm_[sweep] = order.fit.optima;
+    out.next_gain = order.gain.empty() ? 0.0 : order.gain.front();
+    out.target_sd = order.target_sd_over_sigma;
+  }
+
+  // The candidates' own FLOP figures, smallest first, handed out in the law's
+  // order: the dense jobs keep cheapest-first's places among the sweep's other
+  // jobs and swap among themselves. Not steered: the keys are cleared.
+  std::vector<double> slots;
+  for (const OrderCandidate& c : candidates) slots.push_back(c.cost);
+  std::sort(slots.begin(), slots.end());
+  // Equal figures (replicates) are nudged apart by one ulp so that the law's
+  // order, not the job id, decides among them.
+  std::vector<std::pair<std::string, std::optional<double>>> keys;
+  double previous = 0.0;
+  for (size_t i = 0; i < order.order.size(); ++i) {
+    const double key = i == 0 ? slots[i] : std::max(slots[i], std::nextafter(previous, 1e300));
+    previous = key;
+    keys.emplace_back(order.order[i], order.adaptive ? std::optional<double>(key) : std::nullopt);
+  }
+  ASSIGN_OR_RETURN(out.keys_changed, store_->SetOrderKeys(keys));
+  return out;
+}
+
+}  // namespace xmod
