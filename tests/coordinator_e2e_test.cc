@@ -441,6 +441,24 @@ TEST_F(CoordinatorE2e, XmodRunTrainsTheSmokeSweepAndContinuesWhereItStopped) {
   EXPECT_EQ(Count("SELECT MAX(attempt) FROM jobs"), 1);
 }
 
+// The law-driven order end to end (issue 14): `xmod run` on a sweep with
+// `order: adaptive` trains every job; the coordinator says it is cheapest-first
+// until six results pin the dense law down, then refits after each completion and
+// writes lease order keys on the dense jobs still pending.
+TEST_F(CoordinatorE2e, XmodRunWithAdaptiveOrderRefitsTheLawAndSteersThePendingJobs) {
+  const std::string spec = std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/adaptive_run.yaml";
+  CommandResult r =
+      Command(XMOD_BIN, {"run", spec, "--db", Path("x.db"), "--run-dir", Path("runs")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("9 succeeded, 0 failed or cancelled, 0 unfinished"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("adaptive order: sweep 'adaptive-run': cheapest-first "
+                                          "for now (too few points to steer by: 0 point(s)"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr(
+                         "adaptive order: sweep 'adaptive-run': dense law refitted on 6 point(s)"));
+  EXPECT_GE(Count("SELECT COUNT(*) FROM jobs WHERE order_key IS NOT NULL"), 1) << r.out;
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 9);
+}
+
 // Cooldown branches end to end (issue 14): per seed one constant-LR trunk and a
 // branch per budget, the branches leased once the trunk's checkpoint at their
 // start is recorded and resumed from it; each branch ends bit-identical to the

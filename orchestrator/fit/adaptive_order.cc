@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "Eigen/Dense"
 #include "absl/strings/str_cat.h"
 #include "ceres/jet.h"
+#include "common/status_macros.h"
 #include "orchestrator/fit/dense_law.h"
 
 namespace xmod {
@@ -123,7 +125,10 @@ absl::StatusOr<AdaptiveOrder> OrderByExpectedGain(const std::vector<LawPoint>& p
       const Vec u = cov * grads[i];
       const double q = g.dot(u);
       const double removed = q * q / (1.0 + grads[i].dot(u));
-      const double score = removed / candidates[i].cost;
+      const double worth = options.criterion == OrderCriterion::kExpectedGain
+                               ? removed
+                               : std::sqrt(std::max(0.0, grads[i].dot(u)));
+      const double score = worth / candidates[i].cost;
       const bool better = best == candidates.size() || score > best_score ||
                           (score == best_score && (candidates[i].cost < candidates[best].cost ||
                                                    (candidates[i].cost == candidates[best].cost &&
@@ -142,6 +147,84 @@ absl::StatusOr<AdaptiveOrder> OrderByExpectedGain(const std::vector<LawPoint>& p
     cov -= best_u * best_u.transpose() / (1.0 + grads[best].dot(best_u));
   }
   return out;
+}
+
+absl::StatusOr<OrderTrace> SimulateOrder(const std::vector<OrderCandidate>& jobs,
+                                         const std::vector<double>& observed, SimulatedOrder rule,
+                                         const LawPoint& target, double true_target,
+                                         const FitOptions& fit) {
+  if (observed.size() != jobs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SimulateOrder: ", jobs.size(), " jobs but ", observed.size(), " losses"));
+  }
+  OrderTrace trace;
+  std::vector<size_t> pending(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) pending[i] = i;
+  std::vector<LawPoint> points;
+  AdaptiveOrderOptions options;
+  options.fit = fit;
+  options.criterion =
+      rule == SimulatedOrder::kWidth ? OrderCriterion::kWidth : OrderCriterion::kExpectedGain;
+  options.warm = {{0.0, 0.0, 0.0, 0.5, 0.5}};  // beside the coarse grid; then the last optima
+  std::string next;  // the law's pick for the next round ("" : cheapest-first)
+  double spent = 0.0;
+  while (!pending.empty()) {
+    auto pick = std::min_element(pending.begin(), pending.end(), [&](size_t a, size_t b) {
+      return jobs[a].cost != jobs[b].cost ? jobs[a].cost < jobs[b].cost : jobs[a].id < jobs[b].id;
+    });
+    if (rule != SimulatedOrder::kCheapestFirst && !next.empty()) {
+      pick = std::find_if(pending.begin(), pending.end(),
+                          [&](size_t i) { return jobs[i].id == next; });
+    }
+    const size_t i = *pick;
+    pending.erase(pick);
+    LawPoint x = jobs[i].x;
+    x.loss = observed[i];
+    points.push_back(x);
+    spent += jobs[i].cost;
+    trace.order.push_back(jobs[i].id);
+    trace.flops.push_back(spent);
+    std::vector<OrderCandidate> rest;
+    for (size_t k : pending) rest.push_back(jobs[k]);
+    ASSIGN_OR_RETURN(AdaptiveOrder order, OrderByExpectedGain(points, rest, target, options));
+    next.clear();
+    if (!order.adaptive) {
+      trace.error.push_back(1.0);
+      continue;
+    }
+    trace.error.push_back(
+        std::abs(std::exp(DenseLaw::LogLoss(order.fit.raw.data(), target)) / true_target - 1.0));
+    options.warm = order.fit.optima;
+    if (!order.order.empty()) next = order.order.front();
+  }
+  return trace;
+}
+
+std::vector<OrderCandidate> SyntheticDenseGrid() {
+  std::vector<OrderCandidate> jobs;
+  for (double n : {2e6, 4e6, 8e6, 16e6, 32e6}) {
+    for (double r : {5.0, 10.0, 20.0, 40.0, 80.0}) {
+      OrderCandidate c;
+      c.id = absl::StrCat("N", n / 1e6, "M-r", r);
+      c.x = DensePoint(n, r * n, 0.0);
+      c.cost = 6.0 * n * r * n;
+      jobs.push_back(c);
+    }
+  }
+  return jobs;
+}
+
+std::vector<double> ChinchillaLaw() {
+  return {std::log(406.4), std::log(410.7), std::log(1.69), 0.34, 0.28};
+}
+
+double FlopsToReach(const OrderTrace& trace, double tolerance) {
+  double reach = std::numeric_limits<double>::infinity();
+  for (size_t i = trace.error.size(); i-- > 0;) {
+    if (!(trace.error[i] <= tolerance)) break;
+    reach = trace.flops[i];
+  }
+  return reach;
 }
 
 }  // namespace xmod

@@ -42,7 +42,18 @@ struct AdaptiveOrder {
   double target_sd_over_sigma = 0.0;
 };
 
+// What a candidate is worth per FLOP.
+enum class OrderCriterion {
+  // The variance of the target prediction its result is expected to remove
+  // (c-optimal design; the shipped rule).
+  kExpectedGain,
+  // The width of its own predicted loss's interval (linearised sd): "least
+  // certain per FLOP". Kept for the comparison in bench/order_bench.cc.
+  kWidth,
+};
+
 struct AdaptiveOrderOptions {
+  OrderCriterion criterion = OrderCriterion::kExpectedGain;
   FitOptions fit;
   // Previous optima (FitResult::optima) to start from beside a coarse grid; empty:
   // the law's full grid (slower, first fit).
@@ -59,6 +70,31 @@ absl::StatusOr<AdaptiveOrder> OrderByExpectedGain(const std::vector<LawPoint>& p
 
 // The dense law's grid with every other value: 3^5 = 243 starts.
 std::vector<std::vector<double>> CoarseDenseStarts();
+
+// A sweep trained one job at a time in some order, for the simulation test and
+// bench/order_bench.cc: after each job the law is refitted (warm, as the
+// coordinator does) and its prediction at `target` compared with `true_target`.
+enum class SimulatedOrder { kCheapestFirst, kExpectedGain, kWidth };
+struct OrderTrace {
+  std::vector<std::string> order;  // the jobs as trained
+  std::vector<double> flops;       // spent after each job
+  std::vector<double> error;       // |predicted / true − 1| at the target; 1 before a fit
+};
+// `observed[i]` is the loss of `jobs[i]`. INVALID_ARGUMENT for mismatched sizes.
+absl::StatusOr<OrderTrace> SimulateOrder(const std::vector<OrderCandidate>& jobs,
+                                         const std::vector<double>& observed, SimulatedOrder rule,
+                                         const LawPoint& target, double true_target,
+                                         const FitOptions& fit);
+// The synthetic sweep of the simulation: 5 scales (N = 2M..32M, doubling) x 5
+// budgets (5..80 tokens per parameter, doubling), each costing 6ND.
+std::vector<OrderCandidate> SyntheticDenseGrid();
+// Hoffmann et al. 2022's fitted dense law (approach 3: E = 1.69, A = 406.4,
+// B = 410.7, alpha = 0.34, beta = 0.28) as internal parameters (a, b, e, alpha, beta).
+std::vector<double> ChinchillaLaw();
+
+// The FLOPs after which the trace's error stays at or under `tolerance`; +inf
+// when even the last job's error is above it.
+double FlopsToReach(const OrderTrace& trace, double tolerance);
 
 }  // namespace xmod
 

@@ -18,33 +18,20 @@
 namespace xmod {
 namespace {
 
-// Hoffmann et al. 2022's fitted law (approach 3): E = 1.69, A = 406.4, B = 410.7,
-// alpha = 0.34, beta = 0.28, as internal parameters (a, b, e, alpha, beta).
-const std::vector<double> kChinchilla = {std::log(406.4), std::log(410.7), std::log(1.69), 0.34,
-                                         0.28};
+const std::vector<double> kChinchilla = ChinchillaLaw();
 
 double TrueLoss(double n, double d) {
   return std::exp(DenseLaw::LogLoss(kChinchilla.data(), DensePoint(n, d, 1.0)));
 }
 
-// The synthetic sweep: 5 scales (2M..32M parameters, doubling) x 5 budgets (5..80
-// tokens per parameter, doubling); cost 6ND.
 struct Grid {
   std::vector<OrderCandidate> jobs;
   double total = 0.0;
 };
 Grid FiveByFive() {
   Grid g;
-  for (double n : {2e6, 4e6, 8e6, 16e6, 32e6}) {
-    for (double r : {5.0, 10.0, 20.0, 40.0, 80.0}) {
-      OrderCandidate c;
-      c.id = absl::StrCat("N", n / 1e6, "M-r", r);
-      c.x = DensePoint(n, r * n, 0.0);
-      c.cost = 6.0 * n * r * n;
-      g.total += c.cost;
-      g.jobs.push_back(c);
-    }
-  }
+  g.jobs = SyntheticDenseGrid();
+  for (const OrderCandidate& c : g.jobs) g.total += c.cost;
   return g;
 }
 
@@ -131,69 +118,6 @@ TEST(AdaptiveOrder, GainsMatchTheVarianceRecomputedFromScratch) {
   EXPECT_LT(order->gain[std::max(first, second)], order->gain[std::min(first, second)]);
 }
 
-// One sweep trained in some order: after each job the law is refitted (warm, as
-// the coordinator does) and its prediction at the target compared with the truth.
-struct Trace {
-  std::vector<double> flops;  // spent after each job
-  std::vector<double> error;  // |predicted / true - 1| at the target (1 before a fit)
-};
-
-Trace Simulate(const Grid& grid, const std::vector<double>& observed, bool adaptive,
-               const LawPoint& target) {
-  Trace t;
-  std::vector<OrderCandidate> pending = grid.jobs;
-  std::vector<LawPoint> points;
-  AdaptiveOrderOptions options;
-  options.fit.polish = 16;
-  options.fit.threads = 1;
-  options.warm = {{0.0, 0.0, 0.0, 0.5, 0.5}};
-  std::string next;  // the adaptive pick for the next round
-  double spent = 0.0;
-  std::map<std::string, size_t> index;
-  for (size_t i = 0; i < grid.jobs.size(); ++i) index[grid.jobs[i].id] = i;
-  while (!pending.empty()) {
-    auto pick = pending.begin();
-    if (adaptive && !next.empty()) {
-      pick = std::find_if(pending.begin(), pending.end(),
-                          [&](const OrderCandidate& c) { return c.id == next; });
-    } else {
-      pick = std::min_element(pending.begin(), pending.end(), [](const auto& a, const auto& b) {
-        return a.cost != b.cost ? a.cost < b.cost : a.id < b.id;
-      });
-    }
-    LawPoint x = pick->x;
-    x.loss = observed[index[pick->id]];
-    points.push_back(x);
-    spent += pick->cost;
-    pending.erase(pick);
-    auto order = OrderByExpectedGain(points, pending, target, options);
-    EXPECT_TRUE(order.ok()) << order.status();
-    t.flops.push_back(spent);
-    next.clear();
-    if (order.ok() && order->adaptive) {
-      t.error.push_back(std::abs(std::exp(DenseLaw::LogLoss(order->fit.raw.data(), target)) /
-                                     TrueLoss(target.n, target.d) -
-                                 1.0));
-      options.warm = order->fit.optima;
-      if (!order->order.empty()) next = order->order.front();
-    } else {
-      t.error.push_back(1.0);
-    }
-  }
-  return t;
-}
-
-// The FLOPs after which the error stays at or under `tolerance` (the total when
-// it never does: the last job's error is the same in every order).
-double Reach(const Trace& t, double tolerance) {
-  double reach = std::numeric_limits<double>::infinity();
-  for (size_t i = t.error.size(); i-- > 0;) {
-    if (t.error[i] > tolerance) break;
-    reach = t.flops[i];
-  }
-  return reach;
-}
-
 // The acceptance test of the adaptive order: on synthetic Chinchilla losses with
 // 0.5% seed noise (lognormal; the demo measures 0.3-1.0%), over 16 noise draws,
 // the law's prediction at 4x the largest scale (128M parameters, 20 tokens per
@@ -214,20 +138,28 @@ TEST(AdaptiveOrder, ReachesTheHoldOutErrorWithFewerFlopsThanCheapestFirst) {
     for (const OrderCandidate& c : grid.jobs) {
       observed.push_back(TrueLoss(c.x.n, c.x.d) * std::exp(noise(rng)));
     }
-    const Trace cheap = Simulate(grid, observed, false, target);
-    const Trace adaptive = Simulate(grid, observed, true, target);
-    const double rc = std::min(Reach(cheap, 0.02), grid.total) / grid.total;
-    const double ra = std::min(Reach(adaptive, 0.02), grid.total) / grid.total;
+    FitOptions fit;
+    fit.polish = 16;
+    fit.threads = 1;
+    const double truth = TrueLoss(target.n, target.d);
+    auto cheap =
+        SimulateOrder(grid.jobs, observed, SimulatedOrder::kCheapestFirst, target, truth, fit);
+    auto adaptive =
+        SimulateOrder(grid.jobs, observed, SimulatedOrder::kExpectedGain, target, truth, fit);
+    ASSERT_TRUE(cheap.ok()) << cheap.status();
+    ASSERT_TRUE(adaptive.ok()) << adaptive.status();
+    const double rc = std::min(FlopsToReach(*cheap, 0.02), grid.total) / grid.total;
+    const double ra = std::min(FlopsToReach(*adaptive, 0.02), grid.total) / grid.total;
     cheap_reach.push_back(rc);
     adaptive_reach.push_back(ra);
     ratios.push_back(ra / rc);
-    auto at = [&](const Trace& t) {
+    auto at = [&](const OrderTrace& t) {
       double e = 1.0;
       for (size_t i = 0; i < t.flops.size() && t.flops[i] <= 0.2 * grid.total; ++i) e = t.error[i];
       return e;
     };
-    cheap_at.push_back(at(cheap));
-    adaptive_at.push_back(at(adaptive));
+    cheap_at.push_back(at(*cheap));
+    adaptive_at.push_back(at(*adaptive));
   }
   auto mean = [](const std::vector<double>& v) {
     return std::accumulate(v.begin(), v.end(), 0.0) / v.size();
