@@ -457,6 +457,10 @@ TEST_F(CoordinatorE2e, XmodRunWithAdaptiveOrderRefitsTheLawAndSteersThePendingJo
                          "adaptive order: sweep 'adaptive-run': dense law refitted on 6 point(s)"));
   EXPECT_GE(Count("SELECT COUNT(*) FROM jobs WHERE order_key IS NOT NULL"), 1) << r.out;
   EXPECT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 9);
+  r = Command(XMOD_BIN, {"check", spec});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("lease order: adaptive: 9 dense job(s) ordered by the "
+                                          "dense law's expected gain at N 2.22e+05, D 4.44e+06"));
 }
 
 // Cooldown branches end to end (issue 14): per seed one constant-LR trunk and a

@@ -215,6 +215,20 @@ absl::Status Check(const Flags& f, std::ostream& out) {
   out << fmt::format("sweep '{}': {} jobs, {}; laws checked: [{}]\n", spec.name, jobs.size(),
                      FlopTotals(jobs), fmt::join(design.laws, ", "));
   out << design.Text(f.spec);
+  if (spec.resources.adaptive_order) {
+    double largest = 0.0;
+    int64_t steered = 0;
+    for (const ResolvedJob& j : jobs) {
+      if (!IsDenseRun(j.shape.family, j.shape.stride) || std::string(j.role()) == "trunk") continue;
+      largest = std::max(largest, static_cast<double>(j.n_params_active));
+      ++steered;
+    }
+    const auto [n, d] = OrderTarget(spec.resources, largest);
+    out << fmt::format(
+        "lease order: adaptive: {} dense job(s) ordered by the dense law's expected gain at N "
+        "{:.3g}, D {:.3g} once 6 have run (docs/order.md); the rest cheapest-first\n",
+        steered, n, d);
+  }
   if (!design.ok() && !f.allow_unidentifiable) {
     return absl::InvalidArgumentError(absl::StrCat(
         "design check failed for the laws [", absl::StrJoin(design.laws, ", "),

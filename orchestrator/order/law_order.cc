@@ -161,12 +161,8 @@ absl::StatusOr<OrderRefit> LawDrivenOrder::Refit(const std::string& sweep) {
   }
   out.points = static_cast<int>(points.size());
   out.candidates = static_cast<int>(candidates.size());
-  if (spec.resources.order_target_params > 0) {
-    out.target =
-        DensePoint(spec.resources.order_target_params, spec.resources.order_target_tokens, 0.0);
-  } else {
-    out.target = DensePoint(4.0 * largest_n, 80.0 * largest_n, 0.0);
-  }
+  const auto [target_n, target_d] = OrderTarget(spec.resources, largest_n);
+  out.target = DensePoint(target_n, target_d, 0.0);
   if (candidates.empty()) {
     out.why = "no dense job is pending";
     return out;

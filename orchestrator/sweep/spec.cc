@@ -1229,6 +1229,13 @@ class SpecParser {
 
 }  // namespace
 
+std::pair<double, double> OrderTarget(const ResourceSpec& resources, double largest_dense_params) {
+  if (resources.order_target_params > 0) {
+    return {resources.order_target_params, resources.order_target_tokens};
+  }
+  return {4.0 * largest_dense_params, 80.0 * largest_dense_params};
+}
+
 absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text, const std::string& source) {
   return SpecParser(source).Parse(text);
 }

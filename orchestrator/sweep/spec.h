@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -193,6 +194,11 @@ struct SweepSpec {
 
 // Parses and validates `text`; `source` names the file in messages. On failure the
 // status is INVALID_ARGUMENT and its message holds one line per problem.
+// Where `order: adaptive` wants the dense law sure (docs/order.md): the declared
+// order_target, else 4 × `largest_dense_params` at 20 tokens per parameter.
+// Returns {params, tokens}.
+std::pair<double, double> OrderTarget(const ResourceSpec& resources, double largest_dense_params);
+
 absl::StatusOr<SweepSpec> ParseSweepSpec(const std::string& text, const std::string& source);
 
 // Reads `path` and parses it. NOT_FOUND when the file cannot be read.
