@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/token_data.h"
+#include "orchestrator/dashboard/http_server.h"
 #include "orchestrator/launch/local_run.h"
 #include "orchestrator/order/law_order.h"
 #include "orchestrator/report/output.h"
@@ -81,6 +82,7 @@ struct Flags {
   std::string tls_cert, tls_key;
   bool insecure = false;
   double lease_ttl = 30.0;
+  std::string http;  // serve, dashboard: the dashboard's HOST:PORT (empty: none)
   // run
   LocalRunOptions run;
   // fit, plot
@@ -310,44 +312,9 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
   }
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  QueryResult t;
-  t.columns.push_back("sweep");
-  for (JobState s : kAllJobStates) t.columns.emplace_back(JobStateName(s));
-  for (const char* c : {"total", "progress", "elapsed_s", "eta_s", "train_flops",
-                        "standalone_flops", "flops_vs_standalone"}) {
-    t.columns.push_back(c);
-  }
-  for (const SweepSummary& p : sweeps) {
-    std::vector<Value> row{p.states.sweep};
-    for (JobState s : kAllJobStates) row.emplace_back(p.states.counts.at(s));
-    row.emplace_back(p.states.total);
-    const FlopProgress& flops = p.flops;
-    row.emplace_back(flops.Fraction());
-    // ETA from the FLOP rate since the sweep's first attempt (progress.h).
-    const double elapsed = p.started_at > 0 ? now - p.started_at : 0.0;
-    row.emplace_back(elapsed);
-    if (const std::optional<double> eta = EtaSeconds(flops, 0.0, elapsed)) {
-      row.emplace_back(*eta);
-    } else {
-      row.emplace_back(std::monostate{});
-    }
-    // What cooldown branches save: the sweep's FLOPs against every result trained alone.
-    row.emplace_back(flops.total);
-    row.emplace_back(flops.standalone);
-    row.emplace_back(flops.standalone > 0 ? Value(flops.total / flops.standalone)
-                                          : Value(std::monostate{}));
-    t.rows.push_back(std::move(row));
-  }
-  PrintResult(t, format, out);
+  PrintResult(StatusTable(sweeps, now), format, out);
   // The named sweep's jobs in flight, with their progress.
-  QueryResult running;
-  running.columns = {"job_id",  "family", "scale",   "sparsity", "stride",
-                     "context", "status", "attempt", "step",     "steps"};
-  for (const JobProgressRow& j : jobs) {
-    if (!j.in_flight()) continue;
-    running.rows.push_back({j.job_id, j.family, j.scale, j.sparsity, j.stride, j.context, j.status,
-                            j.attempt, j.step, j.steps});
-  }
+  const QueryResult running = InFlightTable(jobs);
   if (!running.rows.empty() && format == Format::kTable) {
     out << "\n";
     PrintResult(running, format, out);
@@ -418,7 +385,21 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
     return started.status();
   }
   std::unique_ptr<CoordinatorServer> server = *std::move(started);
-  order.RefitAll();  // adaptive sweeps steer from the results the file already holds
+  order.RefitAll();
+  std::unique_ptr<DashboardServer> dashboard;
+  if (!f.http.empty()) {
+    DashboardOptions dashboard_options;
+    dashboard_options.listen = f.http;
+    dashboard_options.token = options.token;  // the operator's, never the workers'
+    absl::StatusOr<std::unique_ptr<DashboardServer>> web =
+        DashboardServer::Start(store.get(), &scheduler, dashboard_options);
+    if (!web.ok()) {
+      server->Shutdown();
+      return web.status();
+    }
+    dashboard = *std::move(web);
+    out << "xmod serve: dashboard on http://" << dashboard->address() << "/" << std::endl;
+  }  // adaptive sweeps steer from the results the file already holds
   // The address other machines dial: --advertise, else the listen host, else (for
   // a wildcard listen) this machine's name.
   std::string host = f.advertise;
@@ -463,7 +444,28 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
     std::string line;
     if (std::getline(in, line) && line == advertised) std::filesystem::remove(f.address_file);
   }
+  dashboard.reset();
   server->Shutdown();
+  return absl::OkStatus();
+}
+
+// xmod dashboard: the web pages over a database file, with no coordinator.
+absl::Status Dashboard(const Flags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
+  Scheduler scheduler(store.get(), SchedulerOptions{});
+  DashboardOptions options;
+  options.listen = f.http;
+  if (!f.token_file.empty()) {
+    ASSIGN_OR_RETURN(options.token, ReadTokenFile(f.token_file));
+  }
+  ASSIGN_OR_RETURN(auto server, DashboardServer::Start(store.get(), &scheduler, options));
+  out << "xmod dashboard: " << f.db << " on http://" << server->address() << "/"
+      << (options.token.empty() ? "" : " (token required: open /login?token=TOKEN once)")
+      << std::endl;
+  std::signal(SIGINT, OnServeSignal);
+  std::signal(SIGTERM, OnServeSignal);
+  while (!g_serve_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  out << "xmod dashboard: shutting down" << std::endl;
   return absl::OkStatus();
 }
 
@@ -478,14 +480,7 @@ absl::Status Results(const Flags& f, std::ostream& out) {
     PrintResult(f.by_config ? ReplicateTable(jobs) : BaselineComparison(jobs), format, out);
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(QueryResult rows, store->JobResults(f.sweep));
-  // The configuration key is for grouping (--by-config), not for reading.
-  for (size_t c = 0; c < rows.columns.size(); ++c) {
-    if (rows.columns[c] != "config_key") continue;
-    rows.columns.erase(rows.columns.begin() + static_cast<std::ptrdiff_t>(c));
-    for (auto& row : rows.rows) row.erase(row.begin() + static_cast<std::ptrdiff_t>(c));
-    break;
-  }
+  ASSIGN_OR_RETURN(QueryResult rows, ResultsTable(store.get(), f.sweep));
   PrintResult(rows, format, out);
   return absl::OkStatus();
 }
@@ -653,9 +648,19 @@ void ServeFlags(CLI::App* cmd, Flags& f) {
   cmd->add_option("--tls-cert", f.tls_cert, "Server certificate (PEM)");
   cmd->add_option("--tls-key", f.tls_key, "Server private key (PEM)");
   cmd->add_flag("--insecure", f.insecure, "Allow a non-loopback address without a token");
+  cmd->add_option("--http", f.http,
+                  "Also serve the read-only web dashboard on HOST:PORT (docs/dashboard.md); off "
+                  "loopback it needs --token-file");
   cmd->add_option("--lease-ttl", f.lease_ttl, "Seconds a lease lasts without a heartbeat")
       ->capture_default_str();
   AddMaxJobs(cmd, &f.max_jobs);
+}
+void DashboardFlags(CLI::App* cmd, Flags& f) {
+  AddDb(cmd, f);
+  cmd->add_option("--http", f.http, "HOST:PORT to serve on (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--token-file", f.token_file,
+                  "The operator token every request must carry; required off loopback");
 }
 void FitFlags(CLI::App* cmd, Flags& f) {
   FitCommandOptions& o = f.fit;
@@ -712,6 +717,8 @@ void RunFlags(CLI::App* cmd, Flags& f) {
       ->capture_default_str();
   cmd->add_flag("--allow-unidentifiable", o.allow_unidentifiable,
                 "Run a sweep whose design check fails");
+  cmd->add_option("--http", o.http,
+                  "Serve the read-only web dashboard on this loopback HOST:PORT while it runs");
   AddMaxJobs(cmd, &o.max_jobs);
 }
 void PrepareFlags(CLI::App* cmd, Flags& f) {
@@ -754,6 +761,8 @@ const Command kCommands[] = {
     {"resume", "Move a sweep's failed and cancelled jobs to pending", ResumeFlags, Resume},
     {"cancel", "Cancel a sweep's unfinished jobs, or one job", CancelFlags, Cancel},
     {"serve", "Run the coordinator (gRPC) over a SQLite file", ServeFlags, Serve},
+    {"dashboard", "Serve the read-only web dashboard over a SQLite file", DashboardFlags,
+     Dashboard},
     {"fit", "Fit a scaling law to a sweep's final losses (or to a CSV file) and store it", FitFlags,
      Fit},
     {"plot", "Draw a sweep's plots (gnuplot): curves, laws, ratios", PlotFlags, Plot},

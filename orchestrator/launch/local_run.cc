@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cpus.h"
 #include "common/status_macros.h"
+#include "orchestrator/dashboard/http_server.h"
 #include "orchestrator/order/law_order.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
@@ -166,6 +167,7 @@ class LocalRun {
   std::unique_ptr<LawDrivenOrder> order;  // the refitter of order: adaptive sweeps
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<CoordinatorServer> server;
+  std::unique_ptr<DashboardServer> dashboard;
   std::vector<pid_t> groups;  // negated once reaped
 };
 
@@ -213,6 +215,13 @@ absl::Status LocalRun::StartCoordinator() {
   ASSIGN_OR_RETURN(server, CoordinatorServer::Start(scheduler.get(), server_options));
   out << fmt::format("xmod run: sweep '{}' in {}: {} jobs ({} new); coordinator on {}\n", spec.name,
                      db_path, submitted.jobs_in_spec, submitted.new_jobs, server->address());
+  if (!o.http.empty()) {
+    DashboardOptions dashboard_options;
+    dashboard_options.listen = o.http;
+    ASSIGN_OR_RETURN(dashboard,
+                     DashboardServer::Start(store.get(), scheduler.get(), dashboard_options));
+    out << fmt::format("xmod run: dashboard on http://{}/\n", dashboard->address());
+  }
   return absl::OkStatus();
 }
 

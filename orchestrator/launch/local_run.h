@@ -38,6 +38,7 @@ struct LocalRunOptions {
   bool allow_unidentifiable = false;   // run even when the design check fails
   int64_t max_jobs = kDefaultMaxJobs;  // refuse a sweep that expands to more jobs
   double refresh_seconds = 1.0;
+  std::string http;  // the dashboard's loopback HOST:PORT while the run lasts (empty: none)
   Launcher launch = SpawnProcess;
 };
 

@@ -3,21 +3,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_replace.h"
 #include "common/status_macros.h"
 #include "orchestrator/report/report.h"
 #include "orchestrator/sweep/spec.h"
 
 namespace xmod {
 namespace {
-
-std::string Quoted(const std::string& text) {
-  return absl::StrCat("'", absl::StrReplaceAll(text, {{"'", "''"}}), "'");
-}
 
 std::string Text(const Value& v) {
   return std::holds_alternative<std::string>(v) ? std::get<std::string>(v) : std::string();
@@ -74,14 +70,13 @@ void LawDrivenOrder::RefitAll() {
 
 void LawDrivenOrder::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock,
-             [&] { return stop_ || (!busy_ && completed_.empty() && sweeps_.empty() && !all_); });
+  idle_.wait(lock, [&] { return stop_ || (!busy_ && completed_.empty() && !all_); });
 }
 
 void LawDrivenOrder::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    wake_.wait(lock, [&] { return stop_ || !completed_.empty() || !sweeps_.empty() || all_; });
+    wake_.wait(lock, [&] { return stop_ || !completed_.empty() || all_; });
     if (stop_) break;
     busy_ = true;
     std::deque<std::string> completed;
@@ -97,7 +92,7 @@ void LawDrivenOrder::Loop() {
     } else if (!completed.empty()) {
       std::string ids;
       for (const std::string& id : completed)
-        absl::StrAppend(&ids, ids.empty() ? "" : ",", Quoted(id));
+        absl::StrAppend(&ids, ids.empty() ? "" : ",", SqlLiteral(id));
       sql = absl::StrCat(
           "SELECT DISTINCT s.name FROM sweep_jobs sj JOIN sweeps s ON s.sweep_id = sj.sweep_id "
           "WHERE sj.job_id IN (",
@@ -112,10 +107,6 @@ void LawDrivenOrder::Loop() {
             absl::StrCat("adaptive order: finding the sweeps to refit: ", rows.status().message()));
       }
     }
-    lock.lock();
-    names.insert(sweeps_.begin(), sweeps_.end());
-    sweeps_.clear();
-    lock.unlock();
     for (const std::string& name : names) {
       absl::StatusOr<OrderRefit> r = Refit(name);
       if (!options_.log) continue;
@@ -137,7 +128,7 @@ absl::StatusOr<OrderRefit> LawDrivenOrder::Refit(const std::string& sweep) {
   OrderRefit out;
   ASSIGN_OR_RETURN(QueryResult spec_rows,
                    store_->Query(absl::StrCat("SELECT spec_yaml, source FROM sweeps WHERE name = ",
-                                              Quoted(sweep))));
+                                              SqlLiteral(sweep))));
   if (spec_rows.rows.empty()) {
     return absl::NotFoundError(absl::StrCat("no sweep named '", sweep, "'"));
   }

@@ -12,7 +12,6 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,7 +74,6 @@ class LawDrivenOrder {
   std::mutex mu_;
   std::condition_variable wake_, idle_;
   std::deque<std::string> completed_;  // job ids; guarded by mu_
-  std::set<std::string> sweeps_;       // sweeps to refit; guarded by mu_
   bool all_ = false;                   // refit every adaptive sweep; guarded by mu_
   bool busy_ = false, stop_ = false;   // guarded by mu_
   std::map<std::string, std::vector<std::vector<double>>> warm_;  // refit thread only

@@ -16,6 +16,7 @@
 #include "orchestrator/fit/dense_law.h"
 #include "orchestrator/report/report.h"
 #include "orchestrator/scheduler/scheduler.h"
+#include "orchestrator/store/store_test_util.h"
 
 namespace xmod {
 namespace {
@@ -23,10 +24,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string Fixture(const std::string& name) {
-  std::ifstream in(std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/" + name);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return store_test::ReadSource("tests/fixtures/" + name);
 }
 
 // Chinchilla's law (Hoffmann et al. 2022) with 0.5% multiplicative noise per job,
@@ -42,34 +40,27 @@ double SyntheticLoss(const SweepJob& j) {
 class LawOrderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = std::filesystem::temp_directory_path() /
-            ("xmod_order_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db");
-    std::filesystem::remove(path_);
-    SqliteStore::Options o;
-    o.path = path_.string();
-    o.clock = &clock_;
-    store_ = std::move(SqliteStore::Open(o).value());
+    db_ = std::make_unique<store_test::TempDatabase>(&clock_);
+    store_ = db_->store();
     LawDrivenOrder::Options order_options;
     order_options.log = [this](const std::string& line) {
       std::lock_guard<std::mutex> lock(log_mu_);
       log_.push_back(line);
     };
-    order_ = std::make_unique<LawDrivenOrder>(store_.get(), order_options);
+    order_ = std::make_unique<LawDrivenOrder>(store_, order_options);
     SchedulerOptions options;
     options.on_complete = [this](const std::string& id) { order_->JobCompleted(id); };
-    scheduler_ = std::make_unique<Scheduler>(store_.get(), options);
+    scheduler_ = std::make_unique<Scheduler>(store_, options);
   }
   void TearDown() override {
     order_.reset();
     scheduler_.reset();
-    store_.reset();
-    std::filesystem::remove(path_);
+    db_.reset();
   }
 
   std::map<std::string, SweepJob> Jobs(const std::string& sweep) {
     std::map<std::string, SweepJob> by_id;
-    absl::StatusOr<std::vector<SweepJob>> jobs = LoadSweepJobs(store_.get(), sweep);
+    absl::StatusOr<std::vector<SweepJob>> jobs = LoadSweepJobs(store_, sweep);
     EXPECT_TRUE(jobs.ok()) << jobs.status();
     if (jobs.ok()) {
       for (SweepJob& j : *jobs) by_id[j.id] = j;
@@ -98,9 +89,9 @@ class LawOrderTest : public ::testing::Test {
     ASSERT_TRUE(scheduler_->Complete(g.job_id, g.fencing_token, steps).ok());
   }
 
-  std::filesystem::path path_;
   FakeClock clock_;
-  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<store_test::TempDatabase> db_;
+  SqliteStore* store_ = nullptr;
   std::unique_ptr<LawDrivenOrder> order_;
   std::unique_ptr<Scheduler> scheduler_;
   std::mutex log_mu_;

@@ -211,6 +211,18 @@ LawPoint SweepJob::ToLawPoint(const PointOptions& options) const {
   return p;
 }
 
+absl::StatusOr<QueryResult> ResultsTable(SqliteStore* store, const std::string& sweep) {
+  ASSIGN_OR_RETURN(QueryResult rows, store->JobResults(sweep));
+  // The configuration key is for grouping (--by-config), not for reading.
+  for (size_t c = 0; c < rows.columns.size(); ++c) {
+    if (rows.columns[c] != "config_key") continue;
+    rows.columns.erase(rows.columns.begin() + static_cast<std::ptrdiff_t>(c));
+    for (auto& row : rows.rows) row.erase(row.begin() + static_cast<std::ptrdiff_t>(c));
+    break;
+  }
+  return rows;
+}
+
 absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const std::string& sweep) {
   ASSIGN_OR_RETURN(QueryResult t, store->JobResults(sweep));
   std::vector<SweepJob> jobs;

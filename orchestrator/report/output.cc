@@ -40,25 +40,30 @@ std::string CsvQuote(const std::string& s) {
 
 }  // namespace
 
+nlohmann::json ResultJson(const QueryResult& result) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& row : result.rows) {
+    nlohmann::json object = nlohmann::json::object();
+    for (size_t i = 0; i < row.size(); ++i) {
+      const Value& v = row[i];
+      nlohmann::json& cell = object[result.columns[i]];
+      if (const auto* n = std::get_if<int64_t>(&v)) {
+        cell = *n;
+      } else if (const auto* d = std::get_if<double>(&v)) {
+        cell = *d;
+      } else if (const auto* s = std::get_if<std::string>(&v)) {
+        cell = *s;
+      }
+    }
+    rows.push_back(std::move(object));
+  }
+  return rows;
+}
+
 void PrintResult(const QueryResult& result, Format format, std::ostream& out) {
   switch (format) {
     case Format::kJson: {
-      nlohmann::json rows = nlohmann::json::array();
-      for (const auto& row : result.rows) {
-        nlohmann::json object = nlohmann::json::object();
-        for (size_t i = 0; i < row.size(); ++i) {
-          const Value& v = row[i];
-          nlohmann::json& cell = object[result.columns[i]];
-          if (const auto* n = std::get_if<int64_t>(&v)) {
-            cell = *n;
-          } else if (const auto* d = std::get_if<double>(&v)) {
-            cell = *d;
-          } else if (const auto* s = std::get_if<std::string>(&v)) {
-            cell = *s;
-          }
-        }
-        rows.push_back(std::move(object));
-      }
+      const nlohmann::json rows = ResultJson(result);
       out << rows.dump(2) << "\n";
       return;
     }

@@ -3,6 +3,7 @@
 #ifndef XMOD_ORCHESTRATOR_REPORT_OUTPUT_H_
 #define XMOD_ORCHESTRATOR_REPORT_OUTPUT_H_
 
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 
@@ -19,6 +20,10 @@ absl::StatusOr<Format> ParseFormat(const std::string& name);
 // Prints `result` in `format`. Reals print with 6 significant digits in tables
 // and in full (shortest round-trip form) in CSV and JSON.
 void PrintResult(const QueryResult& result, Format format, std::ostream& out);
+
+// `result` as the JSON PrintResult writes: an array of objects, one per row,
+// keyed by column; NULL cells are null.
+nlohmann::json ResultJson(const QueryResult& result);
 
 }  // namespace xmod
 

@@ -93,6 +93,10 @@ struct SweepJob {
   LawPoint ToLawPoint(const PointOptions& options = {}) const;
 };
 
+// `xmod results`: the job_results rows of `sweep` (NOT_FOUND for no such sweep) without
+// the grouping key config_key. The dashboard's /api/jobs serves the same.
+absl::StatusOr<QueryResult> ResultsTable(SqliteStore* store, const std::string& sweep);
+
 // Every job of `sweep`; NOT_FOUND when there is no such sweep.
 absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const std::string& sweep);
 

@@ -40,6 +40,14 @@ FlopProgress SumProgress(const std::vector<JobProgressRow>& jobs);
 std::optional<double> EtaSeconds(const FlopProgress& now, double done_at_start,
                                  double window_seconds);
 
+// The table `xmod status` prints and the dashboard's /api/sweeps serves: per
+// sweep the count in each state, total, progress (FLOP fraction), elapsed_s and
+// eta_s (from the sweep's first attempt to `now`), train_flops, standalone_flops
+// and flops_vs_standalone.
+QueryResult StatusTable(const std::vector<SweepSummary>& sweeps, double now);
+// The jobs in flight among `jobs`: id, axes, status, attempt, step of steps.
+QueryResult InFlightTable(const std::vector<JobProgressRow>& jobs);
+
 }  // namespace xmod
 
 #endif  // XMOD_ORCHESTRATOR_SCHEDULER_PROGRESS_H_

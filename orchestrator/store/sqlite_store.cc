@@ -715,6 +715,15 @@ absl::StatusOr<int64_t> SqliteStore::SetOrderKeys(
   return changed;
 }
 
+std::string SqlLiteral(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') out += '\'';
+    out += c;
+  }
+  return out + "'";
+}
+
 absl::StatusOr<QueryResult> SqliteStore::Query(const std::string& sql) {
   std::lock_guard<std::mutex> lock(mu_);
   sqlite3_stmt* raw = nullptr;

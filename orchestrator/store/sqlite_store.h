@@ -54,6 +54,10 @@ using LeaseTokens = std::map<std::string, int64_t>;
 // anything else INTERNAL. Errors keep SQLite's message and the file's path.
 absl::StatusCode SqliteStatusCode(int sqlite_code);
 
+// `text` as an SQL string literal ('...' with inner quotes doubled), for the
+// read-only statements of SqliteStore::Query.
+std::string SqlLiteral(const std::string& text);
+
 class SqliteStore {
  public:
   struct Options {

@@ -4,17 +4,65 @@
 #define XMOD_ORCHESTRATOR_STORE_STORE_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <variant>
 #include <vector>
 
+#include "common/clock.h"
 #include "orchestrator/store/sqlite_store.h"
 #include "orchestrator/sweep/expand.h"
 
 namespace xmod::store_test {
+
+// The text of a file of the source tree (path relative to its root).
+inline std::string ReadSource(const std::string& relative) {
+  std::ifstream in(std::string(XMOD_SOURCE_DIR) + "/" + relative);
+  EXPECT_TRUE(in.good()) << relative;
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A real database file for the running test, named after it in the temp folder,
+// on `clock`; removed (with its WAL files) when this goes.
+class TempDatabase {
+ public:
+  explicit TempDatabase(Clock* clock) {
+    path_ = std::filesystem::temp_directory_path() /
+            ("xmod_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db");
+    Remove();
+    SqliteStore::Options o;
+    o.path = path_.string();
+    o.clock = clock;
+    auto opened = SqliteStore::Open(o);
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    if (opened.ok()) store_ = *std::move(opened);
+  }
+  ~TempDatabase() {
+    store_.reset();
+    Remove();
+  }
+  SqliteStore* store() { return store_.get(); }
+  // Closes the file first (for code that must outlive the store the other way round).
+  void Close() { store_.reset(); }
+
+ private:
+  void Remove() {
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+      std::filesystem::remove(path_.string() + suffix);
+    }
+  }
+  std::filesystem::path path_;
+  std::unique_ptr<SqliteStore> store_;
+};
 
 // A sweep file of the source tree (path relative to its root), parsed.
 inline SweepSpec LoadSpec(const std::string& relative) {

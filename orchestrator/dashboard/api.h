@@ -1,0 +1,56 @@
+// The dashboard's JSON endpoints (docs/dashboard.md), as functions of the store so
+// that the HTTP server, `xmod dashboard` and the tests share them. Names and units
+// are those of `xmod status` and `xmod results --format json`.
+#ifndef XMOD_ORCHESTRATOR_DASHBOARD_API_H_
+#define XMOD_ORCHESTRATOR_DASHBOARD_API_H_
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "orchestrator/scheduler/scheduler.h"
+#include "orchestrator/store/sqlite_store.h"
+
+namespace xmod {
+
+// /api/sweeps: `xmod status --format json` (every sweep), with `now` the clock
+// the elapsed time and ETA are measured to.
+absl::StatusOr<nlohmann::json> SweepsJson(Scheduler* scheduler, double now);
+
+// /api/jobs?sweep=: `xmod results --sweep S --format json`, each row with the
+// job's live `step` (the newest reported) added. NOT_FOUND for an unknown sweep.
+absl::StatusOr<nlohmann::json> JobsJson(SqliteStore* store, Scheduler* scheduler,
+                                        const std::string& sweep);
+
+// /api/curves?job=&max_points=: the job's curve (the job_curves view: step,
+// tokens, flops, train_loss, val_loss, val_loss_causal, lr, grad_norm) as one
+// array per column, thinned to at most `max_points` rows (0: all) by
+// ThinCurveRows. NOT_FOUND for an unknown job.
+absl::StatusOr<nlohmann::json> CurvesJson(SqliteStore* store, const std::string& job,
+                                          int64_t max_points);
+
+// /api/job?id=: the job's results row, its attempts, its checkpoints and its
+// resolved config (the job file). NOT_FOUND for an unknown job.
+absl::StatusOr<nlohmann::json> JobJson(SqliteStore* store, const std::string& job);
+
+// /api/fits?sweep=: every stored fit of the sweep, newest first: law, method,
+// points, parameters, objective, rmse, intervals and bound flags (the stored
+// report). NOT_FOUND for an unknown sweep.
+absl::StatusOr<nlohmann::json> FitsJson(SqliteStore* store, const std::string& sweep);
+
+// The rows of a curve to keep so that at most `max_points` remain: every row with
+// a validation loss (an evaluation; few), the first and the last row, and among
+// the rest the ones largest-triangle-three-buckets picks on (step, train_loss),
+// which keeps the curve's shape (spikes included) where a stride would alias.
+// `steps` and `train_loss` are parallel (NaN: no train loss at that row). Returns
+// ascending row indices; all rows when there are no more than max_points or
+// max_points is 0.
+std::vector<size_t> ThinCurveRows(const std::vector<double>& steps,
+                                  const std::vector<double>& train_loss,
+                                  const std::vector<bool>& keep, size_t max_points);
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_DASHBOARD_API_H_

@@ -1,0 +1,252 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "nlohmann/json.hpp"
+#include "orchestrator/dashboard/api.h"
+#include "orchestrator/dashboard/http_server.h"
+#include "orchestrator/scheduler/scheduler.h"
+#include "orchestrator/store/store_test_util.h"
+
+namespace xmod {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The smoke sweep with 1,024 steps per job (more curve rows than a page shows).
+std::string SmokeYaml() {
+  std::string text = store_test::ReadSource("sweeps/smoke.yaml");
+  text.replace(text.find("tokens: 16384"), 13, "tokens: 1048576");
+  return text;
+}
+
+// A real SQLite file with the smoke sweep: one job finished with a 1,000-row
+// curve, one in flight at step 7, and one stored fit; the dashboard on loopback.
+class DashboardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    db_ = std::make_unique<store_test::TempDatabase>(&clock_);
+    store_ = db_->store();
+    scheduler_ = std::make_unique<Scheduler>(store_, SchedulerOptions{});
+    ASSERT_TRUE(scheduler_->Submit(SmokeYaml(), "smoke.yaml").ok());
+    const std::string worker = scheduler_->RegisterWorker("host", 1, "").value();
+    done_ = *scheduler_->Lease(worker)->grant;
+    const int64_t steps = nlohmann::json::parse(done_.config_json).at("steps").get<int64_t>();
+    std::vector<ReportedMetric> metrics;
+    // A train loss at every step with one spike halfway; a validation loss at the end.
+    for (int64_t s = 1; s <= steps; ++s) {
+      metrics.push_back(
+          {"train_loss", s, 4.0 - 0.001 * s + (s == steps / 2 ? 3.0 : 0.0), s * 1024, s * 1e6});
+    }
+    metrics.push_back({"val_loss", steps, 3.25, steps * 1024, steps * 1e6});
+    const absl::Status reported = scheduler_->ReportMetrics(done_.job_id, done_.fencing_token, metrics);
+    ASSERT_TRUE(reported.ok()) << reported;
+    ASSERT_TRUE(scheduler_->Complete(done_.job_id, done_.fencing_token, steps).ok());
+    flying_ = *scheduler_->Lease(worker)->grant;
+    ASSERT_TRUE(scheduler_
+                    ->ReportMetrics(flying_.job_id, flying_.fencing_token,
+                                    {{"train_loss", 7, 4.5, 7 * 1024, 7e6}})
+                    .ok());
+    FitRecord fit;
+    fit.law = "dense";
+    fit.points_hash = "0123456789abcdef";
+    fit.n_points = 12;
+    fit.params_json = R"({"E": 1.7, "A": 400.0})";
+    fit.objective = 1e-4;
+    fit.rmse = 0.01;
+    fit.result_json = R"({"intervals": {"E": [1.6, 1.8]}, "on_bound": ["beta"]})";
+    fit.method = "single";
+    ASSERT_TRUE(store_->RecordFit("smoke", fit).ok());
+    DashboardOptions options;
+    options.listen = "127.0.0.1:0";
+    options.now = [this] { return clock_.Now(); };
+    Start(options);
+  }
+  void Start(const DashboardOptions& options) {
+    server_.reset();
+    auto started = DashboardServer::Start(store_, scheduler_.get(), options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = *std::move(started);
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    scheduler_.reset();
+    db_.reset();
+  }
+  nlohmann::json Get(const std::string& url, int expect = 200) {
+    auto res = client_->Get(url.c_str());
+    EXPECT_TRUE(res) << url;
+    if (!res) return nullptr;
+    EXPECT_EQ(res->status, expect) << url << ": " << res->body;
+    return nlohmann::json::parse(res->body, nullptr, false);
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<store_test::TempDatabase> db_;
+  SqliteStore* store_ = nullptr;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<DashboardServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+  LeaseGrant done_, flying_;
+};
+
+// The endpoints serve what the database holds, in the CLI's names and units.
+TEST_F(DashboardTest, EndpointsMatchTheDatabase) {
+  const nlohmann::json sweeps = Get("/api/sweeps");
+  ASSERT_EQ(sweeps.size(), 1u);
+  EXPECT_EQ(sweeps[0]["sweep"], "smoke");
+  EXPECT_EQ(sweeps[0]["total"], 8);
+  EXPECT_EQ(sweeps[0]["succeeded"], 1);
+  EXPECT_EQ(sweeps[0]["leased"], 1);
+  EXPECT_EQ(sweeps[0]["pending"], 6);
+  const auto counts = store_->Query("SELECT COUNT(*) FROM jobs WHERE status = 'pending'");
+  EXPECT_EQ(sweeps[0]["pending"].get<int64_t>(), std::get<int64_t>(counts->rows[0][0]));
+
+  const nlohmann::json jobs = Get("/api/jobs?sweep=smoke");
+  ASSERT_EQ(jobs.size(), 8u);
+  bool saw_done = false, saw_flying = false;
+  for (const auto& j : jobs) {
+    EXPECT_FALSE(j.contains("config_key"));
+    if (j["job_id"] == done_.job_id) {
+      saw_done = true;
+      EXPECT_EQ(j["status"], "succeeded");
+      EXPECT_DOUBLE_EQ(j["final_val_loss"].get<double>(), 3.25);
+      EXPECT_EQ(j["step"], j["steps"]);
+    }
+    if (j["job_id"] == flying_.job_id) {
+      saw_flying = true;
+      EXPECT_EQ(j["step"], 7);  // its last reported step
+    }
+  }
+  EXPECT_TRUE(saw_done && saw_flying);
+
+  const nlohmann::json job = Get("/api/job?id=" + done_.job_id);
+  EXPECT_EQ(job["result"]["status"], "succeeded");
+  EXPECT_EQ(job["config"]["id"], done_.job_id);
+  ASSERT_EQ(job["attempts"].size(), 1u);
+  EXPECT_EQ(job["attempts"][0]["status"], "succeeded");
+
+  const nlohmann::json fits = Get("/api/fits?sweep=smoke");
+  ASSERT_EQ(fits.size(), 1u);
+  EXPECT_EQ(fits[0]["law"], "dense");
+  EXPECT_DOUBLE_EQ(fits[0]["params"]["E"].get<double>(), 1.7);
+  EXPECT_EQ(fits[0]["on_bound"][0], "beta");
+  EXPECT_DOUBLE_EQ(fits[0]["intervals"]["E"][1].get<double>(), 1.8);
+
+  // Errors name what is wrong, as JSON.
+  EXPECT_THAT(Get("/api/jobs?sweep=nope", 404)["error"].get<std::string>(), HasSubstr("nope"));
+  EXPECT_THAT(Get("/api/jobs", 400)["error"].get<std::string>(), HasSubstr("?sweep="));
+  EXPECT_EQ(Get("/api/curves?job=0000000000000000", 404).is_object(), true);
+  Get("/api/curves?job=" + done_.job_id + "&max_points=x", 400);
+  Get("/api/fits?sweep=it's", 404);  // quotes are data, not SQL
+}
+
+// Curves are thinned to max_points keeping the evaluations, the ends and a spike.
+TEST_F(DashboardTest, CurvesAreThinnedKeepingEvaluationsEndsAndSpikes) {
+  const nlohmann::json all = Get("/api/curves?job=" + done_.job_id + "&max_points=0");
+  const size_t rows = all["rows"].get<size_t>();
+  ASSERT_GT(rows, 200u);
+  EXPECT_EQ(all["returned"].get<size_t>(), rows);
+  EXPECT_FALSE(all["thinned"].get<bool>());
+  const nlohmann::json thin = Get("/api/curves?job=" + done_.job_id + "&max_points=100");
+  EXPECT_TRUE(thin["thinned"].get<bool>());
+  EXPECT_LE(thin["returned"].get<size_t>(), 100u);
+  const auto& steps = thin["columns"]["step"];
+  const auto& train = thin["columns"]["train_loss"];
+  const auto& val = thin["columns"]["val_loss"];
+  EXPECT_EQ(steps.front(), all["columns"]["step"].front());
+  EXPECT_EQ(steps.back(), all["columns"]["step"].back());
+  EXPECT_DOUBLE_EQ(val.back().get<double>(), 3.25);
+  double peak = 0;
+  for (const auto& v : train) {
+    if (v.is_number()) peak = std::max(peak, v.get<double>());
+  }
+  EXPECT_GT(peak, 6.0) << "the spike was thinned away";
+  // A stride over 1,000 rows would have missed it: the unit check.
+  std::vector<double> s, y;
+  for (int i = 0; i < 10000; ++i) {
+    s.push_back(i);
+    y.push_back(i == 4321 ? 10.0 : 1.0);
+  }
+  const std::vector<size_t> kept = ThinCurveRows(s, y, std::vector<bool>(s.size(), false), 50);
+  EXPECT_LE(kept.size(), 50u);
+  EXPECT_NE(std::find(kept.begin(), kept.end(), 4321u), kept.end());
+  EXPECT_EQ(kept.front(), 0u);
+  EXPECT_EQ(kept.back(), 9999u);
+}
+
+// Unchanged answers are 304 with an ETag; new data changes the tag.
+TEST_F(DashboardTest, PollingWithETagsCostsNothingUntilTheDataChanges) {
+  const std::string url = "/api/jobs?sweep=smoke";
+  auto first = client_->Get(url.c_str());
+  ASSERT_TRUE(first);
+  const std::string etag = first->get_header_value("ETag");
+  ASSERT_FALSE(etag.empty());
+  auto again = client_->Get(url.c_str(), {{"If-None-Match", etag}});
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 304);
+  EXPECT_TRUE(again->body.empty());
+  ASSERT_TRUE(scheduler_
+                  ->ReportMetrics(flying_.job_id, flying_.fencing_token,
+                                  {{"train_loss", 8, 4.4, 8 * 1024, 8e6}})
+                  .ok());
+  auto changed = client_->Get(url.c_str(), {{"If-None-Match", etag}});
+  ASSERT_TRUE(changed);
+  EXPECT_EQ(changed->status, 200);
+  EXPECT_NE(changed->get_header_value("ETag"), etag);
+}
+
+// Read-only: nothing but GET; the pages are served from the binary.
+TEST_F(DashboardTest, OnlyReadsAreAllowedAndThePagesAreEmbedded) {
+  const std::string job = "/api/job?id=" + done_.job_id;
+  const int refused[] = {client_->Post("/api/sweeps", "{}", "application/json")->status,
+                         client_->Put("/api/jobs?sweep=smoke", "{}", "application/json")->status,
+                         client_->Delete(job.c_str())->status};
+  for (int status : refused) EXPECT_EQ(status, 405);
+  auto page = client_->Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_THAT(page->body, HasSubstr("<title>xmod dashboard</title>"));
+  auto script = client_->Get("/app.js");
+  ASSERT_TRUE(script);
+  EXPECT_THAT(script->get_header_value("Content-Type"), HasSubstr("javascript"));
+  EXPECT_THAT(script->body, HasSubstr("/api/sweeps"));
+  EXPECT_EQ(client_->Get("/nothing.html")->status, 404);
+}
+
+// With a token every request needs it (header or the login cookie); off loopback
+// a token is required to start at all.
+TEST_F(DashboardTest, ATokenGuardsEveryRequestAndIsRequiredOffLoopback) {
+  DashboardOptions off;
+  off.listen = "10.0.0.1:0";  // refused before any bind
+  auto refused = DashboardServer::Start(store_, scheduler_.get(), off);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("operator token"));
+
+  DashboardOptions guarded;
+  guarded.listen = "127.0.0.1:0";
+  guarded.token = "s3cret";
+  Start(guarded);
+  EXPECT_EQ(client_->Get("/api/sweeps")->status, 401);
+  EXPECT_EQ(client_->Get("/")->status, 401);
+  EXPECT_EQ(client_->Get("/api/sweeps", {{"Authorization", "Bearer wrong"}})->status, 401);
+  EXPECT_EQ(client_->Get("/api/sweeps", {{"Authorization", "Bearer s3cret"}})->status, 200);
+  EXPECT_EQ(client_->Get("/login?token=wrong")->status, 401);
+  auto login = client_->Get("/login?token=s3cret");
+  ASSERT_TRUE(login);
+  EXPECT_EQ(login->status, 302);
+  const std::string cookie = login->get_header_value("Set-Cookie");
+  EXPECT_THAT(cookie, HasSubstr("HttpOnly"));
+  const std::string pair = cookie.substr(0, cookie.find(';'));
+  EXPECT_EQ(client_->Get("/api/sweeps", {{"Cookie", "a=b; " + pair}})->status, 200);
+}
+
+}  // namespace
+}  // namespace xmod

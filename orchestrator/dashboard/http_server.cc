@@ -1,0 +1,238 @@
+#include "orchestrator/dashboard/http_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/id.h"
+#include "orchestrator/dashboard/api.h"
+#include "orchestrator/dashboard/assets.h"
+#include "orchestrator/service/server.h"
+
+namespace xmod {
+namespace {
+
+constexpr char kCookie[] = "xmod_token";
+
+std::string ContentType(const std::string& path) {
+  auto ends = [&](const char* suffix) {
+    const std::string s(suffix);
+    return path.size() >= s.size() && path.compare(path.size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends(".html")) return "text/html; charset=utf-8";
+  if (ends(".js")) return "text/javascript; charset=utf-8";
+  if (ends(".css")) return "text/css; charset=utf-8";
+  if (ends(".svg")) return "image/svg+xml";
+  if (ends(".json")) return "application/json";
+  return "application/octet-stream";
+}
+
+int HttpCode(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kInvalidArgument:
+      return 400;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+void SendError(httplib::Response& res, int code, const std::string& message) {
+  res.status = code;
+  res.set_content(nlohmann::json{{"error", message}}.dump(), "application/json");
+}
+
+// A JSON answer with its ETag; 304 without a body when the client has it already.
+void SendJson(const httplib::Request& req, httplib::Response& res,
+              const absl::StatusOr<nlohmann::json>& body) {
+  if (!body.ok()) {
+    SendError(res, HttpCode(body.status()), std::string(body.status().message()));
+    return;
+  }
+  const std::string text = body->dump();
+  const std::string etag = absl::StrCat("\"", HexId(text), "\"");
+  res.set_header("ETag", etag);
+  res.set_header("Cache-Control", "no-cache");
+  if (req.get_header_value("If-None-Match") == etag) {
+    res.status = 304;
+    return;
+  }
+  res.set_content(text, "application/json");
+}
+
+std::string CookieValue(const std::string& header, const std::string& name) {
+  size_t at = 0;
+  while (at < header.size()) {
+    size_t end = header.find(';', at);
+    if (end == std::string::npos) end = header.size();
+    std::string part = header.substr(at, end - at);
+    const size_t first = part.find_first_not_of(' ');
+    part = first == std::string::npos ? std::string() : part.substr(first);
+    if (part.rfind(name + "=", 0) == 0) return part.substr(name.size() + 1);
+    at = end + 1;
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(SqliteStore* store,
+                                                                        Scheduler* scheduler,
+                                                                        DashboardOptions options) {
+  const size_t colon = options.listen.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(options.listen.substr(colon + 1), &port) ||
+      port < 0 || port > 65535 || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http ", options.listen, ": expected HOST:PORT (e.g. 127.0.0.1:8080)"));
+  }
+  std::string host = options.listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (!IsLoopbackAddress(options.listen) && options.token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http ", options.listen,
+                     ": not a loopback address, so the dashboard needs an operator token "
+                     "(--token-file); or listen on 127.0.0.1 and tunnel"));
+  }
+  if (!options.now) {
+    options.now = [] {
+      return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+  }
+  std::unique_ptr<DashboardServer> d(new DashboardServer());
+  d->server_ = std::make_unique<httplib::Server>();
+  httplib::Server& s = *d->server_;
+  const std::string token = options.token;
+
+  // The token gate, before any route: the header or the login cookie.
+  s.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
+    if (token.empty() || req.path == "/login") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string header = req.get_header_value("Authorization");
+    const std::string cookie = CookieValue(req.get_header_value("Cookie"), kCookie);
+    // Both comparisons always run, each in constant time.
+    const bool by_header = TokenMatches(header, token);
+    const bool by_cookie = TokenMatches(absl::StrCat("Bearer ", cookie), token);
+    if (by_header || by_cookie) return httplib::Server::HandlerResponse::Unhandled;
+    SendError(res, 401,
+              "this dashboard needs the operator token: open /login?token=TOKEN once, or send "
+              "Authorization: Bearer TOKEN");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  s.Get("/login", [token](const httplib::Request& req, httplib::Response& res) {
+    const std::string given = req.get_param_value("token");
+    if (token.empty()) {
+      res.set_redirect("/");
+      return;
+    }
+    if (!TokenMatches(absl::StrCat("Bearer ", given), token)) {
+      SendError(res, 401, "wrong token");
+      return;
+    }
+    res.set_header("Set-Cookie",
+                   absl::StrCat(kCookie, "=", given, "; Path=/; HttpOnly; SameSite=Strict"));
+    res.set_redirect("/");
+  });
+
+  s.Get("/api/sweeps",
+        [scheduler, now = options.now](const httplib::Request& req, httplib::Response& res) {
+          SendJson(req, res, SweepsJson(scheduler, now()));
+        });
+  s.Get("/api/jobs", [store, scheduler](const httplib::Request& req, httplib::Response& res) {
+    if (!req.has_param("sweep")) return SendError(res, 400, "/api/jobs needs ?sweep=NAME");
+    SendJson(req, res, JobsJson(store, scheduler, req.get_param_value("sweep")));
+  });
+  s.Get("/api/job", [store](const httplib::Request& req, httplib::Response& res) {
+    if (!req.has_param("id")) return SendError(res, 400, "/api/job needs ?id=JOB");
+    SendJson(req, res, JobJson(store, req.get_param_value("id")));
+  });
+  s.Get("/api/curves", [store](const httplib::Request& req, httplib::Response& res) {
+    if (!req.has_param("job")) return SendError(res, 400, "/api/curves needs ?job=JOB");
+    int64_t max_points = 2000;
+    if (req.has_param("max_points") &&
+        !absl::SimpleAtoi(req.get_param_value("max_points"), &max_points)) {
+      return SendError(res, 400, "max_points: expected an integer");
+    }
+    SendJson(req, res, CurvesJson(store, req.get_param_value("job"), max_points));
+  });
+  s.Get("/api/fits", [store](const httplib::Request& req, httplib::Response& res) {
+    if (!req.has_param("sweep")) return SendError(res, 400, "/api/fits needs ?sweep=NAME");
+    SendJson(req, res, FitsJson(store, req.get_param_value("sweep")));
+  });
+  // The pages: the embedded files; "/" is index.html.
+  s.Get("/.*", [](const httplib::Request& req, httplib::Response& res) {
+    const std::string path = req.path == "/" ? "/index.html" : req.path;
+    for (const EmbeddedAsset& a : DashboardAssets()) {
+      if (a.path == path) {
+        res.set_content(a.bytes, ContentType(path).c_str());
+        return;
+      }
+    }
+    SendError(res, 404, absl::StrCat("no page ", req.path));
+  });
+  // Read-only: no other method does anything.
+  const auto refuse = [](const httplib::Request& req, httplib::Response& res) {
+    SendError(res, 405, absl::StrCat(req.method, " is not allowed: the dashboard is read-only"));
+  };
+  s.Post(".*", refuse);
+  s.Put(".*", refuse);
+  s.Patch(".*", refuse);
+  s.Delete(".*", refuse);
+  s.Options(".*", refuse);
+  s.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        SendError(res, 500, what);
+      });
+
+  if (port == 0) {
+    port = s.bind_to_any_port(host);
+    if (port < 0) port = -1;
+  } else if (!s.bind_to_port(host, port)) {
+    port = -1;
+  }
+  if (port < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--http ", options.listen, ": could not bind (in use, or no such address)"));
+  }
+  d->host_ = host;
+  d->port_ = port;
+  DashboardServer* raw = d.get();
+  d->thread_ = std::thread([raw] {
+    raw->server_->listen_after_bind();
+    raw->listening_done_ = true;
+  });
+  return d;
+}
+
+std::string DashboardServer::address() const {
+  return host_.find(':') != std::string::npos ? absl::StrCat("[", host_, "]:", port_)
+                                              : absl::StrCat(host_, ":", port_);
+}
+
+DashboardServer::~DashboardServer() {
+  // httplib's stop() does nothing before the loop runs, so wait for it to start
+  // (or to have given up) first.
+  while (server_ && !server_->is_running() && !listening_done_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace xmod
