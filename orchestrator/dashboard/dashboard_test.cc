@@ -44,7 +44,8 @@ class DashboardTest : public ::testing::Test {
           {"train_loss", s, 4.0 - 0.001 * s + (s == steps / 2 ? 3.0 : 0.0), s * 1024, s * 1e6});
     }
     metrics.push_back({"val_loss", steps, 3.25, steps * 1024, steps * 1e6});
-    const absl::Status reported = scheduler_->ReportMetrics(done_.job_id, done_.fencing_token, metrics);
+    const absl::Status reported =
+        scheduler_->ReportMetrics(done_.job_id, done_.fencing_token, metrics);
     ASSERT_TRUE(reported.ok()) << reported;
     ASSERT_TRUE(scheduler_->Complete(done_.job_id, done_.fencing_token, steps).ok());
     flying_ = *scheduler_->Lease(worker)->grant;
