@@ -138,7 +138,7 @@ start=$SECONDS
 set +e
 # The Slurm box test runs on the host only: daemons in the tree would share the
 # host's network, and one Slurm per machine is what it checks.
-in_tree XMOD_NO_SANITIZE=1 XMOD_DEBIAN13=0 XMOD_BUILD_DIR=/root/build \
+in_tree XMOD_NO_SANITIZE=1 XMOD_NO_BROWSER=1 XMOD_DEBIAN13=0 XMOD_BUILD_DIR=/root/build \
   XMOD_SLURM_BOX_TEST=0 XMOD_SLURM_BOX_WHY="the host's main leg runs it" \
   CCACHE_DIR=/root/.ccache NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
   bash -c 'set -e

@@ -30,9 +30,14 @@ TEST=(libgtest-dev libgmock-dev libbenchmark-dev clang-format python3-torch pyth
 # that already has a Node.js with its own npm (e.g. a vendor build) keeps it.
 DATA=()
 command -v npm >/dev/null 2>&1 || DATA=(nodejs npm)
+# The dashboard's browser tests (tests/browser/): Debian's chromium, driven by
+# playwright-core from npm. XMOD_NO_BROWSER=1 leaves it out (the Debian 13 leg does:
+# the host leg runs them).
+BROWSER=(chromium)
+[ "${XMOD_NO_BROWSER:-0}" = 1 ] && BROWSER=()
 
 missing=()
-for p in "${BUILD[@]}" "${ORCH[@]}" "${WORKER[@]}" "${TEST[@]}" "${DATA[@]}"; do
+for p in "${BUILD[@]}" "${ORCH[@]}" "${WORKER[@]}" "${TEST[@]}" "${DATA[@]}" "${BROWSER[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi

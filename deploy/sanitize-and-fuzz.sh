@@ -35,7 +35,8 @@ echo "sanitize-and-fuzz: built in $((built - start)) s"
 # Unit and integration tests under ASan and UBSan (the e2e tests need the worker).
 # Left out: timing tests (a speed bound means nothing under a sanitizer), the
 # source checks, and the long numerical fits over Ceres (X-MoD law recovery, the
-# bootstrap, the Chinchilla refit: 10-20x slower here, several minutes each), the
+# bootstrap, the Chinchilla refit, the adaptive-order simulation: 10-20x slower here,
+# several minutes each), the
 # GPU check script (its own unsanitized worker build, run by the main ctest), the
 # Kubernetes manifest check (no C++ in it); the
 # fitter's own small tests still run.
@@ -43,7 +44,7 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
 export LSAN_OPTIONS="suppressions=$PWD/deploy/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 ctest --test-dir "$dir" --output-on-failure -j "$(nproc)" --timeout 900 -L "unit|integration" \
-  -E "Format\.|Includes\.|TakesWellUnder|XModLaw\.|Bootstrap\.|DenseLaw\.Reproduces|Analysis\.|GpuCheck|Kubernetes"
+  -E "Format\.|Includes\.|TakesWellUnder|XModLaw\.|Bootstrap\.|DenseLaw\.Reproduces|Analysis\.|AdaptiveOrder\.Reaches|GpuCheck|Kubernetes"
 tested=$(date +%s)
 echo "sanitize-and-fuzz: tests under ASan+UBSan in $((tested - built)) s"
 

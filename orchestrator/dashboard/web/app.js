@@ -56,7 +56,9 @@ function table(id, columns, rows, link) {
   const body = shown.map((r) => '<tr>' + columns.map((c) => {
     const v = r[c];
     const cls = typeof v === 'string' ? 'text' : '';
-    const content = link && link[c] ? `<a href="${link[c](r)}">${esc(fmt(v))}</a>` : esc(fmt(v));
+    // Times (seconds since the epoch, columns named *_at) as local date and time.
+    const shown = c.endsWith('_at') && typeof v === 'number' ? new Date(v * 1000).toLocaleString() : fmt(v);
+    const content = link && link[c] ? `<a href="${link[c](r)}">${esc(shown)}</a>` : esc(shown);
     return `<td class="${cls}" data-col="${esc(c)}">${content}</td>`;
   }).join('') + '</tr>').join('');
   return `<input class="filter" data-table="${id}" placeholder="filter" value="${esc(state.filter)}">
