@@ -4,9 +4,10 @@
 # this folder's package-lock.json). Screenshots go to BUILD_DIR/browser-artifacts.
 # Exits 77 (skipped), saying why, without node, npm or chromium, or when npm
 # cannot fetch playwright-core.
-# Usage: run.sh SOURCE_DIR BUILD_DIR BIN_DIR
+# Usage: run.sh SOURCE_DIR BUILD_DIR BIN_DIR [SCRIPT]   (SCRIPT: relative to SOURCE_DIR;
+#        default tests/browser/dashboard.mjs; bench/dashboard_render.mjs times the pages)
 set -uo pipefail
-src="$1" build="$2" bin="$3"
+src="$1" build="$2" bin="$3" script="${4:-tests/browser/dashboard.mjs}"
 for tool in node npm; do
   command -v "$tool" >/dev/null 2>&1 || { echo "SKIPPED: no $tool (deploy/install-deps.sh installs it)"; exit 77; }
 done
@@ -29,5 +30,6 @@ export XMOD_SOURCE_DIR="$src" XMOD_BIN_DIR="$bin" XMOD_CHROMIUM="$chromium"
 export XMOD_ARTIFACTS="$build/browser-artifacts"
 mkdir -p "$XMOD_ARTIFACTS"
 # ES modules do not read NODE_PATH: run from a copy beside node_modules.
-cp "$src/tests/browser/dashboard.mjs" "$cache/dashboard.mjs"
-exec node "$cache/dashboard.mjs"
+name=$(basename "$script")
+cp "$src/$script" "$cache/$name"
+exec node "$cache/$name"
