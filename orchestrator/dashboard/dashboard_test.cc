@@ -183,6 +183,26 @@ TEST_F(DashboardTest, CurvesAreThinnedKeepingEvaluationsEndsAndSpikes) {
   EXPECT_EQ(kept.back(), 9999u);
 }
 
+// A client that takes gzip gets the JSON gzipped (and never brotli, which
+// cpp-httplib would otherwise pick at a setting far too slow for big tables).
+TEST_F(DashboardTest, JsonIsGzippedForClientsThatTakeIt) {
+  client_->set_decompress(false);
+  auto raw = client_->Get("/api/jobs?sweep=smoke", {{"Accept-Encoding", "gzip, deflate, br"}});
+  ASSERT_TRUE(raw);
+  EXPECT_EQ(raw->status, 200);
+  EXPECT_EQ(raw->get_header_value("Content-Encoding"), "gzip");
+  ASSERT_GE(raw->body.size(), 2u);
+  EXPECT_EQ(static_cast<unsigned char>(raw->body[0]), 0x1f);  // the gzip magic
+  EXPECT_EQ(static_cast<unsigned char>(raw->body[1]), 0x8b);
+  client_->set_decompress(true);
+  auto plain = client_->Get("/api/jobs?sweep=smoke", {{"Accept-Encoding", "gzip"}});
+  ASSERT_TRUE(plain);
+  const nlohmann::json jobs = nlohmann::json::parse(plain->body, nullptr, false);
+  ASSERT_TRUE(jobs.is_array()) << plain->body.substr(0, 64);
+  EXPECT_EQ(jobs.size(), 8u);
+  EXPECT_LT(raw->body.size(), plain->body.size());
+}
+
 // Unchanged answers are 304 with an ETag; new data changes the tag.
 TEST_F(DashboardTest, PollingWithETagsCostsNothingUntilTheDataChanges) {
   const std::string url = "/api/jobs?sweep=smoke";

@@ -37,9 +37,12 @@ function duration(s) {
   return h ? `${h}h ${m}m` : m ? `${m}m ${s % 60}s` : `${s}s`;
 }
 
-// A sortable, filterable table of `rows` (objects) over `columns`.
+// A sortable, filterable table of `rows` (objects) over `columns`. It draws the
+// first PAGE_ROWS rows of the sorted, filtered list (a 10,000-row table takes
+// seconds to lay out); "show all" draws the rest.
+const PAGE_ROWS = 1000;
 function table(id, columns, rows, link) {
-  const state = (table.state[id] = table.state[id] || { key: null, asc: true, filter: '' });
+  const state = (table.state[id] = table.state[id] || { key: null, asc: true, filter: '', all: false });
   let shown = rows.filter((r) => !state.filter ||
     columns.some((c) => String(r[c] ?? '').toLowerCase().includes(state.filter.toLowerCase())));
   if (state.key) {
@@ -53,6 +56,8 @@ function table(id, columns, rows, link) {
     });
   }
   const head = columns.map((c) => `<th class="${typeof rows[0]?.[c] === 'string' ? 'text' : ''}" data-table="${id}" data-key="${esc(c)}">${esc(c)}${state.key === c ? (state.asc ? ' ▲' : ' ▼') : ''}</th>`).join('');
+  const total = shown.length;
+  if (!state.all && shown.length > PAGE_ROWS) shown = shown.slice(0, PAGE_ROWS);
   const body = shown.map((r) => '<tr>' + columns.map((c) => {
     const v = r[c];
     const cls = typeof v === 'string' ? 'text' : '';
@@ -62,7 +67,8 @@ function table(id, columns, rows, link) {
     return `<td class="${cls}" data-col="${esc(c)}">${content}</td>`;
   }).join('') + '</tr>').join('');
   return `<input class="filter" data-table="${id}" placeholder="filter" value="${esc(state.filter)}">
-    <span class="count">${shown.length} of ${rows.length}</span>
+    <span class="count">${total} of ${rows.length}</span>
+    ${shown.length < total ? `<span class="more">showing the first ${shown.length}: filter or sort to find others, or <button data-all="${id}">show all ${total}</button></span>` : ''}
     <table id="${id}"><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
 }
 table.state = {};
@@ -174,6 +180,8 @@ async function render(force) {
 }
 
 document.addEventListener('click', (e) => {
+  const all = e.target.closest('button[data-all]');
+  if (all) { table.state[all.dataset.all].all = true; render(true); return; }
   const th = e.target.closest('th[data-table]');
   if (!th) return;
   const s = table.state[th.dataset.table];
