@@ -135,6 +135,12 @@ try {
     const points = await page.evaluate(() => document.querySelector('polyline[data-series="train_loss"]').getAttribute('points').trim().split(/\s+/).length);
     assert.equal(points, rows);
     assert.equal(await page.locator('polyline[data-series="lr"]').count(), 1);
+    // Against tokens: the axis label says so, with the last row's tokens.
+    const tokens = sql(`SELECT MAX(tokens) AS t FROM job_curves WHERE job_id = '${job.job_id}'`)[0].t;
+    await page.selectOption('#xaxis', 'tokens');
+    await waitFor('the tokens axis', async () => (await page.locator('svg.curve text', { hasText: `tokens` }).count()) === 2);
+    const label = await page.locator('svg.curve text', { hasText: 'tokens' }).first().textContent();
+    assert.ok(label.endsWith(String(tokens)), `${label} does not end at ${tokens}`);
     await page.screenshot({ path: path.join(ART, 'job.png'), fullPage: true });
   });
 

@@ -145,13 +145,17 @@ async function jobPage(id, force) {
   const r = job.data.result || {};
   const c = curve.data.columns;
   let html = `<h2>Job ${esc(id)}</h2><p>${esc(r.family)} ${esc(r.scale)} · ${esc(r.status)} · step ${fmt(c.step?.[c.step.length - 1] ?? 0)} of ${fmt(r.steps)} · ${curve.data.rows} curve rows${curve.data.thinned ? ` (${curve.data.returned} shown)` : ''}</p>`;
-  html += '<h3>Loss</h3>' + chart(c, 'step', ['train_loss', 'val_loss', 'val_loss_causal']);
-  html += '<h3>Learning rate</h3>' + chart(c, 'step', ['lr'], { height: 160 });
+  const x = jobPage.x;
+  html += `<p>against <select id="xaxis">${['step', 'tokens', 'flops'].map((a) => `<option${a === x ? ' selected' : ''}>${a}</option>`).join('')}</select></p>`;
+  html += '<h3>Loss</h3>' + chart(c, x, ['train_loss', 'val_loss', 'val_loss_causal']);
+  html += '<h3>Learning rate</h3>' + chart(c, x, ['lr'], { height: 160 });
   html += '<h3>Attempts</h3>' + table('attempts', ['attempt', 'worker_id', 'status', 'resumed_from_step', 'started_at', 'ended_at', 'reason'], job.data.attempts);
   html += '<h3>Checkpoints</h3>' + table('checkpoints', ['step', 'attempt', 'path', 'created_at'], job.data.checkpoints);
   html += `<h3>Result</h3><pre>${esc(JSON.stringify(r, null, 2))}</pre><h3>Config</h3><pre>${esc(JSON.stringify(job.data.config, null, 2))}</pre>`;
   return html;
 }
+
+jobPage.x = 'step';  // the curves' x axis: step, tokens or flops
 
 let route = '';
 async function render(force) {
@@ -186,6 +190,11 @@ document.addEventListener('click', (e) => {
   if (!th) return;
   const s = table.state[th.dataset.table];
   if (s.key === th.dataset.key) s.asc = !s.asc; else { s.key = th.dataset.key; s.asc = true; }
+  render(true);
+});
+document.addEventListener('change', (e) => {
+  if (e.target.id !== 'xaxis') return;
+  jobPage.x = e.target.value;
   render(true);
 });
 document.addEventListener('input', (e) => {
