@@ -125,6 +125,14 @@ try {
     }, fit.fit_id);
     const stored = JSON.parse(fit.params_json);
     for (const k of Object.keys(stored)) assert.equal(shown[k], stored[k], k);
+    // The law views: one point per finished job; predicted = the stored law at the job.
+    assert.equal(await page.locator('g[data-plot="loss-vs-flops"]').getAttribute('data-count'), '9');
+    assert.equal(await page.locator('g[data-plot="predicted-vs-observed"]').getAttribute('data-count'), '9');
+    const jr = sql(`SELECT n_params_active AS n, tokens_trained AS d, final_val_loss AS loss FROM job_results WHERE job_id = '${job.job_id}'`)[0];
+    const predicted = stored.E + stored.A / Math.pow(jr.n, stored.alpha) + stored.B / Math.pow(jr.d, stored.beta);
+    const dot = page.locator(`g[data-plot="predicted-vs-observed"] circle[data-x="${jr.loss}"]`);
+    assert.equal(await dot.count(), 1);
+    assert.ok(Math.abs(Number(await dot.getAttribute('data-y')) - predicted) < 1e-9 * predicted);
     await page.screenshot({ path: path.join(ART, 'sweep.png'), fullPage: true });
   });
 

@@ -97,6 +97,35 @@ function chart(columns, x, names, opts = {}) {
     ${lines}</svg>`;
 }
 
+// A scatter plot (SVG) of points {x, y, label, group}, optionally log-x, with an
+// optional y = x line. The <g> carries data-plot and data-count for scripts.
+function scatter(name, points, opts = {}) {
+  const W = 560, H = 320, P = 48;
+  if (!points.length) return `<p>no points for ${esc(name)} yet</p>`;
+  const fx = opts.logx ? Math.log10 : (v) => v;
+  const xs = points.map((p) => fx(p.x)), ys = points.map((p) => p.y);
+  let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+  if (opts.diagonal) { x0 = y0 = Math.min(x0, y0); x1 = y1 = Math.max(x1, y1); }
+  const sx = (v) => P + (W - 2 * P) * (x1 > x0 ? (v - x0) / (x1 - x0) : 0.5);
+  const sy = (v) => H - P - (H - 2 * P) * (y1 > y0 ? (v - y0) / (y1 - y0) : 0.5);
+  const groups = [...new Set(points.map((p) => p.group))];
+  const colours = ['#0969da', '#cf222e', '#8250df', '#1a7f37', '#bf8700', '#57606a'];
+  const dots = points.map((p, i) => `<circle cx="${sx(xs[i]).toFixed(1)}" cy="${sy(p.y).toFixed(1)}" r="4"
+    fill="${colours[groups.indexOf(p.group) % colours.length]}" data-x="${p.x}" data-y="${p.y}"><title>${esc(p.label)}</title></circle>`).join('');
+  const legend = groups.map((g, i) => `<text x="${W - P}" y="${14 + 14 * i}" text-anchor="end" font-size="12" fill="${colours[i % colours.length]}">${esc(g)}</text>`).join('');
+  const diag = opts.diagonal ? `<line x1="${sx(x0)}" y1="${sy(y0)}" x2="${sx(x1)}" y2="${sy(y1)}" stroke="#999" stroke-dasharray="4"/>` : '';
+  return `<svg class="curve" width="${W}" height="${H}"><g data-plot="${esc(name)}" data-count="${points.length}">${diag}${dots}</g>${legend}
+    <text x="${P}" y="${H - 8}" font-size="11">${esc(opts.xlabel || '')} ${opts.logx ? `1e${x0.toFixed(1)} – 1e${x1.toFixed(1)}` : `${fmt(x0)} – ${fmt(x1)}`}</text>
+    <text x="4" y="${P - 8}" font-size="11">${esc(opts.ylabel || '')} ${fmt(y1)}</text><text x="4" y="${H - P}" font-size="11">${fmt(y0)}</text></svg>`;
+}
+
+// The dense law L = E + A/N^alpha + B/D^beta at a job (N: non-embedding
+// parameters, D: tokens trained), as the laws read them (docs/laws.md).
+function denseLaw(p, n, d) { return p.E + p.A / Math.pow(n, p.alpha) + p.B / Math.pow(d, p.beta); }
+
+// A job's final loss as the laws read it: causal for routed families.
+function finalLoss(r) { return r.final_val_loss_causal ?? r.final_val_loss; }
+
 const STATES = ['pending', 'leased', 'running', 'succeeded', 'failed', 'cancelled'];
 
 async function sweepsPage(force) {
@@ -131,6 +160,18 @@ async function sweepPage(name, force) {
   html += '<h3>Jobs</h3>' + table('jobs', ['job_id', 'family', 'scale', 'sparsity', 'stride', 'context', 'budget_value', 'seed',
     'n_params_active', 'train_flops', 'status', 'step', 'steps', 'final_val_loss', 'final_val_loss_causal'], rows,
   { job_id: (r) => `#/job/${r.job_id}` });
+  const done = rows.filter((r) => r.status === 'succeeded' && finalLoss(r) !== null && finalLoss(r) !== undefined && r.role !== 'trunk');
+  html += '<h3>Final loss against training FLOPs</h3>' + scatter('loss-vs-flops',
+    done.map((r) => ({ x: r.train_flops, y: finalLoss(r), group: r.family, label: `${r.job_id} ${r.scale}` })),
+    { logx: true, xlabel: 'training FLOPs', ylabel: 'loss' });
+  const dense = fits.data.find((f) => f.law === 'dense' && f.params && f.params.E !== undefined);
+  if (dense) {
+    const pts = done.filter((r) => r.family === 'dense').map((r) => ({
+      x: finalLoss(r), y: denseLaw(dense.params, r.n_params_active, r.tokens_trained ?? r.tokens),
+      group: r.scale === dense.holdout_scale ? 'held out' : 'fitted', label: `${r.job_id} ${r.scale}` }));
+    html += `<h3>Dense law (fit ${dense.fit_id}): predicted against observed</h3>` + scatter('predicted-vs-observed', pts,
+      { diagonal: true, xlabel: 'observed', ylabel: 'predicted' });
+  }
   html += `<h3>Fits</h3>` + (fits.data.length
     ? table('fits', ['fit_id', 'law', 'method', 'n_points', 'objective', 'rmse', 'holdout_scale'], fits.data)
       + fits.data.map((f) => `<details><summary>fit ${f.fit_id}: ${esc(f.law)} parameters and intervals</summary><pre>${esc(JSON.stringify({ params: f.params, intervals: f.intervals, on_bound: f.on_bound }, null, 2))}</pre></details>`).join('')
