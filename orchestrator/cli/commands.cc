@@ -221,7 +221,7 @@ absl::Status Check(const Flags& f, std::ostream& out) {
     double largest = 0.0;
     int64_t steered = 0;
     for (const ResolvedJob& j : jobs) {
-      if (!IsDenseRun(j.shape.family, j.shape.stride) || std::string(j.role()) == "trunk") continue;
+      if (!j.dense_law_point()) continue;
       largest = std::max(largest, static_cast<double>(j.n_params_active));
       ++steered;
     }
@@ -385,7 +385,7 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
     return started.status();
   }
   std::unique_ptr<CoordinatorServer> server = *std::move(started);
-  order.RefitAll();
+  order.RefitAll();  // adaptive sweeps steer from the results the file already holds
   std::unique_ptr<DashboardServer> dashboard;
   if (!f.http.empty()) {
     DashboardOptions dashboard_options;
@@ -399,7 +399,7 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
     }
     dashboard = *std::move(web);
     out << "xmod serve: dashboard on http://" << dashboard->address() << "/" << std::endl;
-  }  // adaptive sweeps steer from the results the file already holds
+  }
   // The address other machines dial: --advertise, else the listen host, else (for
   // a wildcard listen) this machine's name.
   std::string host = f.advertise;

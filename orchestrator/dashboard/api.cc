@@ -35,13 +35,6 @@ nlohmann::json ParsedOrText(const Value& v) {
   return parsed.is_discarded() ? nlohmann::json(*s) : parsed;
 }
 
-absl::Status RequireJob(SqliteStore* store, const std::string& job) {
-  ASSIGN_OR_RETURN(QueryResult found, store->Query(absl::StrCat(
-                                          "SELECT 1 FROM jobs WHERE job_id = ", SqlLiteral(job))));
-  if (found.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", job, "'"));
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<nlohmann::json> SweepsJson(Scheduler* scheduler, double now) {
@@ -142,6 +135,7 @@ absl::StatusOr<nlohmann::json> CurvesJson(SqliteStore* store, const std::string&
   }
   ASSIGN_OR_RETURN(QueryResult curve, store->JobCurve(job));
   const int step = Column(curve, "step"), train = Column(curve, "train_loss");
+  const int evals[] = {Column(curve, "val_loss"), Column(curve, "val_loss_causal")};
   std::vector<double> steps, train_loss;
   std::vector<bool> keep;
   for (const auto& row : curve.rows) {
@@ -149,10 +143,7 @@ absl::StatusOr<nlohmann::json> CurvesJson(SqliteStore* store, const std::string&
     train_loss.push_back(train >= 0 ? AsNumber(row[train])
                                     : std::numeric_limits<double>::quiet_NaN());
     bool eval = false;
-    for (const char* name : {"val_loss", "val_loss_causal"}) {
-      const int c = Column(curve, name);
-      eval = eval || (c >= 0 && std::isfinite(AsNumber(row[c])));
-    }
+    for (int c : evals) eval = eval || (c >= 0 && std::isfinite(AsNumber(row[c])));
     keep.push_back(eval);
   }
   const std::vector<size_t> rows =
@@ -175,13 +166,14 @@ absl::StatusOr<nlohmann::json> CurvesJson(SqliteStore* store, const std::string&
 }
 
 absl::StatusOr<nlohmann::json> JobJson(SqliteStore* store, const std::string& job) {
-  RETURN_IF_ERROR(RequireJob(store, job));
   const std::string id = SqlLiteral(job);
   ASSIGN_OR_RETURN(QueryResult result,
                    store->Query(absl::StrCat(
                        "SELECT r.*, j.config_json FROM job_results r JOIN jobs j ON j.job_id = "
                        "r.job_id WHERE r.job_id = ",
                        id, " LIMIT 1")));
+  // Every job belongs to a sweep, so no results row means no such job.
+  if (result.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", job, "'"));
   ASSIGN_OR_RETURN(QueryResult attempts,
                    store->Query(absl::StrCat("SELECT attempt, worker_id, status, "
                                              "resumed_from_step, started_at, ended_at, reason "
@@ -193,19 +185,11 @@ absl::StatusOr<nlohmann::json> JobJson(SqliteStore* store, const std::string& jo
                                              id, " ORDER BY step")));
   nlohmann::json out = nlohmann::json::object();
   out["job_id"] = job;
-  nlohmann::json config = nullptr;
-  if (!result.rows.empty()) {
-    const int c = Column(result, "config_json");
-    if (c >= 0) config = ParsedOrText(result.rows[0][c]);
-    QueryResult row = result;
-    row.rows.resize(1);
-    if (c >= 0) {
-      row.columns.erase(row.columns.begin() + c);
-      row.rows[0].erase(row.rows[0].begin() + c);
-    }
-    out["result"] = ResultJson(row)[0];
-  }
-  out["config"] = std::move(config);
+  const int c = Column(result, "config_json");
+  out["config"] = ParsedOrText(result.rows[0][c]);
+  result.columns.erase(result.columns.begin() + c);
+  result.rows[0].erase(result.rows[0].begin() + c);
+  out["result"] = ResultJson(result)[0];
   out["attempts"] = ResultJson(attempts);
   out["checkpoints"] = ResultJson(checkpoints);
   return out;

@@ -714,9 +714,8 @@ absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec, int6
   }
   RETURN_IF_ERROR(MakeCooldownBranches(spec, &jobs));
   if (spec.resources.adaptive_order &&
-      std::none_of(jobs.begin(), jobs.end(), [](const ResolvedJob& j) {
-        return IsDenseRun(j.shape.family, j.shape.stride) && std::string(j.role()) != "trunk";
-      })) {
+      std::none_of(jobs.begin(), jobs.end(),
+                   [](const ResolvedJob& j) { return j.dense_law_point(); })) {
     return absl::InvalidArgumentError(absl::StrCat(
         spec.source, ":", spec.resources.order_line,
         ": resources.order: adaptive steers by the dense law, and this sweep has no dense job "

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -94,6 +95,11 @@ struct ResolvedJob {
   // "trunk", "branch" or "run" (trained alone).
   const char* role() const {
     return !parent.empty() ? "branch" : !keep_steps.empty() ? "trunk" : "run";
+  }
+  // Whether the dense law reads this job's result once it has run (a dense run or
+  // branch end, never a trunk): what `order: adaptive` steers (docs/order.md).
+  bool dense_law_point() const {
+    return IsDenseRun(shape.family, shape.stride) && std::string_view(role()) != "trunk";
   }
   // The FLOPs this job's result would cost trained alone from step 0 (0 for a
   // trunk, whose result is not a law point): the saving of branches is the sum of
