@@ -1,10 +1,22 @@
 # Run with cmake -P: writes OUTPUT, a C++ file defining xmod::DashboardAssets()
 # from the files in INPUTS (a |-separated list), each served at its path relative
-# to BASE. The bytes go in as hex, so any file (minified JavaScript included) embeds.
+# to the first of BASES (|-separated) that holds it. The bytes go in as hex, so any
+# file (minified JavaScript included) embeds.
 string(REPLACE "|" ";" INPUTS "${INPUTS}")
+string(REPLACE "|" ";" BASES "${BASES}")
 set(body "")
 foreach(file ${INPUTS})
-  file(RELATIVE_PATH rel "${BASE}" "${file}")
+  set(rel "")
+  foreach(base ${BASES})
+    string(FIND "${file}" "${base}/" at)
+    if(at EQUAL 0)
+      file(RELATIVE_PATH rel "${base}" "${file}")
+      break()
+    endif()
+  endforeach()
+  if(rel STREQUAL "")
+    message(FATAL_ERROR "EmbedFiles: ${file} is under none of ${BASES}")
+  endif()
   file(READ "${file}" hex HEX)
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "'\\\\x\\1'," bytes "${hex}")
   string(APPEND body "      {\"/${rel}\", std::string({${bytes}})},\n")

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
+#include "orchestrator/report/views.h"
 #include "orchestrator/scheduler/progress.h"
 
 namespace xmod {
@@ -35,11 +36,57 @@ nlohmann::json ParsedOrText(const Value& v) {
   return parsed.is_discarded() ? nlohmann::json(*s) : parsed;
 }
 
+// NOT_FOUND unless the store has a sweep named `sweep`.
+absl::Status RequireSweep(SqliteStore* store, const std::string& sweep) {
+  ASSIGN_OR_RETURN(QueryResult found, store->Query(absl::StrCat(
+                                          "SELECT 1 FROM sweeps WHERE name = ", SqlLiteral(sweep))));
+  if (found.rows.empty()) return absl::NotFoundError(absl::StrCat("no sweep '", sweep, "'"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::StatusOr<nlohmann::json> SweepsJson(Scheduler* scheduler, double now) {
+absl::StatusOr<nlohmann::json> SweepsJson(SqliteStore* store, Scheduler* scheduler, double now) {
   ASSIGN_OR_RETURN(std::vector<SweepSummary> sweeps, scheduler->Status(""));
-  return ResultJson(StatusTable(sweeps, now));
+  nlohmann::json out = ResultJson(StatusTable(sweeps, now));
+  ASSIGN_OR_RETURN(QueryResult failed,
+                   store->Query("SELECT s.name AS sweep, j.job_id, j.family, j.scale, "
+                                "j.attempt AS attempts, j.updated_at, j.status_reason AS reason "
+                                "FROM jobs j JOIN sweep_jobs sj ON sj.job_id = j.job_id "
+                                "JOIN sweeps s ON s.sweep_id = sj.sweep_id "
+                                "WHERE j.status = 'failed' ORDER BY j.updated_at DESC, j.job_id"));
+  const nlohmann::json failures = ResultJson(failed);
+  for (nlohmann::json& row : out) {
+    const std::string sweep = row.value("sweep", "");
+    row["failures"] = nlohmann::json::array();
+    for (const nlohmann::json& f : failures) {
+      if (f.value("sweep", "") == sweep) row["failures"].push_back(f);
+    }
+    row["in_flight"] = nlohmann::json::array();
+    if (row.value("leased", 0) + row.value("running", 0) == 0) continue;
+    ASSIGN_OR_RETURN(std::vector<JobProgressRow> jobs, scheduler->Jobs(sweep));
+    for (const JobProgressRow& j : jobs) {
+      if (!j.in_flight()) continue;
+      nlohmann::json f = {{"job_id", j.job_id}, {"family", j.family}, {"scale", j.scale},
+                          {"status", j.status}, {"attempt", j.attempt}, {"step", j.step},
+                          {"steps", j.steps}};
+      // The rate over the attempt's reported training steps: the span of its
+      // train-loss rows (startup and evaluations before the first one excluded).
+      ASSIGN_OR_RETURN(QueryResult span,
+                       store->Query(absl::StrCat(
+                           "SELECT MAX(step) - MIN(step), MAX(tokens) - MIN(tokens), "
+                           "MAX(wall_time) - MIN(wall_time) FROM metrics WHERE job_id = ",
+                           SqlLiteral(j.job_id), " AND name = 'train_loss' AND attempt = ",
+                           j.attempt)));
+      const double steps = AsNumber(span.rows[0][0]), tokens = AsNumber(span.rows[0][1]),
+                   seconds = AsNumber(span.rows[0][2]);
+      const bool measured = std::isfinite(seconds) && seconds > 0 && steps > 0;
+      f["steps_per_s"] = measured ? nlohmann::json(steps / seconds) : nullptr;
+      f["tokens_per_s"] = measured ? nlohmann::json(tokens / seconds) : nullptr;
+      row["in_flight"].push_back(std::move(f));
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<nlohmann::json> JobsJson(SqliteStore* store, Scheduler* scheduler,
@@ -128,12 +175,13 @@ std::vector<size_t> ThinCurveRows(const std::vector<double>& steps,
   return out;
 }
 
-absl::StatusOr<nlohmann::json> CurvesJson(SqliteStore* store, const std::string& job,
-                                          int64_t max_points) {
-  if (max_points < 0) {
-    return absl::InvalidArgumentError("max_points: must be 0 (every row) or positive");
-  }
-  ASSIGN_OR_RETURN(QueryResult curve, store->JobCurve(job));
+namespace {
+
+// One job's curve (the job_curves view) as {rows, returned, thinned, columns},
+// thinned by ThinCurveRows to at most `max_points` rows; `wanted` names the
+// columns to return (empty: all but job_id).
+nlohmann::json CurveColumns(const QueryResult& curve, size_t max_points,
+                            const std::vector<std::string>& wanted) {
   const int step = Column(curve, "step"), train = Column(curve, "train_loss");
   const int evals[] = {Column(curve, "val_loss"), Column(curve, "val_loss_causal")};
   std::vector<double> steps, train_loss;
@@ -146,11 +194,14 @@ absl::StatusOr<nlohmann::json> CurvesJson(SqliteStore* store, const std::string&
     for (int c : evals) eval = eval || (c >= 0 && std::isfinite(AsNumber(row[c])));
     keep.push_back(eval);
   }
-  const std::vector<size_t> rows =
-      ThinCurveRows(steps, train_loss, keep, static_cast<size_t>(max_points));
+  const std::vector<size_t> rows = ThinCurveRows(steps, train_loss, keep, max_points);
   nlohmann::json columns = nlohmann::json::object();
   for (size_t c = 0; c < curve.columns.size(); ++c) {
     if (curve.columns[c] == "job_id") continue;
+    if (!wanted.empty() &&
+        std::find(wanted.begin(), wanted.end(), curve.columns[c]) == wanted.end()) {
+      continue;
+    }
     nlohmann::json values = nlohmann::json::array();
     for (size_t i : rows) {
       const double v = AsNumber(curve.rows[i][c]);
@@ -158,11 +209,52 @@ absl::StatusOr<nlohmann::json> CurvesJson(SqliteStore* store, const std::string&
     }
     columns[curve.columns[c]] = std::move(values);
   }
-  return nlohmann::json{{"job_id", job},
-                        {"rows", curve.rows.size()},
+  return nlohmann::json{{"rows", curve.rows.size()},
                         {"returned", rows.size()},
                         {"thinned", rows.size() < curve.rows.size()},
                         {"columns", std::move(columns)}};
+}
+
+absl::Status CheckMaxPoints(int64_t max_points) {
+  if (max_points < 0) {
+    return absl::InvalidArgumentError("max_points: must be 0 (every row) or positive");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<nlohmann::json> CurvesJson(SqliteStore* store, const std::string& job,
+                                          int64_t max_points) {
+  RETURN_IF_ERROR(CheckMaxPoints(max_points));
+  ASSIGN_OR_RETURN(QueryResult curve, store->JobCurve(job));
+  nlohmann::json out = CurveColumns(curve, static_cast<size_t>(max_points), {});
+  out["job_id"] = job;
+  return out;
+}
+
+absl::StatusOr<nlohmann::json> SweepCurvesJson(SqliteStore* store, const std::string& sweep,
+                                               int64_t max_points) {
+  RETURN_IF_ERROR(CheckMaxPoints(max_points));
+  RETURN_IF_ERROR(RequireSweep(store, sweep));
+  ASSIGN_OR_RETURN(QueryResult jobs,
+                   store->Query(absl::StrCat(
+                       "SELECT j.job_id FROM jobs j JOIN sweep_jobs sj ON sj.job_id = j.job_id "
+                       "JOIN sweeps s ON s.sweep_id = sj.sweep_id WHERE s.name = ",
+                       SqlLiteral(sweep),
+                       " AND j.status IN ('succeeded', 'running', 'leased') ORDER BY j.job_id")));
+  nlohmann::json curves = nlohmann::json::array();
+  for (const auto& row : jobs.rows) {
+    const std::string id = std::get<std::string>(row[0]);
+    ASSIGN_OR_RETURN(QueryResult curve, store->JobCurve(id));
+    if (curve.rows.empty()) continue;
+    nlohmann::json c = CurveColumns(
+        curve, static_cast<size_t>(max_points),
+        {"step", "tokens", "flops", "train_loss", "val_loss", "val_loss_causal"});
+    c["job_id"] = id;
+    curves.push_back(std::move(c));
+  }
+  return nlohmann::json{{"sweep", sweep}, {"jobs", std::move(curves)}};
 }
 
 absl::StatusOr<nlohmann::json> JobJson(SqliteStore* store, const std::string& job) {
@@ -196,10 +288,8 @@ absl::StatusOr<nlohmann::json> JobJson(SqliteStore* store, const std::string& jo
 }
 
 absl::StatusOr<nlohmann::json> FitsJson(SqliteStore* store, const std::string& sweep) {
+  RETURN_IF_ERROR(RequireSweep(store, sweep));
   const std::string name = SqlLiteral(sweep);
-  ASSIGN_OR_RETURN(QueryResult found,
-                   store->Query(absl::StrCat("SELECT 1 FROM sweeps WHERE name = ", name)));
-  if (found.rows.empty()) return absl::NotFoundError(absl::StrCat("no sweep '", sweep, "'"));
   ASSIGN_OR_RETURN(QueryResult fits,
                    store->Query(absl::StrCat(
                        "SELECT f.fit_id, f.law, f.method, f.n_points, f.points_hash, f.objective, "
@@ -215,9 +305,84 @@ absl::StatusOr<nlohmann::json> FitsJson(SqliteStore* store, const std::string& s
     row["params"] = ParsedOrText(fits.rows[i][params]);
     const nlohmann::json stored = ParsedOrText(fits.rows[i][report]);
     // The stored report's intervals, bound flags and hold-out, where it has them.
-    for (const char* key : {"intervals", "on_bound", "holdout", "bootstrap", "stages"}) {
+    for (const char* key : {"intervals", "on_bound", "holdout", "bootstrap", "stages", "fitted"}) {
       if (stored.is_object() && stored.contains(key)) row[key] = stored[key];
     }
+  }
+  return out;
+}
+
+absl::StatusOr<nlohmann::json> CompareJson(SqliteStore* store, const std::string& sweep) {
+  ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store, sweep));
+  std::vector<SweepJob> done;
+  for (const SweepJob& j : jobs) {
+    if (j.status == "succeeded" && j.final_val_loss.has_value() && j.role != "trunk") {
+      done.push_back(j);
+    }
+  }
+  nlohmann::json out = {{"sweep", sweep}, {"law", nullptr}};
+  nlohmann::json relative = nlohmann::json::array();
+  for (const RelativeToDensePoint& p : RelativeToDense(done)) {
+    relative.push_back({{"series", p.series},
+                        {"job_id", p.job_id},
+                        {"dense_job_id", p.dense_job_id},
+                        {"sparsity", p.sparsity},
+                        {"stride", p.stride},
+                        {"relative_pct", p.relative_pct}});
+  }
+  out["relative_to_dense"] = std::move(relative);
+  out["law_lines"] = nlohmann::json::array();
+  out["isoflop"] = nlohmann::json::array();
+  // The newest stored dense-law fit (xmod fit --law dense) draws the law.
+  ASSIGN_OR_RETURN(QueryResult fit,
+                   store->Query(absl::StrCat(
+                       "SELECT f.fit_id, f.params_json FROM fits f JOIN sweeps s ON s.sweep_id "
+                       "= f.sweep_id WHERE s.name = ",
+                       SqlLiteral(sweep), " AND f.law = 'dense' ORDER BY f.fit_id DESC LIMIT 1")));
+  const std::vector<std::pair<double, double>> nf = DenseFlopsPerToken(done);
+  if (fit.rows.empty() || nf.empty()) {
+    out["law_missing"] = fit.rows.empty() ? "no stored dense fit (run xmod fit --law dense)"
+                                          : "no finished dense run";
+    return out;
+  }
+  const int64_t fit_id = static_cast<int64_t>(AsNumber(fit.rows[0][0]));
+  const nlohmann::json params = ParsedOrText(fit.rows[0][1]);
+  double e = 0, a = 0, b = 0, alpha = 0, beta = 0;
+  for (auto [key, value] : {std::pair<const char*, double*>{"E", &e}, {"A", &a}, {"B", &b},
+                            {"alpha", &alpha}, {"beta", &beta}}) {
+    if (!params.is_object() || !params.contains(key) || !params[key].is_number()) {
+      out["law_missing"] = absl::StrCat("fit ", fit_id, " has no parameter ", key);
+      return out;
+    }
+    *value = params[key].get<double>();
+  }
+  out["law"] = {{"fit_id", fit_id}, {"params", params}};
+  const LossAt law = [&](double n, double d) {
+    return e + a / std::pow(n, alpha) + b / std::pow(d, beta);
+  };
+  double c_min = 1e300, c_max = 0.0;
+  for (const SweepJob& j : done) {
+    c_min = std::min(c_min, j.train_flops);
+    c_max = std::max(c_max, j.train_flops);
+  }
+  auto pairs = [](const std::vector<std::pair<double, double>>& points) {
+    nlohmann::json xs = nlohmann::json::array(), ys = nlohmann::json::array();
+    for (const auto& [x, y] : points) {
+      xs.push_back(x);
+      ys.push_back(std::isfinite(y) ? nlohmann::json(y) : nullptr);
+    }
+    return std::make_pair(xs, ys);
+  };
+  for (const LawLine& line : DenseLawLines(law, nf, c_min, c_max)) {
+    auto [flops, loss] = pairs(line.points);
+    out["law_lines"].push_back({{"n", line.n}, {"flops", flops}, {"loss", loss}});
+  }
+  for (const IsoFlopProfile& p : IsoFlopProfiles(law, nf, c_min, c_max)) {
+    auto [n, loss] = pairs(p.points);
+    out["isoflop"].push_back({{"flops", p.flops},
+                              {"n", n},
+                              {"loss", loss},
+                              {"lowest", {{"n", p.lowest.first}, {"loss", p.lowest.second}}}});
   }
   return out;
 }

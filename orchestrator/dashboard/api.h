@@ -16,8 +16,12 @@
 namespace xmod {
 
 // /api/sweeps: `xmod status --format json` (every sweep), with `now` the clock
-// the elapsed time and ETA are measured to.
-absl::StatusOr<nlohmann::json> SweepsJson(Scheduler* scheduler, double now);
+// the elapsed time and ETA are measured to. Each sweep also carries `failures`
+// (its failed jobs, newest first: job_id, family, scale, attempts, updated_at,
+// reason) and `in_flight` (job_id, family, scale, status, attempt, step, steps,
+// steps_per_s and tokens_per_s over the attempt's reported training steps; null
+// before two are reported).
+absl::StatusOr<nlohmann::json> SweepsJson(SqliteStore* store, Scheduler* scheduler, double now);
 
 // /api/jobs?sweep=: `xmod results --sweep S --format json`, each row with the
 // job's live `step` (the newest reported) added. NOT_FOUND for an unknown sweep.
@@ -30,6 +34,21 @@ absl::StatusOr<nlohmann::json> JobsJson(SqliteStore* store, Scheduler* scheduler
 // ThinCurveRows. NOT_FOUND for an unknown job.
 absl::StatusOr<nlohmann::json> CurvesJson(SqliteStore* store, const std::string& job,
                                           int64_t max_points);
+
+// /api/curves?sweep=&max_points=: the curves of the sweep's succeeded and
+// in-flight jobs, {sweep, jobs: [{job_id, rows, returned, thinned, columns}]},
+// columns step, tokens, flops, train_loss, val_loss, val_loss_causal, each curve
+// thinned as CurvesJson does. NOT_FOUND for an unknown sweep.
+absl::StatusOr<nlohmann::json> SweepCurvesJson(SqliteStore* store, const std::string& sweep,
+                                               int64_t max_points);
+
+// /api/compare?sweep=: the comparison views (orchestrator/report/views.h) over the
+// sweep's succeeded runs: relative_to_dense (each sparse run against its
+// FLOP-matched dense run), and from the newest stored dense fit (`law`: fit_id,
+// params) the law's loss against training FLOPs at each dense N (law_lines) and
+// its isoFLOP profiles (isoflop); `law_missing` says why there is no law.
+// NOT_FOUND for an unknown sweep.
+absl::StatusOr<nlohmann::json> CompareJson(SqliteStore* store, const std::string& sweep);
 
 // /api/job?id=: the job's results row, its attempts, its checkpoints and its
 // resolved config (the job file). NOT_FOUND for an unknown job.

@@ -175,8 +175,8 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(SqliteSt
   });
 
   s.Get("/api/sweeps",
-        [scheduler, now = options.now](const httplib::Request& req, httplib::Response& res) {
-          SendJson(req, res, SweepsJson(scheduler, now()));
+        [store, scheduler, now = options.now](const httplib::Request& req, httplib::Response& res) {
+          SendJson(req, res, SweepsJson(store, scheduler, now()));
         });
   s.Get("/api/jobs", [store, scheduler](const httplib::Request& req, httplib::Response& res) {
     if (!req.has_param("sweep")) return SendError(res, 400, "/api/jobs needs ?sweep=NAME");
@@ -187,13 +187,23 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(SqliteSt
     SendJson(req, res, JobJson(store, req.get_param_value("id")));
   });
   s.Get("/api/curves", [store](const httplib::Request& req, httplib::Response& res) {
-    if (!req.has_param("job")) return SendError(res, 400, "/api/curves needs ?job=JOB");
-    int64_t max_points = 2000;
+    const bool by_job = req.has_param("job"), by_sweep = req.has_param("sweep");
+    if (by_job == by_sweep) {
+      return SendError(res, 400, "/api/curves needs one of ?job=JOB and ?sweep=NAME");
+    }
+    // A whole sweep's curves come thinner by default: hundreds of them share a page.
+    int64_t max_points = by_job ? 2000 : 200;
     if (req.has_param("max_points") &&
         !absl::SimpleAtoi(req.get_param_value("max_points"), &max_points)) {
       return SendError(res, 400, "max_points: expected an integer");
     }
-    SendJson(req, res, CurvesJson(store, req.get_param_value("job"), max_points));
+    SendJson(req, res,
+             by_job ? CurvesJson(store, req.get_param_value("job"), max_points)
+                    : SweepCurvesJson(store, req.get_param_value("sweep"), max_points));
+  });
+  s.Get("/api/compare", [store](const httplib::Request& req, httplib::Response& res) {
+    if (!req.has_param("sweep")) return SendError(res, 400, "/api/compare needs ?sweep=NAME");
+    SendJson(req, res, CompareJson(store, req.get_param_value("sweep")));
   });
   s.Get("/api/fits", [store](const httplib::Request& req, httplib::Response& res) {
     if (!req.has_param("sweep")) return SendError(res, 400, "/api/fits needs ?sweep=NAME");

@@ -850,6 +850,16 @@ nlohmann::json ReportJson(const LawReport& report) {
                 {"seed_sd_relative", report.noise.seed_sd},
                 {"points_with_se", report.noise.with_se},
                 {"eval_se_relative", report.noise.eval_se}};
+  // Each fitted point's observed and predicted loss, for predicted-against-observed
+  // views of a stored fit (the dashboard's).
+  nlohmann::json fitted = nlohmann::json::array();
+  for (const LawPoint& p : report.points) {
+    absl::StatusOr<double> predicted = report.Predict(p);
+    fitted.push_back({{"job_id", p.id},
+                      {"observed", p.loss},
+                      {"predicted", predicted.ok() ? nlohmann::json(*predicted) : nullptr}});
+  }
+  j["fitted"] = fitted;
   if (!report.holdout.empty()) {
     nlohmann::json rows = nlohmann::json::array();
     for (const HoldoutPoint& h : report.holdout) {

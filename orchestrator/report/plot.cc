@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "orchestrator/report/report.h"
+#include "orchestrator/report/views.h"
 
 namespace xmod {
 
@@ -163,20 +164,6 @@ std::string LogYAxis(double lo, double hi) {
                      absl::StrJoin(tics, ", "));
 }
 
-// (N, training FLOPs per token) of each dense scale of the runs, the mean over
-// its contexts, by N.
-std::vector<std::pair<double, double>> DenseFlopsPerToken(const std::vector<SweepJob>& done) {
-  std::map<double, std::pair<double, int>> per_n;
-  for (const SweepJob& j : done) {
-    if (j.routed()) continue;
-    per_n[j.n_active].first += j.flops_per_token;
-    per_n[j.n_active].second += 1;
-  }
-  std::vector<std::pair<double, double>> nf;
-  for (const auto& [n, sum] : per_n) nf.push_back({n, sum.first / sum.second});
-  return nf;
-}
-
 // The MoE law's points (dense and moe runs) when the sweep's MoE runs have one
 // granularity (the law has none; `xmod fit --granularity` picks one), else none.
 std::vector<LawPoint> MoePoints(const std::vector<SweepJob>& done) {
@@ -190,62 +177,38 @@ std::vector<LawPoint> MoePoints(const std::vector<SweepJob>& done) {
   return FitPoints(done, options);
 }
 
-// The dense law's loss against training FLOPs at each dense scale's N, over
-// [c_min / 3, 3 c_max]: writes law_curves.dat, returns the plot list to append.
-std::string DenseLawCurves(const Plotter& plot, const std::function<double(double, double)>& law,
+// The dense law's loss against training FLOPs at each dense scale's N
+// (DenseLawLines): writes law_curves.dat, returns the plot list to append.
+std::string DenseLawCurves(const Plotter& plot, const LossAt& law,
                            const std::vector<std::pair<double, double>>& nf, double c_min,
                            double c_max) {
   std::string plots;
   std::ofstream curves(plot.File("law_curves.dat"));
   int block = 0;
-  for (const auto& [n, f] : nf) {
-    curves << fmt::format("# dense law at N = {:.6g}\n", n);
-    for (int i = 0; i <= 80; ++i) {
-      const double c = c_min / 3.0 * std::pow(9.0 * c_max / c_min, i / 80.0);
-      curves << fmt::format("{:.9g} {:.9g}\n", c, law(n, c / f));
-    }
+  for (const LawLine& line : DenseLawLines(law, nf, c_min, c_max)) {
+    curves << fmt::format("# dense law at N = {:.6g}\n", line.n);
+    for (const auto& [c, l] : line.points) curves << fmt::format("{:.9g} {:.9g}\n", c, l);
     curves << "\n\n";
     plots += fmt::format(
         ", \\\n     'law_curves.dat' index {} using 1:2 with lines dt 2 lw 1.3 "
         "lc rgb '#555555' title {}",
-        block++, Quote(fmt::format("dense law, N={:.3g}", n)));
+        block++, Quote(fmt::format("dense law, N={:.3g}", line.n)));
   }
   return plots;
 }
 
-// The dense law's isoFLOP profiles: predicted loss against N at four budgets
-// from c_min to c_max, with the lowest point of each. Writes isoflop.dat and
-// isoflop_min.dat and returns the gnuplot plot list; `nf` holds (N, training
-// FLOPs per token) of each dense scale.
-std::string IsoFlopProfiles(const Plotter& plot, const std::function<double(double, double)>& law,
-                            const std::vector<std::pair<double, double>>& nf, double c_min,
-                            double c_max, double* iso_lo, double* iso_hi) {
+// The dense law's isoFLOP profiles (IsoFlopProfiles) with the lowest point of
+// each: writes isoflop.dat and isoflop_min.dat and returns the gnuplot plot list.
+std::string IsoFlopPlots(const Plotter& plot, const LossAt& law,
+                         const std::vector<std::pair<double, double>>& nf, double c_min,
+                         double c_max, double* iso_lo, double* iso_hi) {
   std::string plots;
-  // FLOPs per token at any N: log-log interpolation between the scales, the
-  // end segments extended.
-  auto flops_at = [&](double n) {
-    if (nf.size() == 1) return nf[0].second * n / nf[0].first;
-    size_t i = 1;
-    while (i + 1 < nf.size() && n > nf[i].first) ++i;
-    const double x0 = std::log(nf[i - 1].first), x1 = std::log(nf[i].first);
-    const double y0 = std::log(nf[i - 1].second), y1 = std::log(nf[i].second);
-    return std::exp(y0 + (std::log(n) - x0) * (y1 - y0) / (x1 - x0));
-  };
   std::ofstream iso(plot.File("isoflop.dat"));
   std::ofstream minima(plot.File("isoflop_min.dat"));
-  const double n_lo = nf.front().first / 4.0, n_hi = nf.back().first * 4.0;
-  const int budgets = 4;
-  for (int b = 0; b < budgets; ++b) {
-    const double c = c_min * std::pow(c_max / c_min, b / static_cast<double>(budgets - 1));
-    iso << fmt::format("# C = {:.4g} FLOPs\n", c);
-    double best_n = n_lo, best_l = 1e300;
-    for (int i = 0; i <= 120; ++i) {
-      const double n = n_lo * std::pow(n_hi / n_lo, i / 120.0);
-      const double l = law(n, c / flops_at(n));
-      if (l < best_l) {
-        best_l = l;
-        best_n = n;
-      }
+  int b = 0;
+  for (const IsoFlopProfile& p : IsoFlopProfiles(law, nf, c_min, c_max)) {
+    iso << fmt::format("# C = {:.4g} FLOPs\n", p.flops);
+    for (const auto& [n, l] : p.points) {
       iso << fmt::format("{:.9g} {:.9g}\n", n, l);
       if (std::isfinite(l)) {
         *iso_lo = std::min(*iso_lo, l);
@@ -253,12 +216,13 @@ std::string IsoFlopProfiles(const Plotter& plot, const std::function<double(doub
       }
     }
     iso << "\n\n";
-    minima << fmt::format("{:.9g} {:.9g}\n", best_n, best_l);
+    minima << fmt::format("{:.9g} {:.9g}\n", p.lowest.first, p.lowest.second);
     plots += fmt::format(
         "{}'isoflop.dat' index {} using 1:2 with lines lw 2 lc rgb '{}' "
         "title {}",
         plots.empty() ? "" : ", \\\n     ", b, kColours[(b + 1) % kNumColours],
-        Quote(fmt::format("C = {:.3g} FLOPs", c)));
+        Quote(fmt::format("C = {:.3g} FLOPs", p.flops)));
+    ++b;
   }
   iso.close();
   minima.close();
@@ -412,7 +376,7 @@ absl::Status PlotRun::LossVsFlops() {
     }
     const std::vector<std::pair<double, double>> nf = DenseFlopsPerToken(done);
     left += DenseLawCurves(plot, law, nf, c_min, c_max);
-    right = IsoFlopProfiles(plot, law, nf, c_min, c_max, &iso_lo, &iso_hi);
+    right = IsoFlopPlots(plot, law, nf, c_min, c_max, &iso_lo, &iso_hi);
     law_note = fmt::format(
         "dense law fitted on {} dense runs: E={:.3g}, A={:.3g}, B={:.3g}, "
         "α={:.3f}, β={:.3f}",
@@ -530,38 +494,12 @@ absl::Status PlotRun::PredictedVsObserved() {
 }
 
 absl::Status PlotRun::XmodVsDense() {
-  // Paired by seed too: a sparse run is compared with the dense run that shares
-  // its initialisation seed and batch order. Routed runs read val_loss_causal.
-  std::map<std::tuple<std::string, int64_t, std::string, double, int64_t>, double> dense_loss;
-  for (const SweepJob& j : done) {
-    if (!j.routed()) {
-      dense_loss[{j.scale, j.context, j.budget_kind, j.budget_value, j.seed}] = *j.final_val_loss;
-    }
-  }
-  // Series: one per X-MoD stride, and MoD.
+  // One series per X-MoD stride and per baseline (RelativeToDense).
   std::map<std::string, std::vector<std::pair<double, double>>> series;
   std::set<double> sparsities;
-  for (const SweepJob& j : done) {
-    if (!j.routed()) continue;
-    auto it = dense_loss.find({j.scale, j.context, j.budget_kind, j.budget_value, j.seed});
-    if (it == dense_loss.end() || !j.Loss("auto").has_value()) continue;
-    std::string name;
-    double x = j.sparsity;
-    if (j.family == "mod") {
-      name = fmt::format("MoD baseline (s={})", j.stride);
-    } else if (j.family == "moe") {
-      // Beside the X-MoD point it was sized against (same total parameters).
-      name = fmt::format("MoE baseline (top-{}, at its X-MoD point's sparsity)", j.top_k);
-      double matched = 0.0;
-      int64_t matched_stride = 0;
-      if (j.MatchedXmodPoint(&matched, &matched_stride)) x = matched;
-    } else if (j.family == "deco") {
-      name = "DECO baseline (at 1 - target ratio)";
-    } else {
-      name = fmt::format("X-MoD, stride s={}", j.stride);
-    }
-    series[name].push_back({x, 100.0 * (*j.Loss("auto") / it->second - 1.0)});
-    sparsities.insert(x);
+  for (const RelativeToDensePoint& p : RelativeToDense(done)) {
+    series[p.series].push_back({p.sparsity, p.relative_pct});
+    sparsities.insert(p.sparsity);
   }
   if (series.empty()) {
     problems.push_back(
