@@ -13,8 +13,10 @@ const COLOURS = ['#0072B2', '#D55E00', '#009E73', '#CC79A7', '#E69F00', '#56B4E9
 // a chart holds (its uPlot instance: series labels and data).
 const instances = new Map();
 
-function sizeOf(el, height) {
-  return { width: Math.max(320, Math.min(el.clientWidth || 720, 960)), height };
+// A spec's size: its own width, else the page's up to 960 px.
+function sizeOf(el, spec, height) {
+  const page = el.parentElement ? el.parentElement.clientWidth - 16 : 720;
+  return { width: spec.width || Math.max(320, Math.min(page, 960)), height: spec.height || height };
 }
 
 function tickFormat(log) {
@@ -37,16 +39,17 @@ function register(el, name, u) {
 }
 
 // Curves that share one x column (a job's curves): spec = {name, x: [...],
-// series: [{label, values}], xlabel, ylabel, logx, logy, height}. Nulls are gaps
+// series: [{label, values}], xlabel, ylabel, logx, logy, width, height}. Nulls are gaps
 // that the line spans (evaluations sit on few rows of the curve).
 function line(el, spec) {
   const opts = {
-    ...sizeOf(el, spec.height || 260),
+    ...sizeOf(el, spec, 260),
     scales: { x: { time: false, distr: spec.logx ? 3 : 1 }, y: { distr: spec.logy ? 3 : 1 } },
     axes: axes(spec),
     series: [{ label: spec.xlabel || 'x' }, ...spec.series.map((s, i) => ({
       label: s.label, stroke: s.colour || COLOURS[i % COLOURS.length], width: 1.5, spanGaps: true,
-      points: { show: false },
+      // Sparse series (evaluations: a few rows of the curve) get dots as well.
+      points: { show: s.values.filter((v) => v !== null && v !== undefined).length <= 100, size: 6 },
     }))],
     legend: { live: true },
   };
@@ -55,29 +58,67 @@ function line(el, spec) {
   return u;
 }
 
+// A linear scale's range over [min, max] with 5% to spare; a single value
+// (every run at one sparsity) gets 20% of itself on each side.
+function padded(u, min, max) {
+  if (min === null || max === null) return [0, 1];
+  if (min === max) {
+    const pad = Math.abs(min) * 0.2 || 1;
+    return [min - pad, max + pad];
+  }
+  const pad = 0.05 * (max - min);
+  return [min - pad, max + pad];
+}
+
+// A paths builder that draws series `si` as filled dots of `size` px (uPlot's
+// faceted mode draws no points of its own); dots outside the scales are skipped.
+function dots(colour, size) {
+  return (u, si) => {
+    const [xs, ys] = u.data[si];
+    const sx = u.scales.x, sy = u.scales.y;
+    const r = (size / 2) * devicePixelRatio;
+    const path = new Path2D();
+    for (let i = 0; i < xs.length; i++) {
+      const x = xs[i], y = ys[i];
+      if (x === null || y === null || x < sx.min || x > sx.max || y < sy.min || y > sy.max) continue;
+      const cx = u.valToPos(x, 'x', true), cy = u.valToPos(y, 'y', true);
+      path.moveTo(cx + r, cy);
+      path.arc(cx, cy, r, 0, 2 * Math.PI);
+    }
+    u.ctx.save();
+    u.ctx.fillStyle = colour;
+    u.ctx.fill(path);
+    u.ctx.restore();
+    return null;
+  };
+}
+
 // Series each with its own x values (overlaid curves, scatter plots, law lines):
 // spec = {name, series: [{label, x, y, colour, kind: 'line'|'points'|'both',
-// dash, size}], xlabel, ylabel, logx, logy, height}. uPlot's faceted mode.
+// dash, size, width}], xlabel, ylabel, logx, logy, width, height, legend} (legend:
+// false when the page draws its own). uPlot's faceted mode.
 function facets(el, spec) {
   const series = spec.series.filter((s) => s.x.length);
   const opts = {
     mode: 2,
-    ...sizeOf(el, spec.height || 320),
-    scales: { x: { time: false, distr: spec.logx ? 3 : 1 }, y: { distr: spec.logy ? 3 : 1 } },
+    ...sizeOf(el, spec, 320),
+    scales: { x: { time: false, distr: spec.logx ? 3 : 1, range: spec.logx ? undefined : padded },
+      y: { distr: spec.logy ? 3 : 1, range: spec.logy ? undefined : padded } },
     axes: axes(spec),
-    legend: { live: false },
+    legend: { show: spec.legend !== false, live: false },
     series: [{}, ...series.map((s, i) => {
       const colour = s.colour || COLOURS[i % COLOURS.length];
-      const points = s.kind === 'points' || s.kind === 'both';
+      const line = uPlot.paths.linear(), dot = dots(colour, s.size || 7);
+      const paths = s.kind === 'points' ? dot
+        : s.kind === 'both' ? (u, si, i0, i1) => { dot(u, si); return line(u, si, i0, i1); } : line;
       return {
         label: s.label,
         stroke: colour,
-        fill: points ? colour : undefined,
         width: s.kind === 'points' ? 0 : (s.width || 1.5),
         dash: s.dash,
         facets: [{ scale: 'x', auto: true }, { scale: 'y', auto: true }],
-        paths: s.kind === 'points' ? () => null : uPlot.paths.linear(),
-        points: { show: points, size: s.size || 7, fill: colour, stroke: colour },
+        paths,
+        points: { show: false },
       };
     })],
   };

@@ -73,105 +73,189 @@ function table(id, columns, rows, link) {
 }
 table.state = {};
 
-// A line chart (SVG) of named series over one x column; nulls break nothing.
-function chart(columns, x, names, opts = {}) {
-  const W = opts.width || 720, H = opts.height || 260, P = 40;
-  const xs = columns[x] || [];
-  const series = names.filter((n) => columns[n] && columns[n].some((v) => v !== null));
-  if (!xs.length || !series.length) return '<p>no points yet</p>';
-  let ymin = Infinity, ymax = -Infinity;
-  for (const n of series) for (const v of columns[n]) if (v !== null) { ymin = Math.min(ymin, v); ymax = Math.max(ymax, v); }
-  const xmin = Math.min(...xs), xmax = Math.max(...xs);
-  const sx = (v) => P + (W - 2 * P) * (xmax > xmin ? (v - xmin) / (xmax - xmin) : 0.5);
-  const sy = (v) => H - P + (2 * P - H) * (ymax > ymin ? (v - ymin) / (ymax - ymin) : 0.5);
-  const colours = ['#0969da', '#cf222e', '#8250df', '#1a7f37', '#bf8700'];
-  const lines = series.map((n, i) => {
-    const pts = [];
-    columns[n].forEach((v, k) => { if (v !== null && xs[k] !== null) pts.push(`${sx(xs[k]).toFixed(1)},${sy(v).toFixed(1)}`); });
-    return `<polyline fill="none" stroke="${colours[i % colours.length]}" stroke-width="1.5" points="${pts.join(' ')}" data-series="${esc(n)}"/>
-      <text x="${W - P}" y="${14 + 14 * i}" fill="${colours[i % colours.length]}" text-anchor="end" font-size="12">${esc(n)}</text>`;
-  }).join('');
-  return `<svg class="curve" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}">
-    <text x="${P}" y="${H - 8}" font-size="11">${esc(x)} ${fmt(xmin)} – ${fmt(xmax)}</text>
-    <text x="4" y="${P - 8}" font-size="11">${fmt(ymax)}</text><text x="4" y="${H - P}" font-size="11">${fmt(ymin)}</text>
-    ${lines}</svg>`;
+// Charts: the page's HTML holds an empty <div class="chart"> per chart and
+// charts.pending its spec; draw() fills them after the HTML is in place, through
+// the uPlot bundle (charts.js), or says why a build has none.
+const charts = { pending: [] };
+function chartBox(kind, spec) {
+  charts.pending.push({ kind, spec });
+  return `<div class="chart" id="chart-${esc(spec.name)}"></div>`;
 }
-
-// A scatter plot (SVG) of points {x, y, label, group}, optionally log-x, with an
-// optional y = x line. The <g> carries data-plot and data-count for scripts.
-function scatter(name, points, opts = {}) {
-  const W = 560, H = 320, P = 48;
-  if (!points.length) return `<p>no points for ${esc(name)} yet</p>`;
-  const fx = opts.logx ? Math.log10 : (v) => v;
-  const xs = points.map((p) => fx(p.x)), ys = points.map((p) => p.y);
-  let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
-  if (opts.diagonal) { x0 = y0 = Math.min(x0, y0); x1 = y1 = Math.max(x1, y1); }
-  const sx = (v) => P + (W - 2 * P) * (x1 > x0 ? (v - x0) / (x1 - x0) : 0.5);
-  const sy = (v) => H - P - (H - 2 * P) * (y1 > y0 ? (v - y0) / (y1 - y0) : 0.5);
-  const groups = [...new Set(points.map((p) => p.group))];
-  const colours = ['#0969da', '#cf222e', '#8250df', '#1a7f37', '#bf8700', '#57606a'];
-  const dots = points.map((p, i) => `<circle cx="${sx(xs[i]).toFixed(1)}" cy="${sy(p.y).toFixed(1)}" r="4"
-    fill="${colours[groups.indexOf(p.group) % colours.length]}" data-x="${p.x}" data-y="${p.y}"><title>${esc(p.label)}</title></circle>`).join('');
-  const legend = groups.map((g, i) => `<text x="${W - P}" y="${14 + 14 * i}" text-anchor="end" font-size="12" fill="${colours[i % colours.length]}">${esc(g)}</text>`).join('');
-  const diag = opts.diagonal ? `<line x1="${sx(x0)}" y1="${sy(y0)}" x2="${sx(x1)}" y2="${sy(y1)}" stroke="#999" stroke-dasharray="4"/>` : '';
-  return `<svg class="curve" width="${W}" height="${H}"><g data-plot="${esc(name)}" data-count="${points.length}">${diag}${dots}</g>${legend}
-    <text x="${P}" y="${H - 8}" font-size="11">${esc(opts.xlabel || '')} ${opts.logx ? `1e${x0.toFixed(1)} – 1e${x1.toFixed(1)}` : `${fmt(x0)} – ${fmt(x1)}`}</text>
-    <text x="4" y="${P - 8}" font-size="11">${esc(opts.ylabel || '')} ${fmt(y1)}</text><text x="4" y="${H - P}" font-size="11">${fmt(y0)}</text></svg>`;
+charts.draw = function () {
+  const pending = charts.pending;
+  charts.pending = [];
+  if (!window.XmodCharts) {
+    for (const { spec } of pending) {
+      const el = document.getElementById(`chart-${spec.name}`);
+      if (el) el.innerHTML = `<p class="nocharts">no chart: ${esc(window.XmodChartsMissing || 'the chart bundle did not load')}</p>`;
+    }
+    return;
+  }
+  XmodCharts.prune();
+  for (const { kind, spec } of pending) {
+    const el = document.getElementById(`chart-${spec.name}`);
+    if (el) XmodCharts[kind](el, spec);
+  }
+};
+// The colour of group value `v` among `values`, and an HTML legend for them.
+function colourOf(values, v) {
+  const palette = window.XmodCharts ? XmodCharts.colours : ['#0072B2'];
+  return palette[values.indexOf(v) % palette.length];
 }
-
-// The dense law L = E + A/N^alpha + B/D^beta at a job (N: non-embedding
-// parameters, D: tokens trained), as the laws read them (docs/laws.md).
-function denseLaw(p, n, d) { return p.E + p.A / Math.pow(n, p.alpha) + p.B / Math.pow(d, p.beta); }
+// `values`: group names (coloured as colourOf does) or the series of a chart.
+function legend(values) {
+  const names = values.map((v) => (typeof v === 'string' ? v : v.label));
+  return `<div class="legend">${values.map((v, i) => `<span><i style="background:${typeof v === 'string' ? colourOf(names, v) : v.colour}"></i>${esc(names[i])}</span>`).join('')}</div>`;
+}
 
 // A job's final loss as the laws read it: causal for routed families.
 function finalLoss(r) { return r.final_val_loss_causal ?? r.final_val_loss; }
+function present(v) { return v !== null && v !== undefined; }
 
 const STATES = ['pending', 'leased', 'running', 'succeeded', 'failed', 'cancelled'];
+const IN_FLIGHT = ['job_id', 'family', 'scale', 'status', 'attempt', 'step', 'steps', 'steps_per_s', 'tokens_per_s'];
+
+// Failed jobs with their reasons, newest first (the first 20).
+function failuresBox(failures, withSweep) {
+  if (!failures.length) return '';
+  const shown = failures.slice(0, 20).map((f) => `<li>${withSweep ? `${esc(f.sweep)}: ` : ''}<a href="#/job/${encodeURIComponent(f.job_id)}">${esc(f.job_id)}</a>
+    (${esc(f.family)} ${esc(f.scale)}, ${f.attempts} attempt${f.attempts === 1 ? '' : 's'}): <span class="reason">${esc(f.reason || 'no reason recorded')}</span></li>`).join('');
+  return `<div class="failures"><b>${failures.length} failed</b><ul>${shown}</ul>${failures.length > 20 ? `<p>and ${failures.length - 20} more (filter the job table by "failed")</p>` : ''}</div>`;
+}
 
 async function sweepsPage(force) {
   const { data, changed } = await getJson('/api/sweeps');
   if (!changed && !force) return null;
   const rows = data.map((s) => ({ ...s, progress_pct: s.progress * 100 }));
   let html = '<h2>Sweeps</h2>';
-  const failing = data.filter((s) => s.failed > 0);
-  if (failing.length) {
-    html += `<div class="failures">${failing.map((s) => `<a href="#/sweep/${encodeURIComponent(s.sweep)}">${esc(s.sweep)}</a>: ${s.failed} failed`).join('<br>')}</div>`;
-  }
+  html += failuresBox(data.flatMap((s) => s.failures), true);
   html += table('sweeps', ['sweep', ...STATES, 'total', 'progress_pct', 'elapsed_s', 'eta_s', 'train_flops'], rows,
     { sweep: (r) => `#/sweep/${encodeURIComponent(r.sweep)}` });
+  const inflight = data.flatMap((s) => s.in_flight.map((j) => ({ sweep: s.sweep, ...j })));
+  html += `<h3>In flight (${inflight.length})</h3>` + (inflight.length
+    ? table('inflight-all', ['sweep', ...IN_FLIGHT], inflight, { job_id: (r) => `#/job/${encodeURIComponent(r.job_id)}` })
+    : '<p>no job is running</p>');
   return html;
 }
 
-async function sweepPage(name, force) {
-  const jobs = await getJson(`/api/jobs?sweep=${encodeURIComponent(name)}`);
-  const fits = await getJson(`/api/fits?sweep=${encodeURIComponent(name)}`);
-  if (!jobs.changed && !fits.changed && !force) return null;
-  const rows = jobs.data;
-  const failed = rows.filter((r) => r.status === 'failed');
-  const inflight = rows.filter((r) => r.status === 'leased' || r.status === 'running');
-  let html = `<h2>Sweep ${esc(name)}</h2>`;
-  if (failed.length) {
-    html += `<div class="failures">${failed.length} failed: ${failed.map((r) => `<a href="#/job/${r.job_id}">${r.job_id}</a>`).join(', ')}</div>`;
+// The sweep page's chart settings (kept across polls and routes).
+const view = { colour: 'family', metric: 'val_loss', x: 'tokens', fit: null };
+const AXES = ['family', 'scale', 'sparsity', 'stride', 'context', 'budget_value', 'seed'];
+function select(id, options, value) {
+  return `<select id="${id}">${options.map((o) => `<option${o === value ? ' selected' : ''}>${esc(o)}</option>`).join('')}</select>`;
+}
+
+// Curves of every job overlaid, one colour per value of the chosen axis.
+function overlaySection(jobs, curves) {
+  const byId = new Map(jobs.map((r) => [r.job_id, r]));
+  const metric = view.metric === 'val_loss' ? (r) => (r.family === 'dense' || r.family === 'moe' || r.family === 'deco' ? 'val_loss' : 'val_loss_causal') : () => 'train_loss';
+  const groups = [...new Set(curves.jobs.map((c) => String(byId.get(c.job_id)?.[view.colour] ?? '')))].sort((a, b) => (isNaN(a) || isNaN(b) ? a.localeCompare(b) : a - b));
+  const series = [];
+  for (const c of curves.jobs) {
+    const r = byId.get(c.job_id);
+    if (!r) continue;
+    const ys = c.columns[metric(r)] || [], xs = c.columns[view.x] || [];
+    const x = [], y = [];
+    ys.forEach((v, i) => { if (present(v) && present(xs[i]) && xs[i] > 0) { x.push(xs[i]); y.push(v); } });
+    if (!x.length) continue;
+    const g = String(r[view.colour] ?? '');
+    series.push({ label: `${c.job_id} (${g})`, x, y, colour: colourOf(groups, g), kind: x.length > 1 ? 'line' : 'points', width: 1.2 });
   }
-  if (inflight.length) {
-    html += '<h3>In flight</h3>' + table('inflight', ['job_id', 'family', 'scale', 'status', 'attempts', 'step', 'steps'], inflight,
-      { job_id: (r) => `#/job/${r.job_id}` });
+  return `<p>colour by ${select('colour', AXES, view.colour)} · ${select('metric', ['val_loss', 'train_loss'], view.metric)} against ${select('overlay-x', ['tokens', 'flops'], view.x)}
+    <span class="note">validation loss: causal (threshold-routed) for X-MoD and MoD runs, as the laws read it</span></p>`
+    + legend(groups) + chartBox('facets', { name: 'overlay', series, legend: false, logx: true, logy: true, xlabel: view.x, ylabel: view.metric, height: 360 });
+}
+
+// Final loss against training FLOPs by family, with the stored dense law's line at
+// each dense N; the law's isoFLOP profiles beside.
+function lawSection(done, compare) {
+  const families = [...new Set(done.map((r) => r.family))].sort();
+  const series = families.map((f) => {
+    const rows = done.filter((r) => r.family === f);
+    return { label: f, x: rows.map((r) => r.train_flops), y: rows.map(finalLoss), colour: colourOf(families, f), kind: 'points' };
+  });
+  for (const line of compare.law_lines) {
+    series.push({ label: `dense law, N=${fmt(line.n)}`, x: line.flops, y: line.loss, colour: '#555555', kind: 'line', dash: [6, 4], width: 1 });
+  }
+  let html = `<h3>Final loss against training FLOPs</h3><p class="note">${compare.law
+    ? `dashed: the dense law of fit ${compare.law.fit_id} (E=${fmt(compare.law.params.E)}, A=${fmt(compare.law.params.A)}, B=${fmt(compare.law.params.B)}, α=${fmt(compare.law.params.alpha)}, β=${fmt(compare.law.params.beta)}) at each dense N`
+    : `no law line: ${esc(compare.law_missing || '')}`}</p>` + legend(families)
+    + chartBox('facets', { name: 'loss-vs-flops', series, legend: false, logx: true, logy: true, xlabel: 'training FLOPs', ylabel: 'final validation loss' });
+  if (compare.isoflop.length) {
+    const budgets = compare.isoflop.map((p) => `C = ${fmt(p.flops)}`);
+    const iso = compare.isoflop.map((p, i) => ({ label: budgets[i], x: p.n, y: p.loss, colour: colourOf(budgets, budgets[i]), kind: 'line', width: 2 }));
+    iso.push({ label: 'lowest', x: compare.isoflop.map((p) => p.lowest.n), y: compare.isoflop.map((p) => p.lowest.loss), colour: '#000000', kind: 'points', size: 9 });
+    html += '<h3>IsoFLOP profiles of the dense law</h3><p class="note">predicted loss against N at four training budgets; black: the lowest point of each on the plotted range</p>'
+      + legend(budgets) + chartBox('facets', { name: 'isoflop', series: iso, legend: false, logx: true, logy: true, xlabel: 'non-embedding parameters N', ylabel: 'predicted loss' });
+  }
+  return html;
+}
+
+// Predicted against observed for a stored fit (the newest by default), its
+// held-out runs marked.
+function predictedSection(fits, byId) {
+  const usable = fits.filter((f) => Array.isArray(f.fitted));
+  if (!usable.length) return `<h3>Predicted against observed</h3><p>${fits.length ? 'the stored fits predate per-point predictions: run <code>xmod fit</code> again' : 'no stored fit (run <code>xmod fit</code>)'}</p>`;
+  const fit = usable.find((f) => String(f.fit_id) === view.fit) || usable[0];
+  const held = (fit.holdout?.points || []);
+  const families = [...new Set(fit.fitted.map((p) => byId.get(p.job_id)?.family ?? '?'))].sort();
+  const series = families.map((f) => {
+    const pts = fit.fitted.filter((p) => (byId.get(p.job_id)?.family ?? '?') === f && present(p.predicted));
+    return { label: `${f} (fitted)`, x: pts.map((p) => p.observed), y: pts.map((p) => p.predicted), colour: colourOf(families, f), kind: 'points' };
+  });
+  if (held.length) series.push({ label: `held out: ${fit.holdout.scale}`, x: held.map((p) => p.observed), y: held.map((p) => p.predicted), colour: '#E41A1C', kind: 'points', size: 11 });
+  const all = [...fit.fitted.map((p) => p.observed), ...fit.fitted.map((p) => p.predicted), ...held.map((p) => p.observed), ...held.map((p) => p.predicted)].filter(present);
+  const lo = Math.min(...all), hi = Math.max(...all);
+  series.unshift({ label: 'predicted = observed', x: [lo, hi], y: [lo, hi], colour: '#999999', kind: 'line', dash: [4, 4], width: 1 });
+  return `<h3>Predicted against observed</h3><p>fit ${select('fit', usable.map((f) => String(f.fit_id)), String(fit.fit_id))}
+    ${esc(fit.law)} law (${esc(fit.method)}), ${fit.n_points} points, RMSE of log-loss ${fmt(fit.rmse)}${held.length ? `; held out: scale ${esc(fit.holdout.scale)} (RMSE ${fmt(fit.holdout.rmse)})` : ''}</p>`
+    + legend(series) + chartBox('facets', { name: 'predicted-vs-observed', series, legend: false, xlabel: 'observed final loss', ylabel: 'predicted', width: 560 });
+}
+
+// Each sparse run relative to its FLOP-matched dense run, by sparsity, one series
+// per stride and baseline, with the mean per sparsity.
+function relativeSection(compare) {
+  const pts = compare.relative_to_dense;
+  if (!pts.length) return '<h3>Sparse runs against FLOP-matched dense</h3><p>no sparse run has a finished dense run of the same scale, context, budget and seed yet</p>';
+  const names = [...new Set(pts.map((p) => p.series))].sort();
+  const series = [];
+  for (const n of names) {
+    const mine = pts.filter((p) => p.series === n);
+    series.push({ label: `${n}: each run`, x: mine.map((p) => p.sparsity), y: mine.map((p) => p.relative_pct), colour: colourOf(names, n), kind: 'points', size: 5 });
+    const xs = [...new Set(mine.map((p) => p.sparsity))].sort((a, b) => a - b);
+    const mean = xs.map((x) => { const v = mine.filter((p) => p.sparsity === x).map((p) => p.relative_pct); return v.reduce((a, b) => a + b, 0) / v.length; });
+    series.push({ label: `${n}: mean`, x: xs, y: mean, colour: colourOf(names, n), kind: 'both', width: 2, size: 9 });
+  }
+  return '<h3>Sparse runs against FLOP-matched dense</h3><p class="note">100 (L / L<sub>dense</sub> − 1) against the dense run of the same scale, context, budget and seed; below 0: better than dense</p>'
+    + legend(names) + chartBox('facets', { name: 'relative-to-dense', series, legend: false, xlabel: 'sparsity', ylabel: 'loss vs dense (%)' })
+    + table('relative', ['series', 'job_id', 'dense_job_id', 'sparsity', 'stride', 'relative_pct'], pts, { job_id: (r) => `#/job/${encodeURIComponent(r.job_id)}` });
+}
+
+// Overlaid curves load with the page up to this many jobs; beyond, on request.
+const OVERLAY_JOBS = 500;
+async function sweepPage(name, force) {
+  const q = encodeURIComponent(name);
+  const [sweeps, jobs, fits, compare] = await Promise.all([getJson('/api/sweeps'), getJson(`/api/jobs?sweep=${q}`),
+    getJson(`/api/fits?sweep=${q}`), getJson(`/api/compare?sweep=${q}`)]);
+  const rows = jobs.data;
+  const overlay = rows.length <= OVERLAY_JOBS || sweepPage.overlay === name;
+  const curves = overlay ? await getJson(`/api/curves?sweep=${q}&max_points=200`) : { changed: false, data: null };
+  if (![sweeps, jobs, fits, compare, curves].some((r) => r.changed) && !force) return null;
+  const summary = sweeps.data.find((s) => s.sweep === name) || { failures: [], in_flight: [] };
+  let html = `<h2>Sweep ${esc(name)}</h2>`;
+  if (summary.total) html += `<p>${STATES.map((s) => `${s} ${summary[s]}`).join(' · ')} · FLOPs done <span class="bar"><span style="width:${(100 * summary.progress).toFixed(1)}%"></span></span> ${(100 * summary.progress).toFixed(1)}% · elapsed ${duration(summary.elapsed_s)} · ETA ${duration(summary.eta_s)}</p>`;
+  html += failuresBox(summary.failures, false);
+  if (summary.in_flight.length) {
+    html += '<h3>In flight</h3>' + table('inflight', IN_FLIGHT, summary.in_flight, { job_id: (r) => `#/job/${encodeURIComponent(r.job_id)}` });
   }
   html += '<h3>Jobs</h3>' + table('jobs', ['job_id', 'family', 'scale', 'sparsity', 'stride', 'context', 'budget_value', 'seed',
     'n_params_active', 'train_flops', 'status', 'step', 'steps', 'final_val_loss', 'final_val_loss_causal'], rows,
-  { job_id: (r) => `#/job/${r.job_id}` });
-  const done = rows.filter((r) => r.status === 'succeeded' && finalLoss(r) !== null && finalLoss(r) !== undefined && r.role !== 'trunk');
-  html += '<h3>Final loss against training FLOPs</h3>' + scatter('loss-vs-flops',
-    done.map((r) => ({ x: r.train_flops, y: finalLoss(r), group: r.family, label: `${r.job_id} ${r.scale}` })),
-    { logx: true, xlabel: 'training FLOPs', ylabel: 'loss' });
-  const dense = fits.data.find((f) => f.law === 'dense' && f.params && f.params.E !== undefined);
-  if (dense) {
-    const pts = done.filter((r) => r.family === 'dense').map((r) => ({
-      x: finalLoss(r), y: denseLaw(dense.params, r.n_params_active, r.tokens_trained ?? r.tokens),
-      group: r.scale === dense.holdout_scale ? 'held out' : 'fitted', label: `${r.job_id} ${r.scale}` }));
-    html += `<h3>Dense law (fit ${dense.fit_id}): predicted against observed</h3>` + scatter('predicted-vs-observed', pts,
-      { diagonal: true, xlabel: 'observed', ylabel: 'predicted' });
-  }
+  { job_id: (r) => `#/job/${encodeURIComponent(r.job_id)}` });
+  html += '<h3>Curves</h3>' + (overlay ? overlaySection(rows, curves.data)
+    : `<p>${rows.length} jobs: <button id="load-overlay">overlay their curves</button></p>`);
+  const done = rows.filter((r) => r.status === 'succeeded' && present(finalLoss(r)) && r.role !== 'trunk');
+  const byId = new Map(rows.map((r) => [r.job_id, r]));
+  html += lawSection(done, compare.data) + predictedSection(fits.data, byId) + relativeSection(compare.data);
   html += `<h3>Fits</h3>` + (fits.data.length
     ? table('fits', ['fit_id', 'law', 'method', 'n_points', 'objective', 'rmse', 'holdout_scale'], fits.data)
       + fits.data.map((f) => `<details><summary>fit ${f.fit_id}: ${esc(f.law)} parameters and intervals</summary><pre>${esc(JSON.stringify({ params: f.params, intervals: f.intervals, on_bound: f.on_bound }, null, 2))}</pre></details>`).join('')
@@ -181,21 +265,25 @@ async function sweepPage(name, force) {
 
 async function jobPage(id, force) {
   const job = await getJson(`/api/job?id=${encodeURIComponent(id)}`);
-  const curve = await getJson(`/api/curves?job=${encodeURIComponent(id)}&max_points=2000`);
+  const curve = await getJson(`/api/curves?job=${encodeURIComponent(id)}&max_points=${jobPage.points}`);
   if (!job.changed && !curve.changed && !force) return null;
   const r = job.data.result || {};
   const c = curve.data.columns;
   let html = `<h2>Job ${esc(id)}</h2><p>${esc(r.family)} ${esc(r.scale)} · ${esc(r.status)} · step ${fmt(c.step?.[c.step.length - 1] ?? 0)} of ${fmt(r.steps)} · ${curve.data.rows} curve rows${curve.data.thinned ? ` (${curve.data.returned} shown)` : ''}</p>`;
   const x = jobPage.x;
-  html += `<p>against <select id="xaxis">${['step', 'tokens', 'flops'].map((a) => `<option${a === x ? ' selected' : ''}>${a}</option>`).join('')}</select></p>`;
-  html += '<h3>Loss</h3>' + chart(c, x, ['train_loss', 'val_loss', 'val_loss_causal']);
-  html += '<h3>Learning rate</h3>' + chart(c, x, ['lr'], { height: 160 });
+  html += `<p>against ${select('xaxis', ['step', 'tokens', 'flops'], x)} · points ${select('points', ['2000', '20000', 'all'], jobPage.points === '0' ? 'all' : jobPage.points)}
+    <span class="note">thinned curves keep every evaluation and the train loss's shape (largest-triangle-three-buckets)</span></p>`;
+  const xs = c[x] || [];
+  const lossSeries = ['train_loss', 'val_loss', 'val_loss_causal'].filter((n) => c[n]?.some(present)).map((n) => ({ label: n, values: c[n] }));
+  html += '<h3>Loss</h3>' + (xs.length && lossSeries.length ? chartBox('line', { name: 'loss', x: xs, series: lossSeries, xlabel: x, ylabel: 'loss (nats per token)' }) : '<p>no points yet</p>');
+  html += '<h3>Learning rate</h3>' + (xs.length && c.lr?.some(present) ? chartBox('line', { name: 'lr', x: xs, series: [{ label: 'lr', values: c.lr }], xlabel: x, ylabel: 'learning rate', height: 180 }) : '<p>no points yet</p>');
   html += '<h3>Attempts</h3>' + table('attempts', ['attempt', 'worker_id', 'status', 'resumed_from_step', 'started_at', 'ended_at', 'reason'], job.data.attempts);
   html += '<h3>Checkpoints</h3>' + table('checkpoints', ['step', 'attempt', 'path', 'created_at'], job.data.checkpoints);
   html += `<h3>Result</h3><pre>${esc(JSON.stringify(r, null, 2))}</pre><h3>Config</h3><pre>${esc(JSON.stringify(job.data.config, null, 2))}</pre>`;
   return html;
 }
 
+jobPage.points = '2000';  // rows of the job's curve to fetch: 2000, 20000 or 0 (all)
 jobPage.x = 'step';  // the curves' x axis: step, tokens or flops
 
 let route = '';
@@ -204,6 +292,7 @@ async function render(force) {
   const parts = hash.slice(2).split('/').map(decodeURIComponent);
   if (hash !== route) { route = hash; force = true; }
   let html;
+  charts.pending = [];
   try {
     if (parts[0] === 'sweep' && parts[1]) html = await sweepPage(parts[1], force);
     else if (parts[0] === 'job' && parts[1]) html = await jobPage(parts[1], force);
@@ -214,6 +303,7 @@ async function render(force) {
   if (html !== null) {
     const focused = document.activeElement?.dataset?.table;
     document.getElementById('page').innerHTML = html;
+    charts.draw();
     if (focused) {
       const input = document.querySelector(`input.filter[data-table="${focused}"]`);
       if (input) { input.focus(); input.setSelectionRange(input.value.length, input.value.length); }
@@ -225,6 +315,7 @@ async function render(force) {
 }
 
 document.addEventListener('click', (e) => {
+  if (e.target.id === 'load-overlay') { sweepPage.overlay = decodeURIComponent(location.hash.split('/')[2] || ''); render(true); return; }
   const all = e.target.closest('button[data-all]');
   if (all) { table.state[all.dataset.all].all = true; render(true); return; }
   const th = e.target.closest('th[data-table]');
@@ -234,8 +325,14 @@ document.addEventListener('click', (e) => {
   render(true);
 });
 document.addEventListener('change', (e) => {
-  if (e.target.id !== 'xaxis') return;
-  jobPage.x = e.target.value;
+  const v = e.target.value;
+  if (e.target.id === 'xaxis') jobPage.x = v;
+  else if (e.target.id === 'points') jobPage.points = v === 'all' ? '0' : v;
+  else if (e.target.id === 'colour') view.colour = v;
+  else if (e.target.id === 'metric') view.metric = v;
+  else if (e.target.id === 'overlay-x') view.x = v;
+  else if (e.target.id === 'fit') view.fit = v;
+  else return;
   render(true);
 });
 document.addEventListener('input', (e) => {
@@ -244,5 +341,9 @@ document.addEventListener('input', (e) => {
   render(true);
 });
 window.addEventListener('hashchange', () => render(true));
+if (!window.XmodCharts) {
+  document.getElementById('nocharts').textContent = `Charts are off: ${window.XmodChartsMissing || 'the chart bundle did not load'}. Tables and the JSON endpoints work as usual.`;
+  document.getElementById('nocharts').hidden = false;
+}
 render(true);
 setInterval(() => render(false), POLL_MS);
