@@ -1,14 +1,16 @@
 // Render times of the dashboard in headless Chromium (docs/dashboard.md), a
 // benchmark, not a test: run through the browser tests' harness,
 //   bash tests/browser/run.sh SOURCE_DIR BUILD_DIR BUILD_DIR/bin bench/dashboard_render.mjs
-// It submits bench/grid-10k.yaml (10,000 jobs) to a fresh database, gives one job
-// 100,000 curve rows (train loss and learning rate every step, a validation loss
-// every 100; written straight into the metrics table with sqlite3, since nothing
-// trains here), serves it with `xmod dashboard`, and times, over several rounds,
-// the navigation to each page until the page has drawn (the app marks the body):
-// the sweeps page, the 10,000-row job table, and the job page with its curves
-// (thinned by the server to 2,000 rows), and the same job page asking for every
-// row. Prints the median and range of each, and the time of the JSON answer alone.
+// It submits bench/grid-10k.yaml (10,000 jobs) to a fresh database and writes
+// curves straight into the metrics table with sqlite3 (nothing trains here): one
+// job gets 100,000 rows (train loss and learning rate every step, a validation
+// loss every 100), and 500 others, marked succeeded, 1,000 rows each. It serves
+// the file with `xmod dashboard` and times, over several rounds, each page from
+// navigation (or from the click that asks for more) until its table or chart
+// holds the data: the sweeps page, the 10,000-row job table, the job page with its
+// curve thinned by the server to 2,000 rows, the same curve with all 100,000 rows,
+// and the 500 jobs' curves overlaid. Prints the median and range of each, and
+// the time of the JSON answer alone.
 import { chromium } from 'playwright-core';
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -33,7 +35,16 @@ execFileSync('sqlite3', [db, `
          step * 524288, step * 1e15, 1, 0 FROM s
   UNION ALL SELECT '${job}', 'lr', step, 3e-4 * MIN(1.0, step / 2000.0), step * 524288, step * 1e15, 1, 0 FROM s
   UNION ALL SELECT '${job}', 'val_loss', step, 3.0 + 5.0 / (1 + step / 1000.0), step * 524288, step * 1e15, 1, 0
-    FROM s WHERE step % 100 = 0;`]);
+    FROM s WHERE step % 100 = 0;
+  CREATE TEMP TABLE overlaid AS SELECT job_id, ROW_NUMBER() OVER (ORDER BY job_id) AS k FROM jobs
+    WHERE job_id != '${job}' ORDER BY job_id LIMIT 500;
+  UPDATE jobs SET status = 'succeeded' WHERE job_id IN (SELECT job_id FROM overlaid);
+  WITH RECURSIVE s(step) AS (SELECT 1 UNION ALL SELECT step + 1 FROM s WHERE step < 1000)
+  INSERT INTO metrics (job_id, name, step, value, tokens, flops, attempt, wall_time)
+  SELECT o.job_id, 'train_loss', step, 3.0 + o.k / 500.0 + 5.0 / (1 + step / 100.0), step * 65536, step * 1e13, 1, 0
+    FROM overlaid o, s
+  UNION ALL SELECT o.job_id, 'val_loss', step, 3.0 + o.k / 500.0 + 5.0 / (1 + step / 100.0), step * 65536, step * 1e13, 1, 0
+    FROM overlaid o, s WHERE step % 100 = 0;`]);
 
 const server = spawn(xmod, ['dashboard', '--db', db, '--http', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'inherit'] });
 const base = await new Promise((resolve) => {
@@ -45,11 +56,17 @@ const browser = await chromium.launch({
   args: ['--headless', '--no-sandbox', '--disable-background-networking', '--disable-gpu'],
 });
 
-// Milliseconds from navigation until the page has drawn its data.
-async function timePage(url, ready) {
+// Milliseconds from navigation until `ready` holds, or, with `action`, from the
+// action (after the page first satisfied `before`) until `ready` holds.
+async function timePage(url, ready, before, action) {
   const page = await browser.newPage({ viewport: { width: 1300, height: 1000 } });
-  const t0 = performance.now();
+  let t0 = performance.now();
   await page.goto(url);
+  if (action) {
+    await page.waitForFunction(before, null, { timeout: 120000, polling: 10 });
+    t0 = performance.now();
+    await action(page);
+  }
   await page.waitForFunction(ready, null, { timeout: 120000, polling: 10 });
   const ms = performance.now() - t0;
   await page.close();
@@ -61,28 +78,34 @@ async function timeFetch(url) {
   await res.arrayBuffer();
   return performance.now() - t0;
 }
+const chartRows = (name, n) => new Function(`const c = window.XmodCharts && XmodCharts.read('${name}'); return !!c && c.data[0].length === ${n};`);
 const cases = [
-  ['sweeps page', `${base}/#/`, () => document.querySelectorAll('table#sweeps tbody tr').length === 1, `${base}/api/sweeps`],
-  ['job table of 10,000 jobs (first 1,000 drawn)', `${base}/#/sweep/grid-10k`,
-    () => document.querySelectorAll('table#jobs tbody tr').length === 1000 && /10000 of 10000/.test(document.body.textContent),
-    `${base}/api/jobs?sweep=grid-10k`],
-  ['job page, 1e5 rows thinned to 2,000', `${base}/#/job/${job}`, () => !!document.querySelector('polyline[data-series="train_loss"]'),
-    `${base}/api/curves?job=${job}&max_points=2000`],
+  { name: 'sweeps page', url: `${base}/#/`, ready: () => document.querySelectorAll('table#sweeps tbody tr').length === 1,
+    api: `${base}/api/sweeps` },
+  { name: 'job table of 10,000 jobs (first 1,000 drawn)', url: `${base}/#/sweep/grid-10k`,
+    ready: () => document.querySelectorAll('table#jobs tbody tr').length === 1000 && /10000 of 10000/.test(document.body.textContent),
+    api: `${base}/api/jobs?sweep=grid-10k` },
+  { name: 'job page, 1e5 rows thinned to 2,000', url: `${base}/#/job/${job}`, ready: chartRows('loss', 2000),
+    api: `${base}/api/curves?job=${job}&max_points=2000` },
+  { name: 'job page, all 1e5 rows (after the choice)', url: `${base}/#/job/${job}`, before: chartRows('loss', 2000),
+    action: (p) => p.selectOption('#points', 'all'), ready: chartRows('loss', 100000),
+    api: `${base}/api/curves?job=${job}&max_points=0` },
+  { name: '500 jobs\' curves overlaid (after the click)', url: `${base}/#/sweep/grid-10k`,
+    before: () => !!document.getElementById('load-overlay'), action: (p) => p.click('#load-overlay'),
+    ready: () => { const c = window.XmodCharts && XmodCharts.read('overlay'); return !!c && c.data.length === 501; },
+    api: `${base}/api/curves?sweep=grid-10k&max_points=200` },
 ];
 const median = (v) => { const s = [...v].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
+const range = (v) => `${median(v).toFixed(0)} (${Math.min(...v).toFixed(0)}-${Math.max(...v).toFixed(0)})`;
 console.log(`dashboard render times in headless Chromium, ${rounds} rounds each (median, range), ms`);
-for (const [name, url, ready, api] of cases) {
+for (const c of cases) {
   const page = [], json = [];
   for (let r = 0; r < rounds; r++) {
-    page.push(await timePage(url, ready));
-    json.push(await timeFetch(api));
+    page.push(await timePage(c.url, c.ready, c.before, c.action));
+    json.push(await timeFetch(c.api));
   }
-  console.log(`  ${name.padEnd(38)} page ${median(page).toFixed(0)} (${Math.min(...page).toFixed(0)}-${Math.max(...page).toFixed(0)})` +
-    `   its JSON alone ${median(json).toFixed(0)} (${Math.min(...json).toFixed(0)}-${Math.max(...json).toFixed(0)})`);
+  console.log(`  ${c.name.padEnd(44)} page ${range(page)}   its JSON alone ${range(json)}`);
 }
-const all = [];
-for (let r = 0; r < rounds; r++) all.push(await timeFetch(`${base}/api/curves?job=${job}&max_points=0`));
-console.log(`  every curve row as JSON (100,000 rows)  ${median(all).toFixed(0)} (${Math.min(...all).toFixed(0)}-${Math.max(...all).toFixed(0)})`);
 await browser.close();
 server.kill('SIGTERM');
 fs.rmSync(dir, { recursive: true, force: true });

@@ -149,6 +149,139 @@ TEST_F(DashboardTest, EndpointsMatchTheDatabase) {
   Get("/api/fits?sweep=it's", 404);  // quotes are data, not SQL
 }
 
+// /api/sweeps carries each sweep's failures (with the stored reason) and its jobs
+// in flight with their rate; /api/compare and the sweep-wide /api/curves serve
+// the comparison views from the same database.
+TEST_F(DashboardTest, SweepsCarryFailuresAndRatesAndTheComparisonViewsMatchTheDatabase) {
+  // The job in flight reports step 9 two seconds after step 7: 1 step/s.
+  clock_.Advance(2.0);
+  ASSERT_TRUE(scheduler_
+                  ->ReportMetrics(flying_.job_id, flying_.fencing_token,
+                                  {{"train_loss", 9, 4.4, 9 * 1024, 9e6}})
+                  .ok());
+  const std::string worker = scheduler_->RegisterWorker("host2", 1, "").value();
+  const LeaseGrant doomed = *scheduler_->Lease(worker)->grant;
+  ASSERT_TRUE(
+      scheduler_->Fail(doomed.job_id, doomed.fencing_token, AttemptEnd::kFatalError, "CUDA OOM")
+          .ok());
+  // The rest finish, each with its own final losses (routed families report both).
+  std::vector<std::string> finished = {done_.job_id};
+  for (int k = 0;; ++k) {
+    auto lease = scheduler_->Lease(worker);
+    ASSERT_TRUE(lease.ok());
+    if (!lease->grant) break;
+    const LeaseGrant g = *lease->grant;
+    const nlohmann::json config = nlohmann::json::parse(g.config_json);
+    const int64_t steps = config.at("steps").get<int64_t>();
+    std::vector<ReportedMetric> m = {{"train_loss", steps, 3.5, steps * 1024, steps * 1e6},
+                                     {"val_loss", steps, 3.0 + 0.01 * k, steps * 1024, steps * 1e6}};
+    if (config.at("family") != "dense") {
+      m.push_back({"val_loss_causal", steps, 3.02 + 0.01 * k, steps * 1024, steps * 1e6});
+    }
+    ASSERT_TRUE(scheduler_->ReportMetrics(g.job_id, g.fencing_token, m).ok());
+    ASSERT_TRUE(scheduler_->Complete(g.job_id, g.fencing_token, steps).ok());
+    finished.push_back(g.job_id);
+  }
+
+  const nlohmann::json sweeps = Get("/api/sweeps");
+  ASSERT_EQ(sweeps.size(), 1u);
+  ASSERT_EQ(sweeps[0]["failures"].size(), 1u);
+  EXPECT_EQ(sweeps[0]["failures"][0]["job_id"], doomed.job_id);
+  const auto reason = store_->Query("SELECT status_reason FROM jobs WHERE job_id = '" +
+                                    doomed.job_id + "' AND status = 'failed'");
+  ASSERT_EQ(reason->rows.size(), 1u);
+  EXPECT_EQ(sweeps[0]["failures"][0]["reason"], std::get<std::string>(reason->rows[0][0]));
+  EXPECT_THAT(sweeps[0]["failures"][0]["reason"].get<std::string>(), HasSubstr("CUDA OOM"));
+  ASSERT_EQ(sweeps[0]["in_flight"].size(), 1u);
+  const nlohmann::json& f = sweeps[0]["in_flight"][0];
+  EXPECT_EQ(f["job_id"], flying_.job_id);
+  EXPECT_EQ(f["step"], 9);
+  EXPECT_EQ(f["attempt"], 1);
+  EXPECT_DOUBLE_EQ(f["steps_per_s"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(f["tokens_per_s"].get<double>(), 1024.0);
+
+  // Sweep-wide curves: the finished jobs and the one in flight, thinned, without lr.
+  const nlohmann::json curves = Get("/api/curves?sweep=smoke&max_points=50");
+  ASSERT_EQ(curves["jobs"].size(), finished.size() + 1);
+  for (const auto& c : curves["jobs"]) {
+    EXPECT_LE(c["returned"].get<size_t>(), 50u);
+    EXPECT_FALSE(c["columns"].contains("lr"));
+    EXPECT_TRUE(c["columns"].contains("val_loss_causal"));
+  }
+  Get("/api/curves?sweep=smoke&job=" + done_.job_id, 400);
+  Get("/api/curves", 400);
+  Get("/api/curves?sweep=nope", 404);
+
+  // The stored fit lacks B: no law line, and the view says why.
+  nlohmann::json compare = Get("/api/compare?sweep=smoke");
+  EXPECT_TRUE(compare["law"].is_null());
+  EXPECT_THAT(compare["law_missing"].get<std::string>(), HasSubstr("no parameter B"));
+  // Each routed run against the dense run of its scale, context, budget and seed.
+  const auto pairs = store_->Query(
+      "SELECT s.job_id, d.job_id, 100.0 * (COALESCE(s.final_val_loss_causal, s.final_val_loss) "
+      "/ d.final_val_loss - 1.0) FROM job_results s JOIN job_results d ON d.family = 'dense' AND "
+      "d.scale = s.scale AND d.context = s.context AND d.budget_value = s.budget_value AND "
+      "d.seed = s.seed WHERE s.family != 'dense' AND s.status = 'succeeded' AND d.status = "
+      "'succeeded' ORDER BY s.job_id");
+  ASSERT_GE(pairs->rows.size(), 1u);
+  ASSERT_EQ(compare["relative_to_dense"].size(), pairs->rows.size());
+  for (const auto& row : pairs->rows) {
+    bool found = false;
+    for (const auto& p : compare["relative_to_dense"]) {
+      if (p["job_id"] != std::get<std::string>(row[0])) continue;
+      found = true;
+      EXPECT_EQ(p["dense_job_id"], std::get<std::string>(row[1]));
+      EXPECT_NEAR(p["relative_pct"].get<double>(), std::get<double>(row[2]), 1e-9);
+    }
+    EXPECT_TRUE(found) << std::get<std::string>(row[0]);
+  }
+  // With a whole dense fit: one law line per dense N, the law evaluated at D = C / f.
+  FitRecord fit;
+  fit.law = "dense";
+  fit.points_hash = "fedcba9876543210";
+  fit.n_points = 2;
+  fit.params_json = R"({"E": 1.5, "A": 300.0, "B": 900.0, "alpha": 0.4, "beta": 0.3})";
+  fit.result_json = "{}";
+  fit.method = "single";
+  const int64_t fit_id = *store_->RecordFit("smoke", fit);
+  compare = Get("/api/compare?sweep=smoke");
+  EXPECT_EQ(compare["law"]["fit_id"], fit_id);
+  const auto dense = store_->Query(
+      "SELECT DISTINCT n_params_active, flops_per_token FROM job_results WHERE family = 'dense' "
+      "AND status = 'succeeded' ORDER BY n_params_active");
+  ASSERT_EQ(compare["law_lines"].size(), dense->rows.size());
+  const double n = static_cast<double>(std::get<int64_t>(dense->rows[0][0]));
+  const double per_token = std::get<double>(dense->rows[0][1]);
+  const nlohmann::json& line = compare["law_lines"][0];
+  EXPECT_DOUBLE_EQ(line["n"].get<double>(), n);
+  const double c = line["flops"][40].get<double>();
+  EXPECT_NEAR(line["loss"][40].get<double>(),
+              1.5 + 300.0 / std::pow(n, 0.4) + 900.0 / std::pow(c / per_token, 0.3), 1e-9);
+  ASSERT_EQ(compare["isoflop"].size(), 4u);
+  for (const auto& p : compare["isoflop"]) {
+    double lowest = 1e300;
+    for (const auto& l : p["loss"]) lowest = std::min(lowest, l.get<double>());
+    EXPECT_DOUBLE_EQ(p["lowest"]["loss"].get<double>(), lowest);
+  }
+  Get("/api/compare?sweep=nope", 404);
+}
+
+// The chart bundle is in the binary, or a stand-in that says why it is not.
+TEST_F(DashboardTest, TheChartBundleIsServedOrItsAbsenceExplained) {
+  auto script = client_->Get("/charts.js");
+  ASSERT_TRUE(script);
+  EXPECT_EQ(script->status, 200);
+  EXPECT_EQ(client_->Get("/charts.css")->status, 200);
+#if XMOD_DASHBOARD_HAS_CHARTS
+  EXPECT_THAT(script->body, HasSubstr("XmodCharts"));
+  EXPECT_GT(script->body.size(), 20000u);  // uPlot itself, minified
+#else
+  EXPECT_THAT(script->body, HasSubstr("XmodChartsMissing"));
+  EXPECT_THAT(script->body, HasSubstr("built without"));
+#endif
+  EXPECT_THAT(client_->Get("/")->body, HasSubstr("/charts.js"));
+}
+
 // Curves are thinned to max_points keeping the evaluations, the ends and a spike.
 TEST_F(DashboardTest, CurvesAreThinnedKeepingEvaluationsEndsAndSpikes) {
   const nlohmann::json all = Get("/api/curves?job=" + done_.job_id + "&max_points=0");

@@ -250,6 +250,18 @@ TEST(XModLaw, RecoversParametersFromNoisyPointsAndPredictsTheHeldOutScale) {
   EXPECT_EQ(held->holdout.size(), 3u * 3u * 10u);
   EXPECT_EQ(held->points.size(), points.size() - held->holdout.size());
   EXPECT_LT(held->holdout_rmse, 0.01);
+  // The stored report keeps every fitted point's prediction (the dashboard's
+  // predicted-against-observed view reads them) beside the held-out ones.
+  const nlohmann::json stored = ReportJson(*held);
+  ASSERT_EQ(stored["fitted"].size(), held->points.size());
+  for (size_t i = 0; i < held->points.size(); ++i) {
+    const nlohmann::json& f = stored["fitted"][i];
+    EXPECT_EQ(f["job_id"], held->points[i].id);
+    EXPECT_DOUBLE_EQ(f["observed"].get<double>(), held->points[i].loss);
+    EXPECT_DOUBLE_EQ(f["predicted"].get<double>(), *held->Predict(held->points[i]));
+    EXPECT_NEAR(f["predicted"].get<double>(), held->points[i].loss, 0.03 * held->points[i].loss);
+  }
+  EXPECT_EQ(stored["holdout"]["points"].size(), held->holdout.size());
   std::printf(
       "xmod recovery: eta %.4f c_T %.4f beta_T %.4f c_s %.4f psi %.4f; "
       "held-out s5 RMSE %.5f (%.2f s, %.2f s)\n",
