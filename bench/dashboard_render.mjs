@@ -4,7 +4,8 @@
 // It submits bench/grid-10k.yaml (10,000 jobs) to a fresh database and writes
 // curves straight into the metrics table with sqlite3 (nothing trains here): one
 // job gets 100,000 rows (train loss and learning rate every step, a validation
-// loss every 100), and 500 others, marked succeeded, 1,000 rows each. It serves
+// loss every 100), and 500 others, marked succeeded, 1,000 rows each (validation
+// losses in both routing modes). It serves
 // the file with `xmod dashboard` and times, over several rounds, each page from
 // navigation (or from the click that asks for more) until its table or chart
 // holds the data: the sweeps page, the 10,000-row job table, the job page with its
@@ -44,6 +45,8 @@ execFileSync('sqlite3', [db, `
   SELECT o.job_id, 'train_loss', step, 3.0 + o.k / 500.0 + 5.0 / (1 + step / 100.0), step * 65536, step * 1e13, 1, 0
     FROM overlaid o, s
   UNION ALL SELECT o.job_id, 'val_loss', step, 3.0 + o.k / 500.0 + 5.0 / (1 + step / 100.0), step * 65536, step * 1e13, 1, 0
+    FROM overlaid o, s WHERE step % 100 = 0
+  UNION ALL SELECT o.job_id, 'val_loss_causal', step, 3.01 + o.k / 500.0 + 5.0 / (1 + step / 100.0), step * 65536, step * 1e13, 1, 0
     FROM overlaid o, s WHERE step % 100 = 0;`]);
 
 const server = spawn(xmod, ['dashboard', '--db', db, '--http', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'inherit'] });

@@ -5,9 +5,11 @@
 const POLL_MS = 2000;
 const etags = new Map();   // url -> etag of the body last rendered
 const bodies = new Map();  // url -> that body
+let cacheOnly = false;     // while set, getJson answers from `bodies` where it can
 
 // The JSON at `url`, and whether it changed since the last call.
 async function getJson(url) {
+  if (cacheOnly && bodies.has(url)) return { data: bodies.get(url), changed: false };
   const headers = {};
   if (etags.has(url)) headers['If-None-Match'] = etags.get(url);
   const res = await fetch(url, { headers, cache: 'no-store' });
@@ -17,6 +19,22 @@ async function getJson(url) {
   etags.set(url, res.headers.get('ETag'));
   bodies.set(url, data);
   return { data, changed: true };
+}
+
+// The answer of `pending` (a getJson of `url`) if it has come, else the body last
+// rendered for `url` (data null before the first), with a redraw once a changed
+// answer arrives: a page draws what it has and fills in the slow parts after.
+async function later(pending, url) {
+  const WAITING = {};
+  const first = await Promise.race([pending, Promise.resolve(WAITING)]);
+  if (first !== WAITING) return first;
+  pending.then(async (r) => {
+    if (!r.changed) return;
+    // Redraw from what is here: asking the server again would wait on the same
+    // slow answers (a 304 costs the server the whole answer too).
+    await redraw();
+  }, () => {});
+  return { data: bodies.get(url) ?? null, changed: false };
 }
 
 function esc(v) {
@@ -235,11 +253,16 @@ function relativeSection(compare) {
 const OVERLAY_JOBS = 500;
 async function sweepPage(name, force) {
   const q = encodeURIComponent(name);
-  const [sweeps, jobs, fits, compare] = await Promise.all([getJson('/api/sweeps'), getJson(`/api/jobs?sweep=${q}`),
-    getJson(`/api/fits?sweep=${q}`), getJson(`/api/compare?sweep=${q}`)]);
+  const compareUrl = `/api/compare?sweep=${q}`, curvesUrl = `/api/curves?sweep=${q}&max_points=200`;
+  // The views' answers are the dear ones on a big sweep: the table does not wait
+  // for them (see later()).
+  const comparing = getJson(compareUrl);
+  const [sweeps, jobs, fits] = await Promise.all([getJson('/api/sweeps'), getJson(`/api/jobs?sweep=${q}`),
+    getJson(`/api/fits?sweep=${q}`)]);
   const rows = jobs.data;
   const overlay = rows.length <= OVERLAY_JOBS || sweepPage.overlay === name;
-  const curves = overlay ? await getJson(`/api/curves?sweep=${q}&max_points=200`) : { changed: false, data: null };
+  const compare = await later(comparing, compareUrl);
+  const curves = overlay ? await later(getJson(curvesUrl), curvesUrl) : { changed: false, data: null };
   if (![sweeps, jobs, fits, compare, curves].some((r) => r.changed) && !force) return null;
   const summary = sweeps.data.find((s) => s.sweep === name) || { failures: [], in_flight: [] };
   let html = `<h2>Sweep ${esc(name)}</h2>`;
@@ -251,11 +274,14 @@ async function sweepPage(name, force) {
   html += '<h3>Jobs</h3>' + table('jobs', ['job_id', 'family', 'scale', 'sparsity', 'stride', 'context', 'budget_value', 'seed',
     'n_params_active', 'train_flops', 'status', 'step', 'steps', 'final_val_loss', 'final_val_loss_causal'], rows,
   { job_id: (r) => `#/job/${encodeURIComponent(r.job_id)}` });
-  html += '<h3>Curves</h3>' + (overlay ? overlaySection(rows, curves.data)
-    : `<p>${rows.length} jobs: <button id="load-overlay">overlay their curves</button></p>`);
+  const loading = '<p class="note">loading…</p>';
+  html += '<h3>Curves</h3>' + (!overlay ? `<p>${rows.length} jobs: <button id="load-overlay">overlay their curves</button></p>`
+    : curves.data ? overlaySection(rows, curves.data) : loading);
   const done = rows.filter((r) => r.status === 'succeeded' && present(finalLoss(r)) && r.role !== 'trunk');
   const byId = new Map(rows.map((r) => [r.job_id, r]));
-  html += lawSection(done, compare.data) + predictedSection(fits.data, byId) + relativeSection(compare.data);
+  html += (compare.data ? lawSection(done, compare.data) : `<h3>Final loss against training FLOPs</h3>${loading}`)
+    + predictedSection(fits.data, byId)
+    + (compare.data ? relativeSection(compare.data) : `<h3>Sparse runs against FLOP-matched dense</h3>${loading}`);
   html += `<h3>Fits</h3>` + (fits.data.length
     ? table('fits', ['fit_id', 'law', 'method', 'n_points', 'objective', 'rmse', 'holdout_scale'], fits.data)
       + fits.data.map((f) => `<details><summary>fit ${f.fit_id}: ${esc(f.law)} parameters and intervals</summary><pre>${esc(JSON.stringify({ params: f.params, intervals: f.intervals, on_bound: f.on_bound }, null, 2))}</pre></details>`).join('')
@@ -286,6 +312,13 @@ async function jobPage(id, force) {
 jobPage.points = '2000';  // rows of the job's curve to fetch: 2000, 20000 or 0 (all)
 jobPage.x = 'step';  // the curves' x axis: step, tokens or flops
 
+// Draws the page again from the answers already here (fetching only what is
+// not): for sorting, filtering, a selector, or a slow answer that arrived.
+async function redraw() {
+  cacheOnly = true;
+  try { await render(true); } finally { cacheOnly = false; }
+}
+
 let route = '';
 async function render(force) {
   const hash = location.hash || '#/';
@@ -315,14 +348,14 @@ async function render(force) {
 }
 
 document.addEventListener('click', (e) => {
-  if (e.target.id === 'load-overlay') { sweepPage.overlay = decodeURIComponent(location.hash.split('/')[2] || ''); render(true); return; }
+  if (e.target.id === 'load-overlay') { sweepPage.overlay = decodeURIComponent(location.hash.split('/')[2] || ''); redraw(); return; }
   const all = e.target.closest('button[data-all]');
-  if (all) { table.state[all.dataset.all].all = true; render(true); return; }
+  if (all) { table.state[all.dataset.all].all = true; redraw(); return; }
   const th = e.target.closest('th[data-table]');
   if (!th) return;
   const s = table.state[th.dataset.table];
   if (s.key === th.dataset.key) s.asc = !s.asc; else { s.key = th.dataset.key; s.asc = true; }
-  render(true);
+  redraw();
 });
 document.addEventListener('change', (e) => {
   const v = e.target.value;
@@ -333,12 +366,12 @@ document.addEventListener('change', (e) => {
   else if (e.target.id === 'overlay-x') view.x = v;
   else if (e.target.id === 'fit') view.fit = v;
   else return;
-  render(true);
+  redraw();
 });
 document.addEventListener('input', (e) => {
   if (!e.target.matches('input.filter')) return;
   table.state[e.target.dataset.table].filter = e.target.value;
-  render(true);
+  redraw();
 });
 window.addEventListener('hashchange', () => render(true));
 if (!window.XmodCharts) {
@@ -346,4 +379,13 @@ if (!window.XmodCharts) {
   document.getElementById('nocharts').hidden = false;
 }
 render(true);
-setInterval(() => render(false), POLL_MS);
+// Polls every POLL_MS, or, where answers are slow (a 10,000-job sweep), every
+// three times the last render's duration, so that a page left open does not keep
+// the server busy.
+async function poll() {
+  const t0 = performance.now();
+  try { await render(false); } finally {
+    setTimeout(poll, Math.max(POLL_MS, 3 * (performance.now() - t0)));
+  }
+}
+setTimeout(poll, POLL_MS);
