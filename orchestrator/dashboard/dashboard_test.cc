@@ -280,6 +280,21 @@ TEST_F(DashboardTest, TheChartBundleIsServedOrItsAbsenceExplained) {
   EXPECT_THAT(script->body, HasSubstr("built without"));
 #endif
   EXPECT_THAT(client_->Get("/")->body, HasSubstr("/charts.js"));
+  // Sent gzipped to a client that takes gzip (never recompressed), and a 304 for
+  // a client that has it.
+  client_->set_decompress(false);
+  auto raw = client_->Get("/charts.js", {{"Accept-Encoding", "gzip, deflate, br"}});
+  ASSERT_TRUE(raw);
+  EXPECT_EQ(raw->get_header_value("Content-Encoding"), "gzip");
+  ASSERT_GE(raw->body.size(), 2u);
+  EXPECT_EQ(static_cast<unsigned char>(raw->body[0]), 0x1f);
+  client_->set_decompress(true);
+  auto plain = client_->Get("/charts.js", {{"Accept-Encoding", "gzip"}});
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->body, script->body);
+  auto again = client_->Get("/charts.js", {{"If-None-Match", script->get_header_value("ETag")}});
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 304);
 }
 
 // Curves are thinned to max_points keeping the evaluations, the ends and a spike.
