@@ -7,7 +7,8 @@
 // loss every 100), and 500 others, marked succeeded, 1,000 rows each (validation
 // losses in both routing modes). It serves
 // the file with `xmod dashboard` and times, over several rounds, each page from
-// navigation (or from the click that asks for more) until its table or chart
+// navigation (or from the click that asks for more, once the page has drawn
+// what it had) until its table or chart
 // holds the data: the sweeps page, the 10,000-row job table, the job page with its
 // curve thinned by the server to 2,000 rows, the same curve with all 100,000 rows,
 // and the 500 jobs' curves overlaid. Prints the median and range of each, and
@@ -94,7 +95,7 @@ const cases = [
     action: (p) => p.selectOption('#points', 'all'), ready: chartRows('loss', 100000),
     api: `${base}/api/curves?job=${job}&max_points=0` },
   { name: '500 jobs\' curves overlaid (after the click)', url: `${base}/#/sweep/grid-10k`,
-    before: () => !!document.getElementById('load-overlay'), action: (p) => p.click('#load-overlay'),
+    before: () => !!document.getElementById('load-overlay') && !document.body.textContent.includes('loading…'), action: (p) => p.click('#load-overlay'),
     ready: () => { const c = window.XmodCharts && XmodCharts.read('overlay'); return !!c && c.data.length === 501; },
     api: `${base}/api/curves?sweep=grid-10k&max_points=200` },
 ];

@@ -99,6 +99,10 @@ function dots(colour, size) {
 // false when the page draws its own). uPlot's faceted mode.
 function facets(el, spec) {
   const series = spec.series.filter((s) => s.x.length);
+  if (!series.length) {
+    el.innerHTML = '<p class="nocharts">no points yet</p>';
+    return null;
+  }
   const opts = {
     mode: 2,
     ...sizeOf(el, spec, 320),

@@ -254,14 +254,14 @@ const OVERLAY_JOBS = 500;
 async function sweepPage(name, force) {
   const q = encodeURIComponent(name);
   const compareUrl = `/api/compare?sweep=${q}`, curvesUrl = `/api/curves?sweep=${q}&max_points=200`;
-  // The views' answers are the dear ones on a big sweep: the table does not wait
+  // The views' answers are the dear ones on a big sweep: they are asked for once
+  // the table's are in (so as not to slow them down), and the table does not wait
   // for them (see later()).
-  const comparing = getJson(compareUrl);
   const [sweeps, jobs, fits] = await Promise.all([getJson('/api/sweeps'), getJson(`/api/jobs?sweep=${q}`),
     getJson(`/api/fits?sweep=${q}`)]);
   const rows = jobs.data;
   const overlay = rows.length <= OVERLAY_JOBS || sweepPage.overlay === name;
-  const compare = await later(comparing, compareUrl);
+  const compare = await later(getJson(compareUrl), compareUrl);
   const curves = overlay ? await later(getJson(curvesUrl), curvesUrl) : { changed: false, data: null };
   if (![sweeps, jobs, fits, compare, curves].some((r) => r.changed) && !force) return null;
   const summary = sweeps.data.find((s) => s.sweep === name) || { failures: [], in_flight: [] };
