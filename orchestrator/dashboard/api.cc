@@ -38,8 +38,9 @@ nlohmann::json ParsedOrText(const Value& v) {
 
 // NOT_FOUND unless the store has a sweep named `sweep`.
 absl::Status RequireSweep(SqliteStore* store, const std::string& sweep) {
-  ASSIGN_OR_RETURN(QueryResult found, store->Query(absl::StrCat(
-                                          "SELECT 1 FROM sweeps WHERE name = ", SqlLiteral(sweep))));
+  ASSIGN_OR_RETURN(
+      QueryResult found,
+      store->Query(absl::StrCat("SELECT 1 FROM sweeps WHERE name = ", SqlLiteral(sweep))));
   if (found.rows.empty()) return absl::NotFoundError(absl::StrCat("no sweep '", sweep, "'"));
   return absl::OkStatus();
 }
@@ -67,17 +68,17 @@ absl::StatusOr<nlohmann::json> SweepsJson(SqliteStore* store, Scheduler* schedul
     ASSIGN_OR_RETURN(std::vector<JobProgressRow> jobs, scheduler->Jobs(sweep));
     for (const JobProgressRow& j : jobs) {
       if (!j.in_flight()) continue;
-      nlohmann::json f = {{"job_id", j.job_id}, {"family", j.family}, {"scale", j.scale},
+      nlohmann::json f = {{"job_id", j.job_id}, {"family", j.family},   {"scale", j.scale},
                           {"status", j.status}, {"attempt", j.attempt}, {"step", j.step},
                           {"steps", j.steps}};
       // The rate over the attempt's reported training steps: the span of its
       // train-loss rows (startup and evaluations before the first one excluded).
-      ASSIGN_OR_RETURN(QueryResult span,
-                       store->Query(absl::StrCat(
-                           "SELECT MAX(step) - MIN(step), MAX(tokens) - MIN(tokens), "
-                           "MAX(wall_time) - MIN(wall_time) FROM metrics WHERE job_id = ",
-                           SqlLiteral(j.job_id), " AND name = 'train_loss' AND attempt = ",
-                           j.attempt)));
+      ASSIGN_OR_RETURN(
+          QueryResult span,
+          store->Query(absl::StrCat("SELECT MAX(step) - MIN(step), MAX(tokens) - MIN(tokens), "
+                                    "MAX(wall_time) - MIN(wall_time) FROM metrics WHERE job_id = ",
+                                    SqlLiteral(j.job_id),
+                                    " AND name = 'train_loss' AND attempt = ", j.attempt)));
       const double steps = AsNumber(span.rows[0][0]), tokens = AsNumber(span.rows[0][1]),
                    seconds = AsNumber(span.rows[0][2]);
       const bool measured = std::isfinite(seconds) && seconds > 0 && steps > 0;
@@ -248,9 +249,9 @@ absl::StatusOr<nlohmann::json> SweepCurvesJson(SqliteStore* store, const std::st
     const std::string id = std::get<std::string>(row[0]);
     ASSIGN_OR_RETURN(QueryResult curve, store->JobCurve(id));
     if (curve.rows.empty()) continue;
-    nlohmann::json c = CurveColumns(
-        curve, static_cast<size_t>(max_points),
-        {"step", "tokens", "flops", "train_loss", "val_loss", "val_loss_causal"});
+    nlohmann::json c =
+        CurveColumns(curve, static_cast<size_t>(max_points),
+                     {"step", "tokens", "flops", "train_loss", "val_loss", "val_loss_causal"});
     c["job_id"] = id;
     curves.push_back(std::move(c));
   }
@@ -348,8 +349,11 @@ absl::StatusOr<nlohmann::json> CompareJson(SqliteStore* store, const std::string
   const int64_t fit_id = static_cast<int64_t>(AsNumber(fit.rows[0][0]));
   const nlohmann::json params = ParsedOrText(fit.rows[0][1]);
   double e = 0, a = 0, b = 0, alpha = 0, beta = 0;
-  for (auto [key, value] : {std::pair<const char*, double*>{"E", &e}, {"A", &a}, {"B", &b},
-                            {"alpha", &alpha}, {"beta", &beta}}) {
+  for (auto [key, value] : {std::pair<const char*, double*>{"E", &e},
+                            {"A", &a},
+                            {"B", &b},
+                            {"alpha", &alpha},
+                            {"beta", &beta}}) {
     if (!params.is_object() || !params.contains(key) || !params[key].is_number()) {
       out["law_missing"] = absl::StrCat("fit ", fit_id, " has no parameter ", key);
       return out;

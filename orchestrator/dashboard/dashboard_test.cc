@@ -173,8 +173,9 @@ TEST_F(DashboardTest, SweepsCarryFailuresAndRatesAndTheComparisonViewsMatchTheDa
     const LeaseGrant g = *lease->grant;
     const nlohmann::json config = nlohmann::json::parse(g.config_json);
     const int64_t steps = config.at("steps").get<int64_t>();
-    std::vector<ReportedMetric> m = {{"train_loss", steps, 3.5, steps * 1024, steps * 1e6},
-                                     {"val_loss", steps, 3.0 + 0.01 * k, steps * 1024, steps * 1e6}};
+    std::vector<ReportedMetric> m = {
+        {"train_loss", steps, 3.5, steps * 1024, steps * 1e6},
+        {"val_loss", steps, 3.0 + 0.01 * k, steps * 1024, steps * 1e6}};
     if (config.at("family") != "dense") {
       m.push_back({"val_loss_causal", steps, 3.02 + 0.01 * k, steps * 1024, steps * 1e6});
     }
