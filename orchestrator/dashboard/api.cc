@@ -340,10 +340,8 @@ absl::StatusOr<nlohmann::json> CompareJson(SqliteStore* store, const std::string
                        "SELECT f.fit_id, f.params_json FROM fits f JOIN sweeps s ON s.sweep_id "
                        "= f.sweep_id WHERE s.name = ",
                        SqlLiteral(sweep), " AND f.law = 'dense' ORDER BY f.fit_id DESC LIMIT 1")));
-  const std::vector<std::pair<double, double>> nf = DenseFlopsPerToken(done);
-  if (fit.rows.empty() || nf.empty()) {
-    out["law_missing"] = fit.rows.empty() ? "no stored dense fit (run xmod fit --law dense)"
-                                          : "no finished dense run";
+  if (fit.rows.empty()) {
+    out["law_missing"] = "no stored dense fit (run xmod fit --law dense)";
     return out;
   }
   const int64_t fit_id = static_cast<int64_t>(AsNumber(fit.rows[0][0]));
@@ -360,15 +358,12 @@ absl::StatusOr<nlohmann::json> CompareJson(SqliteStore* store, const std::string
     }
     *value = params[key].get<double>();
   }
-  out["law"] = {{"fit_id", fit_id}, {"params", params}};
-  const LossAt law = [&](double n, double d) {
-    return e + a / std::pow(n, alpha) + b / std::pow(d, beta);
-  };
-  double c_min = 1e300, c_max = 0.0;
-  for (const SweepJob& j : done) {
-    c_min = std::min(c_min, j.train_flops);
-    c_max = std::max(c_max, j.train_flops);
+  const DenseLawView view = DenseLawViews(DenseLoss(e, a, b, alpha, beta), done);
+  if (view.lines.empty()) {
+    out["law_missing"] = "no finished dense run";
+    return out;
   }
+  out["law"] = {{"fit_id", fit_id}, {"params", params}};
   auto pairs = [](const std::vector<std::pair<double, double>>& points) {
     nlohmann::json xs = nlohmann::json::array(), ys = nlohmann::json::array();
     for (const auto& [x, y] : points) {
@@ -377,11 +372,11 @@ absl::StatusOr<nlohmann::json> CompareJson(SqliteStore* store, const std::string
     }
     return std::make_pair(xs, ys);
   };
-  for (const LawLine& line : DenseLawLines(law, nf, c_min, c_max)) {
+  for (const LawLine& line : view.lines) {
     auto [flops, loss] = pairs(line.points);
     out["law_lines"].push_back({{"n", line.n}, {"flops", flops}, {"loss", loss}});
   }
-  for (const IsoFlopProfile& p : IsoFlopProfiles(law, nf, c_min, c_max)) {
+  for (const IsoFlopProfile& p : view.isoflop) {
     auto [n, loss] = pairs(p.points);
     out["isoflop"].push_back({{"flops", p.flops},
                               {"n", n},

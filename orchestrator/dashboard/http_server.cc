@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <utility>
@@ -70,8 +71,30 @@ std::string Gzip(const std::string& text) {
   return done ? out : "";
 }
 
-// A JSON answer with its ETag; 304 without a body when the client has it already.
-// The body is gzipped here when the client takes gzip; the content type carries a
+// Sends `body` of `type` under `etag`: a 304 without a body when the client has
+// that tag; else gzipped when the client takes gzip and `gzipped()` gives bytes
+// (empty: send `body` as it is).
+void SendTagged(const httplib::Request& req, httplib::Response& res, const std::string& etag,
+                const std::string& type, const std::string& body,
+                const std::function<std::string()>& gzipped) {
+  res.set_header("ETag", etag);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("Vary", "Accept-Encoding");
+  if (req.get_header_value("If-None-Match") == etag) {
+    res.status = 304;
+    return;
+  }
+  if (req.get_header_value("Accept-Encoding").find("gzip") != std::string::npos) {
+    if (std::string gz = gzipped(); !gz.empty()) {
+      res.set_header("Content-Encoding", "gzip");
+      res.set_content(gz, type.c_str());
+      return;
+    }
+  }
+  res.set_content(body, type.c_str());
+}
+
+// A JSON answer with its ETag, gzipped here over 1 KB; the content type carries a
 // charset, which keeps cpp-httplib from compressing it again with brotli at its
 // slowest setting (seconds per megabyte: it stalled the 10,000-job page).
 void SendJson(const httplib::Request& req, httplib::Response& res,
@@ -81,24 +104,8 @@ void SendJson(const httplib::Request& req, httplib::Response& res,
     return;
   }
   const std::string text = body->dump();
-  const std::string etag = absl::StrCat("\"", HexId(text), "\"");
-  res.set_header("ETag", etag);
-  res.set_header("Cache-Control", "no-cache");
-  if (req.get_header_value("If-None-Match") == etag) {
-    res.status = 304;
-    return;
-  }
-  constexpr char kJsonType[] = "application/json; charset=utf-8";
-  if (text.size() > 1024 &&
-      req.get_header_value("Accept-Encoding").find("gzip") != std::string::npos) {
-    if (std::string gz = Gzip(text); !gz.empty()) {
-      res.set_header("Content-Encoding", "gzip");
-      res.set_header("Vary", "Accept-Encoding");
-      res.set_content(gz, kJsonType);
-      return;
-    }
-  }
-  res.set_content(text, kJsonType);
+  SendTagged(req, res, absl::StrCat("\"", HexId(text), "\""), "application/json; charset=utf-8",
+             text, [&text] { return text.size() > 1024 ? Gzip(text) : std::string(); });
 }
 
 std::string CookieValue(const std::string& header, const std::string& name) {
@@ -232,20 +239,7 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(SqliteSt
     auto it = served->find(req.path == "/" ? "/index.html" : req.path);
     if (it == served->end()) return SendError(res, 404, absl::StrCat("no page ", req.path));
     const Served& a = it->second;
-    res.set_header("ETag", a.etag);
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("Vary", "Accept-Encoding");
-    if (req.get_header_value("If-None-Match") == a.etag) {
-      res.status = 304;
-      return;
-    }
-    if (!a.gzipped.empty() &&
-        req.get_header_value("Accept-Encoding").find("gzip") != std::string::npos) {
-      res.set_header("Content-Encoding", "gzip");
-      res.set_content(a.gzipped, a.type.c_str());
-      return;
-    }
-    res.set_content(a.bytes, a.type.c_str());
+    SendTagged(req, res, a.etag, a.type, a.bytes, [&a] { return a.gzipped; });
   });
   // Read-only: no other method does anything.
   const auto refuse = [](const httplib::Request& req, httplib::Response& res) {

@@ -178,14 +178,12 @@ std::vector<LawPoint> MoePoints(const std::vector<SweepJob>& done) {
 }
 
 // The dense law's loss against training FLOPs at each dense scale's N
-// (DenseLawLines): writes law_curves.dat, returns the plot list to append.
-std::string DenseLawCurves(const Plotter& plot, const LossAt& law,
-                           const std::vector<std::pair<double, double>>& nf, double c_min,
-                           double c_max) {
+// (DenseLawViews): writes law_curves.dat, returns the plot list to append.
+std::string DenseLawCurves(const Plotter& plot, const std::vector<LawLine>& lines) {
   std::string plots;
   std::ofstream curves(plot.File("law_curves.dat"));
   int block = 0;
-  for (const LawLine& line : DenseLawLines(law, nf, c_min, c_max)) {
+  for (const LawLine& line : lines) {
     curves << fmt::format("# dense law at N = {:.6g}\n", line.n);
     for (const auto& [c, l] : line.points) curves << fmt::format("{:.9g} {:.9g}\n", c, l);
     curves << "\n\n";
@@ -197,16 +195,15 @@ std::string DenseLawCurves(const Plotter& plot, const LossAt& law,
   return plots;
 }
 
-// The dense law's isoFLOP profiles (IsoFlopProfiles) with the lowest point of
-// each: writes isoflop.dat and isoflop_min.dat and returns the gnuplot plot list.
-std::string IsoFlopPlots(const Plotter& plot, const LossAt& law,
-                         const std::vector<std::pair<double, double>>& nf, double c_min,
-                         double c_max, double* iso_lo, double* iso_hi) {
+// The dense law's isoFLOP profiles (DenseLawViews) with the lowest point of each:
+// writes isoflop.dat and isoflop_min.dat and returns the gnuplot plot list.
+std::string IsoFlopPlots(const Plotter& plot, const std::vector<IsoFlopProfile>& profiles,
+                         double* iso_lo, double* iso_hi) {
   std::string plots;
   std::ofstream iso(plot.File("isoflop.dat"));
   std::ofstream minima(plot.File("isoflop_min.dat"));
   int b = 0;
-  for (const IsoFlopProfile& p : IsoFlopProfiles(law, nf, c_min, c_max)) {
+  for (const IsoFlopProfile& p : profiles) {
     iso << fmt::format("# C = {:.4g} FLOPs\n", p.flops);
     for (const auto& [n, l] : p.points) {
       iso << fmt::format("{:.9g} {:.9g}\n", n, l);
@@ -366,17 +363,9 @@ absl::Status PlotRun::LossVsFlops() {
     const LawReport& r = *dense;
     const double e = r.fit.params.at("E"), a = r.fit.params.at("A"), b = r.fit.params.at("B"),
                  alpha = r.fit.params.at("alpha"), beta = r.fit.params.at("beta");
-    auto law = [&](double n, double d) {
-      return e + a / std::pow(n, alpha) + b / std::pow(d, beta);
-    };
-    double c_min = 1e300, c_max = 0.0;
-    for (const SweepJob& j : done) {
-      c_min = std::min(c_min, j.train_flops);
-      c_max = std::max(c_max, j.train_flops);
-    }
-    const std::vector<std::pair<double, double>> nf = DenseFlopsPerToken(done);
-    left += DenseLawCurves(plot, law, nf, c_min, c_max);
-    right = IsoFlopPlots(plot, law, nf, c_min, c_max, &iso_lo, &iso_hi);
+    const DenseLawView view = DenseLawViews(DenseLoss(e, a, b, alpha, beta), done);
+    left += DenseLawCurves(plot, view.lines);
+    right = IsoFlopPlots(plot, view.isoflop, &iso_lo, &iso_hi);
     law_note = fmt::format(
         "dense law fitted on {} dense runs: E={:.3g}, A={:.3g}, B={:.3g}, "
         "α={:.3f}, β={:.3f}",

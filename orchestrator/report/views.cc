@@ -2,12 +2,17 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
 
 namespace xmod {
 
+namespace {
+
+// (N, training FLOPs per token) of each dense scale among `done`, the mean over
+// its contexts, by ascending N.
 std::vector<std::pair<double, double>> DenseFlopsPerToken(const std::vector<SweepJob>& done) {
   std::map<double, std::pair<double, int>> per_n;
   for (const SweepJob& j : done) {
@@ -39,7 +44,6 @@ std::vector<IsoFlopProfile> IsoFlopProfiles(const LossAt& law,
                                             const std::vector<std::pair<double, double>>& nf,
                                             double c_min, double c_max) {
   std::vector<IsoFlopProfile> profiles;
-  if (nf.empty()) return profiles;
   // FLOPs per token at any N: log-log interpolation between the scales, the end
   // segments extended.
   auto flops_at = [&](double n) {
@@ -65,6 +69,23 @@ std::vector<IsoFlopProfile> IsoFlopProfiles(const LossAt& law,
     profiles.push_back(std::move(p));
   }
   return profiles;
+}
+
+}  // namespace
+
+LossAt DenseLoss(double e, double a, double b, double alpha, double beta) {
+  return [=](double n, double d) { return e + a / std::pow(n, alpha) + b / std::pow(d, beta); };
+}
+
+DenseLawView DenseLawViews(const LossAt& law, const std::vector<SweepJob>& done) {
+  const std::vector<std::pair<double, double>> nf = DenseFlopsPerToken(done);
+  if (nf.empty()) return {};
+  double c_min = 1e300, c_max = 0.0;
+  for (const SweepJob& j : done) {
+    c_min = std::min(c_min, j.train_flops);
+    c_max = std::max(c_max, j.train_flops);
+  }
+  return {DenseLawLines(law, nf, c_min, c_max), IsoFlopProfiles(law, nf, c_min, c_max)};
 }
 
 std::vector<RelativeToDensePoint> RelativeToDense(const std::vector<SweepJob>& done) {

@@ -17,32 +17,34 @@ namespace xmod {
 // A law's loss (nats) at N non-embedding parameters and D training tokens.
 using LossAt = std::function<double(double n, double d)>;
 
-// (N, training FLOPs per token) of each dense scale among `done`, the mean over
-// its contexts, by ascending N.
-std::vector<std::pair<double, double>> DenseFlopsPerToken(const std::vector<SweepJob>& done);
+// The dense law L = E + A / N^alpha + B / D^beta (docs/laws.md).
+LossAt DenseLoss(double e, double a, double b, double alpha, double beta);
 
-// The law's loss against training FLOPs C at one dense scale's N (D = C / FLOPs
-// per token), 81 points log-spaced over [c_min / 3, 3 c_max].
+// The law's loss against training FLOPs C at one dense scale's N (D = C / that
+// scale's training FLOPs per token, the mean over its contexts), 81 points
+// log-spaced over [c_min / 3, 3 c_max].
 struct LawLine {
   double n = 0.0;
   std::vector<std::pair<double, double>> points;  // (C, loss)
 };
-std::vector<LawLine> DenseLawLines(const LossAt& law,
-                                   const std::vector<std::pair<double, double>>& nf, double c_min,
-                                   double c_max);
 
 // The law's isoFLOP profile at budget C: loss against N (121 points log-spaced
 // over [N_min / 4, 4 N_max]) with D = C / FLOPs per token at N (log-log
-// interpolation between the scales of `nf`), and the lowest point on that range.
+// interpolation between the dense scales), and the lowest point on that range.
 struct IsoFlopProfile {
   double flops = 0.0;
   std::vector<std::pair<double, double>> points;  // (N, loss)
   std::pair<double, double> lowest;               // (N, loss)
 };
-// Four budgets log-spaced from c_min to c_max.
-std::vector<IsoFlopProfile> IsoFlopProfiles(const LossAt& law,
-                                            const std::vector<std::pair<double, double>>& nf,
-                                            double c_min, double c_max);
+
+// A dense law drawn over the runs `done`: a line at each of their dense scales,
+// and isoFLOP profiles at four budgets log-spaced from their cheapest to their
+// dearest training FLOPs (c_min, c_max). Both empty when `done` has no dense run.
+struct DenseLawView {
+  std::vector<LawLine> lines;
+  std::vector<IsoFlopProfile> isoflop;
+};
+DenseLawView DenseLawViews(const LossAt& law, const std::vector<SweepJob>& done);
 
 // A sparse run beside the dense run of the same scale, context, budget and seed
 // (same initialisation and batch order): 100 (L_sparse / L_dense - 1), losses as

@@ -21,10 +21,11 @@ async function getJson(url) {
   return { data, changed: true };
 }
 
-// The answer of `pending` (a getJson of `url`) if it has come, else the body last
+// getJson(url) if its answer is here at once (from the cache), else the body last
 // rendered for `url` (data null before the first), with a redraw once a changed
 // answer arrives: a page draws what it has and fills in the slow parts after.
-async function later(pending, url) {
+async function later(url) {
+  const pending = getJson(url);
   const WAITING = {};
   const first = await Promise.race([pending, Promise.resolve(WAITING)]);
   if (first !== WAITING) return first;
@@ -261,8 +262,8 @@ async function sweepPage(name, force) {
     getJson(`/api/fits?sweep=${q}`)]);
   const rows = jobs.data;
   const overlay = rows.length <= OVERLAY_JOBS || sweepPage.overlay === name;
-  const compare = await later(getJson(compareUrl), compareUrl);
-  const curves = overlay ? await later(getJson(curvesUrl), curvesUrl) : { changed: false, data: null };
+  const compare = await later(compareUrl);
+  const curves = overlay ? await later(curvesUrl) : { changed: false, data: null };
   if (![sweeps, jobs, fits, compare, curves].some((r) => r.changed) && !force) return null;
   const summary = sweeps.data.find((s) => s.sweep === name) || { failures: [], in_flight: [] };
   let html = `<h2>Sweep ${esc(name)}</h2>`;
