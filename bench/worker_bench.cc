@@ -22,6 +22,7 @@
 // Usage: worker_bench [--threads N] [--repeats N] [--python /usr/bin/python3]
 //        worker_bench --experts [--threads N] [--repeats N]   (part 6 alone)
 // Exits 1 when target 1, 2, 4 or 6 is missed (or the Python side cannot run).
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -36,6 +37,7 @@
 
 #include "bench/paired_ratio.h"
 #include "bench/stepper.h"
+#include "worker/model/fused_cpu.h"
 #include "worker/model/model.h"
 #include "worker/model/precision.h"
 #include "worker/train/host_allocator.h"
@@ -137,7 +139,7 @@ namespace {
 // training steps of one configuration (or torch::mm products of the dense MLP's
 // up-projection), printed as "time CONFIG SECONDS FLOPS" for bench/cross_release.sh,
 // which runs it alternately under two LibTorch installations.
-int TimeOne(const std::string& config, int steps, int threads) {
+int TimeOne(const std::string& config, int steps, int threads, const std::string& trace) {
   ApplyHostAllocatorSettings(TrainingAllocatorSettings());
   torch::set_num_threads(threads);
   torch::manual_seed(0);
@@ -162,8 +164,12 @@ int TimeOne(const std::string& config, int steps, int threads) {
       times.push_back(Seconds(start));
     }
     flops = 2.0 * static_cast<double>(m * k * n);
-  } else if (parts.size() == 3 && (parts[0] == "dense" || parts[0] == "xmod")) {
+  } else if ((parts.size() == 3 || (parts.size() == 4 && parts[3] == "composite")) &&
+             (parts[0] == "dense" || parts[0] == "xmod")) {
     const bool xmod = parts[0] == "xmod";
+    // A fourth part "composite" runs the block's elementwise work as LibTorch
+    // ops instead of the fused CPU kernels (worker/model/fused_cpu.h).
+    SetFusedCpuKernels(parts.size() == 3);
     const AttentionPath path = parts[1] == "eager"   ? AttentionPath::kEager
                                : parts[1] == "fused" ? AttentionPath::kFused
                                                      : AttentionPath::kAuto;
@@ -176,11 +182,18 @@ int TimeOne(const std::string& config, int steps, int threads) {
     stepper.bf16 = parts[2] == "bf16";
     stepper.Step();
     stepper.Step();
-    for (int i = 0; i < steps; ++i) times.push_back(stepper.Step());
+    if (!trace.empty()) {
+      // LibTorch's profiler around the timed steps, as a Chrome trace (op names,
+      // nesting and durations; bench/trace_ops.py sums self time per op).
+      torch::autograd::profiler::RecordProfile profile(trace);
+      for (int i = 0; i < steps; ++i) times.push_back(stepper.Step());
+    } else {
+      for (int i = 0; i < steps; ++i) times.push_back(stepper.Step());
+    }
     flops = stepper.flops_per_step;
   } else {
     std::fprintf(stderr,
-                 "worker_bench: --time wants dense|xmod,eager|fused|auto,fp32|bf16 or "
+                 "worker_bench: --time wants dense|xmod,eager|fused|auto,fp32|bf16[,composite] or "
                  "mm,fp32|bf16; got %s\n",
                  config.c_str());
     return 2;
@@ -246,11 +259,13 @@ int main(int argc, char** argv) {
   using namespace xmod;
   if (argc >= 3 && !std::strcmp(argv[1], "--time")) {
     int steps = 5, threads = 1;
+    std::string trace;
     for (int i = 3; i + 1 < argc; i += 2) {
       if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
       if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+      if (!std::strcmp(argv[i], "--trace")) trace = argv[i + 1];
     }
-    return TimeOne(argv[2], steps, threads);
+    return TimeOne(argv[2], steps, threads, trace);
   }
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int repeats = 15;

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <optional>
 
+#include "worker/model/fused_cpu.h"
 #include "worker/model/precision.h"
 
 namespace xmod {
@@ -15,10 +16,7 @@ MlpImpl::MlpImpl(int64_t d_model, int64_t d_ff) {
       register_module("w2", torch::nn::Linear(torch::nn::LinearOptions(d_ff, d_model).bias(false)));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  auto gate_up = w13(x).chunk(2, -1);
-  return w2(torch::silu(gate_up[0]) * gate_up[1]);
-}
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return w2(Swiglu(w13(x))); }
 
 const char* MoeGateName(MoeGate gate) {
   switch (gate) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "worker/model/fused_cpu.h"
 #include "worker/model/precision.h"
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -55,9 +56,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_) * weight;
-}
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return RmsNorm(x, weight, eps_); }
 
 AttentionImpl::AttentionImpl(int64_t d_model, int64_t n_heads) : n_heads_(n_heads) {
   qkv = register_module(
@@ -66,31 +65,14 @@ AttentionImpl::AttentionImpl(int64_t d_model, int64_t n_heads) : n_heads_(n_head
                          torch::nn::Linear(torch::nn::LinearOptions(d_model, d_model).bias(false)));
 }
 
-namespace {
-
-// Rotates the two halves of the head dimension by the angles of each position.
-// x [B, H, N, hd]; cos, sin [B or 1, N, hd/2].
-torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  const torch::Tensor x1 = x.narrow(-1, 0, half);
-  const torch::Tensor x2 = x.narrow(-1, half, half);
-  // In x's dtype: under bf16 autocast q and k stay bf16 (fp32 angles would
-  // promote them to fp32 copies, twice the memory, cast back for the matmul).
-  const torch::Tensor c = cos.unsqueeze(1).to(x.scalar_type());
-  const torch::Tensor s = sin.unsqueeze(1).to(x.scalar_type());
-  return torch::cat({x1 * c - x2 * s, x1 * s + x2 * c}, -1);
-}
-
-}  // namespace
-
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
                                      const torch::Tensor& sin, const torch::Tensor& allowed) {
   const int64_t b = x.size(0), n = x.size(1), d = x.size(2);
   const int64_t hd = d / n_heads_;
-  // [B, N, 3d] -> 3 x [B, H, N, hd]
-  auto parts = qkv(x).view({b, n, 3, n_heads_, hd}).permute({2, 0, 3, 1, 4}).unbind(0);
-  const torch::Tensor q = Rotate(parts[0], cos, sin);
-  const torch::Tensor k = Rotate(parts[1], cos, sin);
+  // [B, N, 3d] -> 3 x [B, H, N, hd], q and k rotated
+  auto parts = SplitRotary(qkv(x), cos, sin, n_heads_);
+  const torch::Tensor& q = parts[0];
+  const torch::Tensor& k = parts[1];
   torch::Tensor out;  // [B, H, N, hd]
 #if XMOD_HAVE_SDPA
   if (ResolvedAttentionPath(x.device()) == AttentionPath::kFused) {
