@@ -13,6 +13,7 @@
 #include "common/accounting.h"
 #include "worker/model/model.h"
 #include "worker/model/precision.h"
+#include "worker/train/adamw.h"
 
 namespace xmod::bench {
 
@@ -59,7 +60,7 @@ struct Stepper {
         out.aux_loss;
     loss.backward();
     torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
-    optimizer->step();
+    AdamWStep(*optimizer);
     Synchronize();
     return Seconds(start);
   }

@@ -19,6 +19,7 @@
 #include "common/status_macros.h"
 #include "worker/model/model.h"
 #include "worker/model/precision.h"
+#include "worker/train/adamw.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/host_allocator.h"
 #include "worker/train/zero.h"
@@ -567,7 +568,7 @@ class Run {
                 ? torch::nn::utils::clip_grad_norm_(model_->parameters(), job_.grad_clip)
                 : torch::nn::utils::clip_grad_norm_(model_->parameters(),
                                                     std::numeric_limits<double>::infinity());
-        if (std::isfinite(stats.loss) && std::isfinite(stats.grad_norm)) optimizer_->step();
+        if (std::isfinite(stats.loss) && std::isfinite(stats.grad_norm)) AdamWStep(*optimizer_);
       }
       // After the update, from the step's statistics over every rank (the same on
       // each, so the ranks stay identical): DECO's controller, MoE's bias balancing.

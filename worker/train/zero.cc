@@ -5,37 +5,9 @@
 #include <cmath>
 
 #include "common/status_macros.h"
+#include "worker/train/adamw.h"
 
 namespace xmod {
-
-namespace {
-
-// The optimizer state's key for a parameter: its TensorImpl, as a pointer on
-// LibTorch 2.x and as that pointer's text on 1.13.
-#if TORCH_VERSION_MAJOR >= 2
-void* StateKey(const torch::Tensor& p) { return p.unsafeGetTensorImpl(); }
-#else
-std::string StateKey(const torch::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
-#endif
-
-torch::optim::AdamWParamState* StateOf(torch::optim::AdamW& optimizer, const torch::Tensor& p) {
-  auto it = optimizer.state().find(StateKey(p));
-  if (it == optimizer.state().end()) return nullptr;
-  return static_cast<torch::optim::AdamWParamState*>(it->second.get());
-}
-
-void SetState(torch::optim::AdamW& optimizer, const torch::Tensor& p, int64_t step,
-              torch::Tensor exp_avg, torch::Tensor exp_avg_sq) {
-  auto state = std::make_unique<torch::optim::AdamWParamState>();
-  state->step(step);
-  state->exp_avg(std::move(exp_avg));
-  state->exp_avg_sq(std::move(exp_avg_sq));
-  optimizer.state()[StateKey(p)] = std::move(state);
-}
-
-}  // namespace
 
 std::vector<int> ShardOwners(const std::vector<int64_t>& numels, int ranks) {
   double total = 0;
@@ -86,7 +58,7 @@ absl::StatusOr<double> ShardedAdamW::Step(double max_norm, bool update) {
     }
   }
   // 3. The owners' update; 4. every parameter from its owner.
-  local_->step();
+  AdamWStep(*local_);
   for (int r = 0; r < comm_.size(); ++r) {
     std::vector<torch::Tensor> data;
     for (const auto& p : Run(r)) data.push_back(p.data());
@@ -107,7 +79,7 @@ absl::StatusOr<std::unique_ptr<torch::optim::AdamW>> ShardedAdamW::Gather() {
         torch::zeros({static_cast<int64_t>(run.size())}, torch::dtype(torch::kFloat64));
     std::vector<torch::Tensor> moments;
     for (size_t i = 0; i < run.size(); ++i) {
-      torch::optim::AdamWParamState* state = me == r ? StateOf(*local_, run[i]) : nullptr;
+      torch::optim::AdamWParamState* state = me == r ? AdamWStateOf(*local_, run[i]) : nullptr;
       if (state != nullptr) {
         steps[static_cast<int64_t>(i)] = static_cast<double>(state->step());
         moments.push_back(state->exp_avg().contiguous());
@@ -125,8 +97,8 @@ absl::StatusOr<std::unique_ptr<torch::optim::AdamW>> ShardedAdamW::Gather() {
       for (size_t i = 0; i < run.size(); ++i) {
         const auto step = static_cast<int64_t>(counts[static_cast<int64_t>(i)].item<double>());
         if (step == 0) continue;
-        SetState(*full, run[i], step, moments[2 * i].cpu().clone(),
-                 moments[2 * i + 1].cpu().clone());
+        SetAdamWState(*full, run[i], step, moments[2 * i].cpu().clone(),
+                      moments[2 * i + 1].cpu().clone());
       }
     }
   }
@@ -136,17 +108,17 @@ absl::StatusOr<std::unique_ptr<torch::optim::AdamW>> ShardedAdamW::Gather() {
 void ShardedAdamW::TakeShard(torch::optim::AdamW& full) {
   local_->state().clear();
   for (const auto& p : Run(comm_.rank())) {
-    torch::optim::AdamWParamState* state = StateOf(full, p);
+    torch::optim::AdamWParamState* state = AdamWStateOf(full, p);
     if (state == nullptr) continue;
-    SetState(*local_, p, state->step(), state->exp_avg().to(p.device()).clone(),
-             state->exp_avg_sq().to(p.device()).clone());
+    SetAdamWState(*local_, p, state->step(), state->exp_avg().to(p.device()).clone(),
+                  state->exp_avg_sq().to(p.device()).clone());
   }
 }
 
 void MoveOptimizerStateToParameters(torch::optim::AdamW& optimizer) {
   for (const auto& group : optimizer.param_groups()) {
     for (const auto& p : group.params()) {
-      torch::optim::AdamWParamState* state = StateOf(optimizer, p);
+      torch::optim::AdamWParamState* state = AdamWStateOf(optimizer, p);
       if (state == nullptr || state->exp_avg().device() == p.device()) continue;
       state->exp_avg(state->exp_avg().to(p.device()));
       state->exp_avg_sq(state->exp_avg_sq().to(p.device()));
