@@ -17,7 +17,7 @@ root="${XMOD_DEBIAN13_DIR:-build-debian13}/root"
 [ -x "$host_bin/worker_bench" ] || { echo "cross_release: no $host_bin/worker_bench; build first" >&2; exit 1; }
 [ -x "$root/root/build/bin/worker_bench" ] || { echo "cross_release: no worker_bench in the Debian 13 tree; run bash deploy/debian13.sh first" >&2; exit 1; }
 threads=2
-configs="dense,eager,fp32 dense,eager,bf16 dense,fused,fp32 dense,fused,bf16 dense,auto,fp32 dense,auto,bf16 xmod,auto,fp32 xmod,auto,bf16 mm,fp32 mm,bf16"
+configs="dense,eager,fp32 dense,eager,bf16 dense,fused,fp32 dense,fused,bf16 dense,auto,fp32 dense,auto,bf16 xmod,auto,fp32 xmod,auto,bf16 mm,fp32 mm,bf16 dense,auto,fp32,composite xmod,auto,fp32,composite"
 
 # The demo's cheapest job, as the tree and the host both read it (data/brown relative).
 "$host_bin/xmod" expand sweeps/demo.yaml --format json >/tmp/xmod_demo_jobs.json
@@ -80,7 +80,10 @@ show("2.6 dense fused fp32 / 2.6 dense eager fp32", ("2.6", "dense,fused,fp32"),
 show("2.6 dense eager bf16 / 2.6 dense eager fp32", ("2.6", "dense,eager,bf16"), ("2.6", "dense,eager,fp32"))
 show("1.13 dense eager bf16 / 1.13 dense eager fp32", ("1.13", "dense,eager,bf16"), ("1.13", "dense,eager,fp32"))
 for rel in ["1.13", "2.6"]:
-    for prec, path in [("fp32", "eager"), ("bf16", "eager"), ("fp32", "fused")]:
+    for fam in ["dense", "xmod"]:
+        show(f"{rel} {fam} auto fp32, fused CPU kernels / LibTorch ops", (rel, f"{fam},auto,fp32"), (rel, f"{fam},auto,fp32,composite"))
+for rel in ["1.13", "2.6"]:
+    for prec, path in [("fp32", "eager"), ("bf16", "eager"), ("fp32", "fused"), ("fp32", "auto")]:
         a, b = (rel, f"dense,{path},{prec}"), (rel, f"mm,{prec}")
         if a in t and b in t:
             eff = [ (x[1] / x[0]) / (y[1] / y[0]) for x, y in zip(t[a], t[b]) ]

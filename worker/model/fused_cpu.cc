@@ -7,16 +7,7 @@
 #include <cmath>
 #include <cstring>
 
-// The inner loops are plain C++ over contiguous float rows, written so that the
-// compiler vectorises them (this file is built with -O3 -fopenmp-simd). Each
-// row loop is cloned for AVX-512 and AVX2 and chosen when the program loads, so
-// one binary runs at the width of the machine it lands on.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(__SANITIZE_ADDRESS__) && !defined(XMOD_NO_TARGET_CLONES)
-#define XMOD_ROW_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define XMOD_ROW_KERNEL
-#endif
+#include "worker/model/row_kernel.h"
 
 namespace xmod {
 

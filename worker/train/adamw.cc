@@ -6,13 +6,7 @@
 #include <atomic>
 #include <cmath>
 
-// Cloned for AVX-512 and AVX2 and chosen at load time, as in worker/model/fused_cpu.cc.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(XMOD_NO_TARGET_CLONES)
-#define XMOD_ROW_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define XMOD_ROW_KERNEL
-#endif
+#include "worker/model/row_kernel.h"
 
 namespace xmod {
 
