@@ -13,7 +13,14 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
 rounds="${1:-5}"
 host_bin="${XMOD_BUILD_DIR:-build}/bin"
-root="${XMOD_DEBIAN13_DIR:-build-debian13}/root"
+# Where deploy/debian13.sh keeps the tree: machine-wide as root, else in the checkout.
+if [ -n "${XMOD_DEBIAN13_DIR:-}" ]; then
+  root="$XMOD_DEBIAN13_DIR/root"
+elif [ "$(id -u)" = 0 ]; then
+  root=/var/cache/xmod/debian13/root
+else
+  root=build-debian13/root
+fi
 [ -x "$host_bin/worker_bench" ] || { echo "cross_release: no $host_bin/worker_bench; build first" >&2; exit 1; }
 [ -x "$root/root/build/bin/worker_bench" ] || { echo "cross_release: no worker_bench in the Debian 13 tree; run bash deploy/debian13.sh first" >&2; exit 1; }
 threads=2
