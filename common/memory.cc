@@ -16,16 +16,30 @@ struct LayerBytes {
   double copies = 0;  // bf16 copies of its matrices under autocast
 };
 
+// Which of the block's elementwise steps run as the fused CPU kernels
+// (worker/model/fused_cpu.h): the norms wherever their input is fp32 on the CPU,
+// the rotary split and SwiGLU when the compute dtype is fp32 too.
+// With recomputation the measured peak did not follow the fused kernels'
+// smaller saved set (worker/train/memory_test.cc: 33.4 MiB fused against 34.4
+// composite, where the saved sets differ by 3.4 MiB): it is set by the
+// recomputed block's backward, whose transients the model does not itemise.
+// There the composite count, which matched (ratio 0.93), stays.
+bool FusedNorms(const MemoryConfig& c) { return !c.cuda && !c.recompute; }
+bool FusedSplitAndSwiglu(const MemoryConfig& c) { return FusedNorms(c) && !c.bf16; }
+
 // Saved tensors of one block's Delta on n tokens per sequence, per token
 // (docs/memory.md lists them): the residual-side fp32 tensors (block input,
-// both x·rsqrt, x + attn), the normalised inputs of the two matmul groups, qkv,
-// rotated q and k, the attention output copy, the SwiGLU's w13 output, silu
-// output and product, and the attention's own state.
+// both x·rsqrt unless the norms are fused, x + attn), the normalised inputs of
+// the two matmul groups, qkv and rotated q and k (or, fused, q, k and v), the
+// attention output copy, the SwiGLU's w13 output, silu output (not when fused)
+// and product, and the attention's own state.
 double BlockSavedPerToken(const ModelShape& s, int64_t n, const MemoryConfig& c) {
   const double d = static_cast<double>(s.d_model), ff = static_cast<double>(s.d_ff);
   const double h = static_cast<double>(s.n_heads);
   const double cb = c.bf16 ? 2.0 : 4.0;  // compute dtype bytes
-  double bytes = 4.0 * 4.0 * d + cb * (2.0 * d + 3.0 * d + 2.0 * d + d + 4.0 * ff);
+  const double residual = (FusedNorms(c) ? 2.0 : 4.0) * 4.0 * d;
+  const double split_and_mlp = FusedSplitAndSwiglu(c) ? 3.0 * d + 3.0 * ff : 5.0 * d + 4.0 * ff;
+  double bytes = residual + cb * (2.0 * d + d + split_and_mlp);
   if (c.fused_attention) {
     bytes += cb * d + 4.0 * h;  // output and log-sum-exp
   } else {
@@ -56,7 +70,10 @@ BlockBackward BlockBackwardPerToken(const ModelShape& s, int64_t n, const Memory
   b.mlp_stage = cb * 4.0 * ff + 3.0 * 4.0 * d;
   b.attn_stage = cb * 4.0 * d + 2.0 * 4.0 * d;
   if (!c.fused_attention) b.attn_stage += 4.0 * h * static_cast<double>(n);
-  b.mlp_saved = 2.0 * 4.0 * d + cb * (d + 4.0 * ff);  // x + a, x·rsqrt, w2's input side
+  // x + a, x·rsqrt (not when fused), the normalised input, w13's output, silu's
+  // (not when fused) and the product.
+  b.mlp_saved =
+      (FusedNorms(c) ? 1.0 : 2.0) * 4.0 * d + cb * (d + (FusedSplitAndSwiglu(c) ? 3.0 : 4.0) * ff);
   return b;
 }
 
@@ -113,9 +130,9 @@ MemoryEstimate EstimateTrainingMemory(const ModelShape& s, const MemoryConfig& c
   e.optimizer = 8.0 * (p / Shards(c) + (c.optimizer_shards > 1 ? largest_param : 0.0));
   e.optimizer = std::min(e.optimizer, 8.0 * p);
   const double head_copy = c.bf16 ? 2.0 * d * v : 0.0;
-  // The final norm (its input, x·rsqrt, the head's input) and the fp32
-  // log-probabilities the loss keeps.
-  const double head_saved = (8.0 * d + cb * d + 4.0 * v) * tokens;
+  // The final norm (its input, x·rsqrt unless fused, the head's input) and the
+  // fp32 log-probabilities the loss keeps.
+  const double head_saved = ((FusedNorms(c) ? 4.0 : 8.0) * d + cb * d + 4.0 * v) * tokens;
   // Its backward at the widest: the gradients of the log-probabilities and of
   // the logits next to the saved log-probabilities, and (bf16) the gradient cast.
   const double head_work = (8.0 * v + (c.bf16 ? 2.0 * v : 0.0)) * tokens;

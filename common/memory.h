@@ -45,7 +45,10 @@ struct MemoryConfig {
   bool fused_attention = true;   // scaled_dot_product_attention (no [n, n] scores)
   int64_t optimizer_shards = 1;  // ZeRO-1 over this many data-parallel ranks
   // CUDA's autocast runs softmax in fp32 (CPU's in bf16): the eager path's
-  // probabilities then take fp32 plus a bf16 copy for the next matmul.
+  // probabilities then take fp32 plus a bf16 copy for the next matmul. On the
+  // CPU the block's RMSNorms (always fp32 inputs), and in fp32 also its rotary
+  // split and SwiGLU, run as the fused kernels of worker/model/fused_cpu.h,
+  // which save fewer tensors.
   bool cuda = true;
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "worker/model/row_kernel.h"
@@ -13,7 +14,14 @@ namespace xmod {
 
 namespace {
 
-std::atomic<bool> g_fused{true};
+// On unless XMOD_FUSED_CPU=0 is in the environment (a way out, without a
+// rebuild, should a kernel misbehave on some machine).
+bool OnByDefault() {
+  const char* v = std::getenv("XMOD_FUSED_CPU");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+std::atomic<bool> g_fused{OnByDefault()};
 
 // Rows per block of the weight-gradient reduction: fixed, so that the sum's
 // order (and so its rounding) does not depend on the thread count.

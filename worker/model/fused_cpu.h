@@ -19,8 +19,10 @@
 
 namespace xmod {
 
-// Process-wide switch, on by default: off, every function below takes its
-// composite form (for tests and benchmarks that compare the two).
+// Process-wide switch, on by default (off when the environment has
+// XMOD_FUSED_CPU=0): off, every function below takes its composite form (for
+// tests and benchmarks that compare the two). The fused AdamW (worker/train/
+// adamw.h) follows it unless set on its own.
 void SetFusedCpuKernels(bool on);
 bool FusedCpuKernels();
 

@@ -6,13 +6,14 @@
 #include <atomic>
 #include <cmath>
 
+#include "worker/model/fused_cpu.h"
 #include "worker/model/row_kernel.h"
 
 namespace xmod {
 
 namespace {
 
-std::atomic<bool> g_fused{true};
+std::atomic<int> g_fused{-1};  // -1: follow FusedCpuKernels()
 
 // The optimizer state's key for a parameter: its TensorImpl, as a pointer on
 // LibTorch 2.x and as that pointer's text on 1.13.
@@ -57,7 +58,7 @@ bool Fusable(const torch::Tensor& p) {
 
 }  // namespace
 
-void SetFusedAdamW(bool on) { g_fused = on; }
+void SetFusedAdamW(bool on) { g_fused = on ? 1 : 0; }
 
 torch::optim::AdamWParamState* AdamWStateOf(torch::optim::AdamW& optimizer,
                                             const torch::Tensor& p) {
@@ -76,7 +77,8 @@ void SetAdamWState(torch::optim::AdamW& optimizer, const torch::Tensor& p, int64
 }
 
 void AdamWStep(torch::optim::AdamW& optimizer) {
-  bool fusable = g_fused.load(std::memory_order_relaxed);
+  const int fused = g_fused.load(std::memory_order_relaxed);
+  bool fusable = fused < 0 ? FusedCpuKernels() : fused == 1;
   for (const auto& group : optimizer.param_groups()) {
     if (!fusable) break;
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());

@@ -23,8 +23,8 @@ namespace xmod {
 // with other users of the optimizer.
 void AdamWStep(torch::optim::AdamW& optimizer);
 
-// Process-wide switch, on by default: off, AdamWStep is optimizer.step() (for
-// tests and benchmarks that compare the two).
+// Process-wide switch: off, AdamWStep is optimizer.step() (for tests and
+// benchmarks that compare the two). Until set, it follows FusedCpuKernels().
 void SetFusedAdamW(bool on);
 
 // The state LibTorch keeps for p, or nullptr before its first step.
