@@ -1,6 +1,5 @@
 #include "worker/train/zero.h"
 
-#include <torch/version.h>
 
 #include <cmath>
 
