@@ -1,6 +1,5 @@
 #include "worker/train/zero.h"
 
-
 #include <cmath>
 
 #include "common/status_macros.h"
