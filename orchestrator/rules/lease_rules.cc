@@ -103,6 +103,9 @@ absl::Status CheckReportedStep(std::string_view rpc, StepReport kind, int64_t st
       low = std::max(attempt.resumed_from + 1, attempt.last_checkpoint);
       break;
     case StepReport::kFailure:
+      // An attempt ends where its work stands, never below what it told us.
+      low = std::max(attempt.resumed_from, attempt.last_reported);
+      break;
     case StepReport::kComplete:
       low = attempt.resumed_from;
       break;
@@ -121,6 +124,10 @@ absl::Status CheckReportedStep(std::string_view rpc, StepReport kind, int64_t st
                          " and last checkpointed at ", attempt.last_checkpoint);
       break;
     case StepReport::kFailure:
+      why = absl::StrCat("steps do not go back: this attempt resumed from step ",
+                         attempt.resumed_from, " and its last heartbeat said ",
+                         attempt.last_reported);
+      break;
     case StepReport::kComplete:
       why = absl::StrCat("this attempt resumed from step ", attempt.resumed_from);
       break;

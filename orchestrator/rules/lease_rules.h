@@ -100,7 +100,7 @@ enum class StepReport {
   kMetric,      // resumed_from < step ..= steps: a row of this attempt's own work
   kCheckpoint,  // max(resumed_from + 1, last_checkpoint) ..= steps (a re-send is the same step)
   kComplete,    // exactly steps: a job succeeds only at its last step
-  kFailure,     // resumed_from ..= steps
+  kFailure,     // max(resumed_from, last_reported) ..= steps: an end never goes back
 };
 
 // INVALID_ARGUMENT naming `rpc`, the step and the bound it breaks; OK otherwise.

@@ -133,8 +133,9 @@ TEST(LeaseRules, ReportedStepsNeverGoBackOrBeyondTheJob) {
       {StepReport::kCheckpoint, 40, false}, {StepReport::kCheckpoint, 101, false},
       {StepReport::kComplete, 100, true},   {StepReport::kComplete, 99, false},
       {StepReport::kComplete, 0, false},    {StepReport::kComplete, -5, false},
-      {StepReport::kComplete, 101, false},  {StepReport::kFailure, 40, true},
-      {StepReport::kFailure, 100, true},    {StepReport::kFailure, 39, false},
+      {StepReport::kComplete, 101, false},  {StepReport::kFailure, 55, true},
+      {StepReport::kFailure, 100, true},    {StepReport::kFailure, 54, false},
+      {StepReport::kFailure, 40, false},    {StepReport::kFailure, 39, false},
       {StepReport::kFailure, 101, false},
   };
   for (const Row& r : table) {

@@ -166,6 +166,40 @@ TEST_F(SchedulerTest, StepsOutsideTheAttemptAreRefusedAndWriteNothing) {
   EXPECT_EQ(State(g.job_id), JobState::kSucceeded);
 }
 
+// Issue 30, item 5: an attempt's end is reported where its work stands; a FailJob
+// (any reason) at a step below the attempt's last heartbeat goes back and is refused
+// like the other regressions, with the job, its attempt and its failures unchanged.
+TEST_F(SchedulerTest, AFailureBelowTheLastHeartbeatIsRefusedAndWritesNothing) {
+  const LeaseGrant g = Lease();
+  const int64_t steps = StepsOf(g);
+  ASSERT_GT(steps, 3);
+  ASSERT_TRUE(scheduler_->Heartbeat(worker_, g.job_id, g.fencing_token, 3).ok());
+  const auto attempts = [&] {
+    return store_
+        ->Query("SELECT status, IFNULL(reason, '') FROM attempts WHERE job_id = '" + g.job_id + "'")
+        .value()
+        .rows;
+  };
+  const auto before = attempts();
+  for (AttemptEnd end :
+       {AttemptEnd::kRetryableError, AttemptEnd::kPreempted, AttemptEnd::kDiverged}) {
+    const absl::Status s = scheduler_->Fail(g.job_id, g.fencing_token, end, "late", 2).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("FailJob: step 2"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("last heartbeat said 3"));
+  }
+  EXPECT_EQ(State(g.job_id), JobState::kRunning);
+  EXPECT_EQ(attempts(), before);
+  EXPECT_EQ(store_->Query("SELECT failures FROM jobs WHERE job_id = '" + g.job_id + "'")
+                .value()
+                .rows[0][0],
+            Value(int64_t{0}));
+  // At the heartbeat's step (or later) the same report goes through.
+  ASSERT_TRUE(
+      scheduler_->Fail(g.job_id, g.fencing_token, AttemptEnd::kRetryableError, "late", 3).ok());
+  EXPECT_EQ(State(g.job_id), JobState::kPending);
+}
+
 TEST_F(SchedulerTest, AResumedAttemptReportsOnlyCheckpointsAfterItsStart) {
   const LeaseGrant first = Lease();
   ASSERT_TRUE(

@@ -166,6 +166,7 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
     t.preempt = [&] { return session.ShouldStop(); };
     t.abandon = [&] { return session.ShouldAbandon(); };
     t.confirm_checkpoint = [&] { return session.ConfirmLease(); };
+    t.fencing_token = lease.fencing_token();
     t.on_metrics = [&](const std::vector<Metric>& m) { session.OnMetrics(m); };
     t.on_checkpoint = [&](int64_t step, const std::string& path) {
       return session.OnCheckpoint(step, path);

@@ -1,6 +1,8 @@
 #include "worker/train/checkpoint.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -37,20 +39,59 @@ std::vector<std::pair<int64_t, std::string>> Complete(const std::string& run_dir
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(run_dir + "/checkpoints", ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("step_", 0) != 0 || name.size() != 13) continue;  // skips "*.tmp"
+    if (name.rfind("step_", 0) != 0 || name.size() != 13) continue;  // skips "*.tmp-*", "*.old-*"
     found.emplace_back(std::stoll(name.substr(5)), entry.path().string());
   }
   std::sort(found.rbegin(), found.rend());
   return found;
 }
 
+// The fencing token in a checkpoint folder's meta.json; 0 when it has none (a run
+// without a coordinator, or a folder from before tokens were recorded) or when
+// the file cannot be read.
+int64_t WriterToken(const std::string& dir) {
+  std::ifstream in(dir + "/meta.json");
+  if (!in) return 0;
+  try {
+    const nlohmann::json meta = nlohmann::json::parse(in);
+    return meta.value("fencing_token", int64_t{0});
+  } catch (const nlohmann::json::exception&) {
+    return 0;
+  }
+}
+
+// A folder beside the checkpoints that a writer left or set aside:
+// "step_N.tmp-T" (T: its writer's token), "step_N.old-T-K" (T: the token of the
+// writer that set it aside) or "step_N.tmp" (before tokens). Returns T (0 for the
+// last), or -1 for any other name.
+int64_t LeftoverToken(const std::string& name) {
+  if (name.rfind("step_", 0) != 0 || name.size() < 17 || name[13] != '.') return -1;
+  const std::string kind = name.substr(14, 3);
+  if (kind != "tmp" && kind != "old") return -1;
+  if (name.size() == 17) return kind == "tmp" ? 0 : -1;
+  if (name[17] != '-') return -1;
+  int64_t t = 0;
+  size_t i = 18;
+  for (; i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])); ++i) {
+    if (t > (INT64_MAX - 9) / 10) return -1;
+    t = t * 10 + (name[i] - '0');
+  }
+  return i > 18 ? t : -1;
+}
+
+absl::Status Abandoned(const std::string& dir, const std::string& why) {
+  return absl::AbortedError(absl::StrCat(dir, ": not published: ", why));
+}
+
 }  // namespace
 
 absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_id, int64_t step,
-                            Decoder& model, torch::optim::Optimizer& optimizer, int keep,
-                            int64_t protect_step, const std::vector<int64_t>& keep_steps) {
+                            Decoder& model, torch::optim::Optimizer& optimizer,
+                            const CheckpointWrite& write) {
   const std::string final_dir = CheckpointDir(run_dir, step);
-  const std::string tmp = final_dir + ".tmp";
+  // This writer's own temporary folder: another group that still believes it
+  // holds the job writes a different one.
+  const std::string tmp = absl::StrCat(final_dir, ".tmp-", write.token);
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
@@ -61,7 +102,7 @@ absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_i
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat(tmp, ": saving failed: ", e.what_without_backtrace()));
   }
-  nlohmann::json meta = {{"step", step}, {"job_id", job_id}};
+  nlohmann::json meta = {{"step", step}, {"job_id", job_id}, {"fencing_token", write.token}};
   for (const char* file : {"model.pt", "optimizer.pt"}) {
     ASSIGN_OR_RETURN(std::string sum, FileChecksum(tmp + "/" + file));
     meta["checksums"][file] = sum;
@@ -72,19 +113,56 @@ absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_i
     out.flush();
     if (!out) return absl::InternalError(absl::StrCat(tmp, "/meta.json: write failed"));
   }
-  fs::remove_all(final_dir, ec);
-  fs::rename(tmp, final_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(final_dir, ": rename failed: ", ec.message()));
+  if (write.written) write.written();
+  if (write.may_publish && !write.may_publish()) {
+    fs::remove_all(tmp, ec);
+    return Abandoned(final_dir, "this group no longer holds the job");
+  }
+  // rename(2) never replaces a non-empty folder, so a published checkpoint is
+  // only ever replaced here, after its writer's token has been compared: an
+  // older attempt's folder (a holder that lost its lease, or a crashed attempt)
+  // is set aside and removed; a newer one's means this writer is the stale one.
+  for (int k = 0;; ++k) {
+    fs::rename(tmp, final_dir, ec);
+    if (!ec) break;
+    if (!fs::exists(final_dir) || k == 8) {
+      const std::string why = ec.message();
+      fs::remove_all(tmp, ec);
+      return absl::InternalError(absl::StrCat(final_dir, ": rename failed: ", why));
+    }
+    const int64_t there = WriterToken(final_dir);
+    if (there > write.token) {
+      fs::remove_all(tmp, ec);
+      return Abandoned(final_dir,
+                       absl::StrCat("a later attempt (fencing token ", there,
+                                    ") published this step; this one's is ", write.token));
+    }
+    const std::string aside = absl::StrCat(final_dir, ".old-", write.token, "-", k);
+    fs::rename(final_dir, aside, ec);
+    fs::remove_all(aside, ec);
+  }
+  return absl::OkStatus();
+}
+
+void PruneCheckpoints(const std::string& run_dir, int keep, int64_t protect_step,
+                      const std::vector<int64_t>& keep_steps, int64_t token) {
+  std::error_code ec;
   const auto all = Complete(run_dir);
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < all.size(); ++i) {
     const int64_t s = all[i].first;
     if (s == protect_step ||
-        std::find(keep_steps.begin(), keep_steps.end(), s) != keep_steps.end()) {
+        std::find(keep_steps.begin(), keep_steps.end(), s) != keep_steps.end() ||
+        WriterToken(all[i].second) > token) {
       continue;
     }
     fs::remove_all(all[i].second, ec);
   }
-  return absl::OkStatus();
+  std::vector<fs::path> leftovers;
+  for (const auto& entry : fs::directory_iterator(run_dir + "/checkpoints", ec)) {
+    const int64_t t = LeftoverToken(entry.path().filename().string());
+    if (t >= 0 && t < token) leftovers.push_back(entry.path());
+  }
+  for (const fs::path& p : leftovers) fs::remove_all(p, ec);
 }
 
 absl::StatusOr<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& run_dir,

@@ -1,13 +1,17 @@
 // Checkpoints of a training run: RUN_DIR/checkpoints/step_00000123/ holding
-// model.pt, optimizer.pt and meta.json (step, job id, FNV-1a checksum of each
-// file). A checkpoint is written into a ".tmp" folder and renamed when complete,
-// so a crash never leaves a half checkpoint that looks whole; checksums are
-// verified on load, and a damaged newest checkpoint falls back to the one before.
+// model.pt, optimizer.pt and meta.json (step, job id, the writer's fencing token,
+// FNV-1a checksum of each file). A checkpoint is written into a temporary folder
+// of its own writer (step_00000123.tmp-TOKEN) and published by a rename that
+// never replaces a newer holder's folder, so two groups that both believe they
+// hold a job never write the same path, and a crash never leaves a half
+// checkpoint that looks whole. Checksums are verified on load, and a damaged
+// newest checkpoint falls back to the one before.
 #ifndef XMOD_WORKER_TRAIN_CHECKPOINT_H_
 #define XMOD_WORKER_TRAIN_CHECKPOINT_H_
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,13 +20,39 @@
 
 namespace xmod {
 
-// Writes the checkpoint of `step` and removes all but the newest `keep` ones,
-// never the one of `protect_step` (the newest the coordinator recorded: where the
-// next attempt resumes, even when later ones were written during an outage), nor
-// those of `keep_steps` (a trunk's branch starts).
+// How one checkpoint is written and published.
+struct CheckpointWrite {
+  // The writer's fencing token (0: a run without a coordinator). It names the
+  // temporary folder and is stored in meta.json; a published folder is replaced
+  // only by a writer with a token at least as high (a later attempt of the job).
+  int64_t token = 0;
+  // Asked once the files are complete, before publishing: whether the writer
+  // still holds the job. False: the temporary folder is removed and the save is
+  // ABORTED. Unset: always publish.
+  std::function<bool()> may_publish;
+  // Fault injection for tests: called once the files are complete, before
+  // may_publish (a frozen holder wakes here).
+  std::function<void()> written;
+};
+
+// Writes the checkpoint of `step` and publishes it as CheckpointDir(run_dir, step).
+// ABORTED when the writer no longer holds the job: may_publish said so, or the
+// step's folder was published by a writer with a higher token; nothing of this
+// writer's is left on disk then. INTERNAL on an I/O failure.
 absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_id, int64_t step,
-                            Decoder& model, torch::optim::Optimizer& optimizer, int keep = 2,
-                            int64_t protect_step = -1, const std::vector<int64_t>& keep_steps = {});
+                            Decoder& model, torch::optim::Optimizer& optimizer,
+                            const CheckpointWrite& write = {});
+
+// Removes all but the newest `keep` checkpoints, never the one of `protect_step`
+// (the newest the coordinator recorded: where the next attempt resumes, even when
+// later ones were written during an outage), nor those of `keep_steps` (a trunk's
+// branch starts), nor any folder a writer with a higher token than `token`
+// published; also the temporary folders of writers with lower tokens (attempts
+// that ended) and folders set aside by a publish. Call it only after the
+// coordinator recorded this writer's checkpoint: a holder that lost its lease
+// must not delete what the new holder resumes from.
+void PruneCheckpoints(const std::string& run_dir, int keep, int64_t protect_step,
+                      const std::vector<int64_t>& keep_steps, int64_t token);
 
 struct LoadedCheckpoint {
   int64_t step = 0;

@@ -202,7 +202,13 @@ class Run {
       // -- Checkpoint: at the interval, at the last step, and before a stop.
       const bool stopping = stop == StopDecision::kCheckpointAndStop && !last;
       if (CheckpointDue(step, last) || stopping) {
-        RETURN_IF_ERROR(Checkpoint(step));
+        ASSIGN_OR_RETURN(const bool held, Checkpoint(step));
+        if (!held) {
+          result.outcome = TrainOutcome::kStopped;
+          result.message = absl::StrCat("job ", job_.id, ": abandoned at step ", step,
+                                        " (its lease moved while the checkpoint was written)");
+          return result;
+        }
       }
       if (stopping) {
         result.outcome = TrainOutcome::kStopped;
@@ -480,20 +486,50 @@ class Run {
            std::find(job_.keep_steps.begin(), job_.keep_steps.end(), step) != job_.keep_steps.end();
   }
 
-  absl::Status Checkpoint(int64_t step) {
+  // Writes the checkpoint of `step` on rank 0 and tells every rank how it went:
+  // true, written (and recorded when the coordinator took it); false, the group
+  // no longer holds the job (nothing of its is published: the group drops the
+  // job and goes on); an error, the write failed while the job was still held.
+  absl::StatusOr<bool> Checkpoint(int64_t step) {
     std::unique_ptr<torch::optim::AdamW> gathered;  // the whole optimizer on rank 0 (ZeRO-1)
     if (sharded_) {
       ASSIGN_OR_RETURN(gathered, zero_->Gather());
     }
+    char outcome = 'k';  // k: kept, l: lost, e: failed
+    absl::Status failed;
     if (comm_.rank() == 0) {
-      RETURN_IF_ERROR(SaveCheckpoint(o_.run_dir, job_.id, step, model_,
-                                     sharded_ ? *gathered : *optimizer_, /*keep=*/2, recorded_step_,
-                                     job_.keep_steps));
-      if (!o_.on_checkpoint || o_.on_checkpoint(step, CheckpointDir(o_.run_dir, step))) {
+      CheckpointWrite write;
+      write.token = o_.fencing_token;
+      write.may_publish = o_.confirm_checkpoint;
+      if (o_.fault_checkpoint_written) write.written = [&] { o_.fault_checkpoint_written(step); };
+      const absl::Status saved = SaveCheckpoint(o_.run_dir, job_.id, step, model_,
+                                                sharded_ ? *gathered : *optimizer_, write);
+      if (absl::IsAborted(saved)) {
+        outcome = 'l';
+        std::cerr << comm_.Where() << ": job " << job_.id << ": " << saved.message() << "\n";
+      } else if (!saved.ok()) {
+        // A write that failed because another holder's cleanup removed this
+        // group's files is a lost lease too, not a reason to end the group.
+        const bool held = !o_.confirm_checkpoint || o_.confirm_checkpoint();
+        outcome = held ? 'e' : 'l';
+        failed = saved;
+        std::cerr << comm_.Where() << ": job " << job_.id << ": " << saved.message()
+                  << (held ? "" : " (the job is no longer this group's: dropping it)") << "\n";
+      } else if (!o_.on_checkpoint || o_.on_checkpoint(step, CheckpointDir(o_.run_dir, step))) {
+        // Pruning follows the coordinator's record: a group whose report was
+        // refused (its lease moved) deletes nothing the new holder may need.
         recorded_step_ = step;
+        PruneCheckpoints(o_.run_dir, /*keep=*/2, recorded_step_, job_.keep_steps, o_.fencing_token);
       }
     }
-    return comm_.Barrier();
+    std::string shared(1, outcome);
+    RETURN_IF_ERROR(comm_.Broadcast(&shared, 0));
+    if (shared == "k") return true;
+    if (shared == "l") return false;
+    if (comm_.rank() == 0) return failed;
+    return absl::InternalError(absl::StrCat("job ", job_.id, " on ", comm_.Where(),
+                                            ": rank 0 could not write the checkpoint of step ",
+                                            step));
   }
 
   // The model's forward pass in the job's precision, with fp32 logits: under bf16

@@ -41,7 +41,14 @@ struct TrainerOptions {
   // `abandon` (nothing written). The worker group asks the coordinator, so a group
   // whose lease ran out while it was frozen does not write a checkpoint folder
   // the job's new holder may be using.
+  // It is asked again once the files are complete, before the checkpoint is
+  // published (a group frozen while writing wakes after its lease moved): false
+  // removes what was written and abandons.
   std::function<bool()> confirm_checkpoint;
+  // The attempt's fencing token (0: no coordinator): it names the checkpoint's
+  // temporary folder and is kept in its meta.json (checkpoint.h), so two groups
+  // that both believe they hold the job never write the same path.
+  int64_t fencing_token = 0;
   // Called on rank 0 with the metrics of each step that reports any.
   std::function<void(const std::vector<Metric>&)> on_metrics;
   // Called on rank 0 after a checkpoint is complete on disk, with its folder;
@@ -53,6 +60,9 @@ struct TrainerOptions {
   bool print_progress = false;  // a line per logged step on stdout (rank 0)
   // Fault injection for tests: called before each step with the model.
   std::function<void(int64_t step, torch::nn::Module& model)> fault_before_step;
+  // Fault injection for tests: called on rank 0 once a checkpoint's files are
+  // complete, before it is published.
+  std::function<void(int64_t step)> fault_checkpoint_written;
 };
 
 // UNIMPLEMENTED for a job this worker cannot train as asked: a precision other

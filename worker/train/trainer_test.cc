@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -324,7 +325,8 @@ TEST_F(Trainer, ACheckpointTheGroupCannotConfirmIsNotWritten) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->outcome, TrainOutcome::kStopped);
   EXPECT_EQ(result->step, 20);
-  EXPECT_EQ(asked, (std::vector<int64_t>{10, 20}));  // asked at checkpoint steps only
+  // Asked at checkpoint steps only: before writing, and again before publishing.
+  EXPECT_EQ(asked, (std::vector<int64_t>{10, 10, 20}));
   const auto checkpoints = dir_ / "z" / "checkpoints";
   EXPECT_TRUE(std::filesystem::exists(checkpoints / "step_00000010"));
   EXPECT_FALSE(std::filesystem::exists(checkpoints / "step_00000020"));
@@ -685,6 +687,145 @@ TEST(Schedule, WsdCooldownShapesMatchTheirClosedForms) {
   EXPECT_NEAR(LearningRate(job, 100), 0.2 + 1.8 * 0.5, 1e-12);
   job.decay_shape = DecayShape::kExponential;
   EXPECT_NEAR(LearningRate(job, 100), 2.0 * std::sqrt(0.1), 1e-12);
+}
+
+// Issue 30, item 6: a group frozen while it wrote a checkpoint wakes after its
+// lease moved. It confirms the lease before publishing and drops the job: no
+// folder of its is published, none is left behind, and the run ends as stopped
+// (not as an error that would end the whole group).
+TEST_F(Trainer, AGroupWhoseLeaseMovedWhileItWroteACheckpointDropsTheJob) {
+  bool lease_moved = false;
+  int64_t confirmed = 0;
+  auto result = Run(TinyJob(Family::kDense, 30), "f", false, 0, [&](TrainerOptions& options) {
+    options.fencing_token = 3;
+    options.confirm_checkpoint = [&] {
+      ++confirmed;
+      return !lease_moved;
+    };
+    options.fault_checkpoint_written = [&](int64_t step) {
+      if (step == 20) lease_moved = true;  // frozen here; the lease moves meanwhile
+    };
+  });
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->outcome, TrainOutcome::kStopped);
+  EXPECT_EQ(result->step, 20);
+  EXPECT_THAT(result->message, ::testing::HasSubstr("abandoned at step 20"));
+  EXPECT_EQ(confirmed, 4);  // before and after writing, at steps 10 and 20
+  const auto checkpoints = dir_ / "f" / "checkpoints";
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(checkpoints)) {
+    names.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(names, std::vector<std::string>{"step_00000010"});
+  std::ifstream meta(checkpoints / "step_00000010" / "meta.json");
+  EXPECT_EQ(nlohmann::json::parse(meta).at("fencing_token").get<int64_t>(), 3);
+}
+
+// Two writers of one job's checkpoint at the same step, as a frozen holder (token
+// 5) and the job's new holder (token 7) are: each writes its own temporary
+// folder, a folder is replaced only by a writer with a higher token, and what
+// the new holder published (and the coordinator recorded) is what loads.
+class CheckpointFence : public Trainer {
+ protected:
+  Decoder Model(int seed) {
+    torch::manual_seed(seed);
+    return Decoder(DecoderOptions(50, 32, 4, 2, DefaultDff(32), 16));
+  }
+  absl::Status Save(Decoder& model, int64_t token, const std::function<void()>& written = nullptr,
+                    const std::function<bool()>& may_publish = nullptr) {
+    torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+    CheckpointWrite w;
+    w.token = token;
+    w.written = written;
+    w.may_publish = may_publish;
+    return SaveCheckpoint(run_.string(), "job", 10, model, optimizer, w);
+  }
+  // The first parameter of the checkpoint of step 10, as loaded.
+  torch::Tensor Loaded() {
+    Decoder into = Model(99);
+    torch::optim::AdamW optimizer(into->parameters(), torch::optim::AdamWOptions(1e-3));
+    auto loaded = LoadLatestCheckpoint(run_.string(), "job", into, optimizer, 10);
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return into->parameters()[0].clone();
+  }
+  int64_t TokenOnDisk() {
+    std::ifstream meta(run_ / "checkpoints" / "step_00000010" / "meta.json");
+    return nlohmann::json::parse(meta).at("fencing_token").get<int64_t>();
+  }
+  std::vector<std::string> Folders() {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(run_ / "checkpoints")) {
+      names.push_back(e.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  std::filesystem::path run_ = dir_ / "run";
+  void SetUp() override {
+    Trainer::SetUp();
+    run_ = dir_ / "run";
+  }
+};
+
+TEST_F(CheckpointFence, AStaleHolderThatWakesMidWriteNeverTouchesTheNewHoldersFolder) {
+  Decoder stale = Model(1), fresh = Model(2);
+  bool lease_moved = false;
+  const absl::Status s = Save(
+      stale, 5,
+      [&] {
+        // Frozen mid-write: the new holder writes and publishes the same step.
+        const auto mine = run_ / "checkpoints" / "step_00000010.tmp-5";
+        ASSERT_TRUE(std::filesystem::exists(mine / "model.pt"));
+        ASSERT_TRUE(Save(fresh, 7).ok());
+        lease_moved = true;
+        // The new holder wrote and renamed its own folder, not this one.
+        EXPECT_TRUE(std::filesystem::exists(mine / "model.pt"));
+        EXPECT_TRUE(std::filesystem::exists(mine / "meta.json"));
+      },
+      [&] { return !lease_moved; });
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_EQ(Folders(), std::vector<std::string>{"step_00000010"});
+  EXPECT_EQ(TokenOnDisk(), 7);
+  EXPECT_TRUE(torch::equal(Loaded(), fresh->parameters()[0]));
+}
+
+TEST_F(CheckpointFence, AStaleHolderThatConfirmedJustBeforeTheLeaseMovedStillCannotReplaceIt) {
+  Decoder stale = Model(1), fresh = Model(2);
+  const absl::Status s = Save(stale, 5, [&] { ASSERT_TRUE(Save(fresh, 7).ok()); });
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("fencing token 7"));
+  EXPECT_EQ(Folders(), std::vector<std::string>{"step_00000010"});
+  EXPECT_EQ(TokenOnDisk(), 7);
+  EXPECT_TRUE(torch::equal(Loaded(), fresh->parameters()[0]));
+}
+
+TEST_F(CheckpointFence, TheNewHolderReplacesAFolderAStaleHolderPublishedFirst) {
+  Decoder stale = Model(1), fresh = Model(2);
+  ASSERT_TRUE(Save(stale, 5).ok());
+  ASSERT_TRUE(Save(fresh, 7).ok());
+  EXPECT_EQ(Folders(), std::vector<std::string>{"step_00000010"});
+  EXPECT_EQ(TokenOnDisk(), 7);
+  EXPECT_TRUE(torch::equal(Loaded(), fresh->parameters()[0]));
+}
+
+TEST_F(CheckpointFence, PruningSparesNewerHoldersAndClearsEndedAttemptsLeftovers) {
+  const auto dir = run_ / "checkpoints";
+  std::filesystem::create_directories(dir);
+  const auto folder = [&](const std::string& name, int64_t token) {
+    std::filesystem::create_directories(dir / name);
+    std::ofstream(dir / name / "meta.json") << nlohmann::json{{"fencing_token", token}}.dump();
+  };
+  folder("step_00000010", 5);
+  folder("step_00000020", 9);  // a newer holder's, older than what this writer keeps
+  folder("step_00000030", 7);
+  folder("step_00000040", 7);
+  folder("step_00000050.tmp-4", 4);  // an ended attempt's
+  folder("step_00000050.tmp", 0);    // from before tokens
+  folder("step_00000050.tmp-9", 9);  // a newer holder writing now
+  folder("step_00000030.old-6-0", 6);
+  PruneCheckpoints(run_.string(), 2, -1, {}, 7);
+  EXPECT_EQ(Folders(), (std::vector<std::string>{"step_00000020", "step_00000030", "step_00000040",
+                                                 "step_00000050.tmp-9"}));
 }
 
 }  // namespace
