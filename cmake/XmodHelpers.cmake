@@ -90,7 +90,10 @@ function(xmod_write_include_rules file)
 endfunction()
 
 # xmod_test(NAME SOURCES a_test.cc ... DEPS target ... LABELS unit ...): a GoogleTest
-# binary registered with CTest, one CTest entry per test case.
+# binary registered with CTest, one CTest entry per test case. One label per binary
+# (gtest_discover_tests loses a list's separator): `unit`, `integration`, `e2e`,
+# `gpu`, or `unit-release` / `e2e-release` for the tests the Debian 13 leg runs too
+# (deploy/test.sh); ctest -L takes a regular expression, so -L unit selects both.
 function(xmod_test name)
   if(NOT XMOD_BUILD_TESTS)
     return()

@@ -73,21 +73,60 @@ int64_t ExpertLayers(const ModelShape& s) {
 
 }  // namespace
 
-int64_t ExpertMlpParams(const ModelShape& s) {
-  const int64_t d = s.d_model;
+namespace {
+
+// The parameter formulas over a number type: int64_t for the counts, long double
+// (which cannot overflow here) for CheckModelSize. Integers up to 2^64 are exact
+// in both, so the two agree wherever the check passes.
+template <typename T>
+T ExpertMlpParamsAs(const ModelShape& s) {
+  const T d = static_cast<T>(s.d_model);
   const ExpertShape& e = s.experts;
+  const T experts = static_cast<T>(e.experts);
+  const T width = static_cast<T>(e.width);
   if (s.family == Family::kMoe) {
     // Router d→E (no bias), E routed and K_s shared SwiGLU experts of width d_e.
-    return d * e.experts + 3 * d * e.width * (e.experts + e.shared);
+    return d * experts + 3 * d * width * (experts + static_cast<T>(e.shared));
   }
   if (s.family == Family::kDeco) {
     // Router d→E, up d→E·d_e and down E·d_e→d (non-gated), the per-expert scale λ
     // [E], NormSiLU's γ [d_e] shared by the experts, the SwiGLU shared expert.
-    return d * e.experts + 2 * d * e.experts * e.width + e.experts + e.width +
-           3 * d * e.shared_width;
+    return d * experts + 2 * d * experts * width + experts + width +
+           3 * d * static_cast<T>(e.shared_width);
   }
   return 0;
 }
+
+template <typename T>
+struct ParamCountAs {
+  T non_embedding = 0;
+  T embedding = 0;
+  T head = 0;
+};
+
+template <typename T>
+ParamCountAs<T> CountParamsAs(const ModelShape& s) {
+  const T d = static_cast<T>(s.d_model);
+  const T routed = static_cast<T>(NumRoutedLayers(s));
+  // Attention (q, k, v, o), SwiGLU MLP and two RMSNorm weights per layer.
+  const T per_layer = 4 * d * d + 3 * d * static_cast<T>(s.d_ff) + 2 * d;
+  // Routers are d→1 linears without bias; X-MoD adds one learnable gate γ per routed layer.
+  const T per_routed_extra = d + (s.family == Family::kXmod ? 1 : 0);
+  // An expert layer holds its expert MLP instead of the dense one.
+  const T expert_layers = static_cast<T>(ExpertLayers(s));
+  const T per_expert_extra =
+      expert_layers > 0 ? ExpertMlpParamsAs<T>(s) - 3 * d * static_cast<T>(s.d_ff) : T{0};
+  ParamCountAs<T> count;
+  count.non_embedding = static_cast<T>(s.n_layers) * per_layer + routed * per_routed_extra +
+                        expert_layers * per_expert_extra + d;
+  count.embedding = static_cast<T>(s.vocab_size) * d;
+  count.head = d * static_cast<T>(s.vocab_size);
+  return count;
+}
+
+}  // namespace
+
+int64_t ExpertMlpParams(const ModelShape& s) { return ExpertMlpParamsAs<int64_t>(s); }
 
 double ExpertMlpFlops(const ModelShape& s) {
   const double d = static_cast<double>(s.d_model);
@@ -118,20 +157,20 @@ double ExpertMlpActiveParams(const ModelShape& s) {
 }
 
 ParamCount CountParams(const ModelShape& s) {
-  const int64_t routed = NumRoutedLayers(s);
-  const int64_t per_layer = LayerMatmulParams(s) + 2 * s.d_model;  // + two RMSNorm weights
-  // Routers are d→1 linears without bias; X-MoD adds one learnable gate γ per routed layer.
-  const int64_t per_routed_extra = s.d_model + (s.family == Family::kXmod ? 1 : 0);
-  // An expert layer holds its expert MLP instead of the dense one.
-  const int64_t expert_layers = ExpertLayers(s);
-  const int64_t per_expert_extra =
-      expert_layers > 0 ? ExpertMlpParams(s) - 3 * s.d_model * s.d_ff : 0;
-  ParamCount count;
-  count.non_embedding = s.n_layers * per_layer + routed * per_routed_extra +
-                        expert_layers * per_expert_extra + s.d_model;
-  count.embedding = s.vocab_size * s.d_model;
-  count.head = s.d_model * s.vocab_size;
-  return count;
+  const ParamCountAs<int64_t> count = CountParamsAs<int64_t>(s);
+  return ParamCount{count.non_embedding, count.embedding, count.head};
+}
+
+absl::Status CheckModelSize(const ModelShape& s) {
+  const ParamCountAs<long double> count = CountParamsAs<long double>(s);
+  const long double total = count.non_embedding + count.embedding + count.head;
+  const long double limit = static_cast<long double>(kMaxCount);
+  if (total <= limit && ExpertMlpParamsAs<long double>(s) <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("the model would have ", static_cast<double>(count.non_embedding),
+                   " parameters besides ", static_cast<double>(count.embedding + count.head),
+                   " in its embedding and head, more than 2^53 = ", kMaxCount,
+                   " in all (the most a count may be; sweeps/README.md)"));
 }
 
 double ForwardFlopsPerToken(const ModelShape& s) {
@@ -187,7 +226,8 @@ absl::StatusOr<int64_t> ExpertsMatchingParams(const ModelShape& shape, int64_t t
   // Parameters grow with every added expert, so walk up until the target is passed.
   for (int64_t e = first; e <= max_experts; ++e) {
     s.experts.experts = e;
-    const double n = static_cast<double>(CountParams(s).non_embedding);
+    // In long double: a count past the target may be past what an int64_t holds.
+    const double n = static_cast<double>(CountParamsAs<long double>(s).non_embedding);
     if (e == first && n > 2.0 * target) break;
     if (n >= target) {
       if (e > first && target - previous <= n - target) return e - 1;
@@ -276,8 +316,8 @@ std::string_view BudgetKindName(BudgetKind kind) {
   return "unknown";
 }
 
-int64_t BudgetTokens(BudgetKind kind, double value, int64_t n_active,
-                     double train_flops_per_token) {
+absl::StatusOr<int64_t> BudgetTokens(BudgetKind kind, double value, int64_t n_active,
+                                     double train_flops_per_token) {
   double tokens = 0.0;
   switch (kind) {
     case BudgetKind::kTokensPerParam:
@@ -290,7 +330,18 @@ int64_t BudgetTokens(BudgetKind kind, double value, int64_t n_active,
       tokens = value;
       break;
   }
-  return std::max<int64_t>(1, std::llround(tokens));
+  // Compared before rounding: llround of a value past INT64_MAX is unspecified
+  // (on x86 INT64_MIN, which the old clamp to 1 made a 1-token job).
+  if (!(tokens >= 0.5)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gives ", tokens, " tokens, less than one; a job trains at least one token"));
+  }
+  if (!(tokens <= static_cast<double>(kMaxCount))) {
+    return absl::InvalidArgumentError(absl::StrCat("gives ", tokens,
+                                                   " tokens, more than 2^53 = ", kMaxCount,
+                                                   " (the most a count may be; sweeps/README.md)"));
+  }
+  return std::llround(tokens);
 }
 
 int64_t StepsFor(int64_t tokens, int64_t batch_tokens) {

@@ -95,6 +95,35 @@ inline bool IsExpertLayer(const ModelShape& shape, int64_t layer) {
   return IsExpertFamily(shape.family) && layer >= shape.experts.dense_layers;
 }
 
+// Bounds on the sizes a sweep may set (sweeps/README.md). Within them every
+// count below fits an int64_t: CheckModelSize and BudgetTokens refuse the
+// products that would not, before they are computed in integers.
+//
+// Counts (parameters, tokens, steps, intervals) are at most 2^53: the largest
+// range in which every integer is exact as a double, which the FLOP and sizing
+// arithmetic below and every JSON reader (the dashboard's JavaScript) rely on.
+// 2^53 ≈ 9.0e15 is about 250 times the largest token budgets trained to date.
+inline constexpr int64_t kMaxCount = int64_t{1} << 53;
+// d_model: 2^20, some 50 times the widest published models (~18k).
+inline constexpr int64_t kMaxDModel = int64_t{1} << 20;
+// d_ff and expert widths: 2^22, above DefaultDff(kMaxDModel).
+inline constexpr int64_t kMaxHidden = int64_t{1} << 22;
+// Layers, of a scale and of a FLOP-matched model (LayersMatchingFlops' search),
+// and anchor strides.
+inline constexpr int64_t kMaxLayers = 100000;
+// Vocabulary: token files hold uint16 or uint32 ids (common/token_data.h).
+inline constexpr int64_t kMaxVocab = int64_t{1} << 32;
+// Context: 2^24 tokens per sequence.
+inline constexpr int64_t kMaxContext = int64_t{1} << 24;
+// Routed experts of a layer, experts per token, shared experts: 2^20 (PEER's
+// million experts, He 2024).
+inline constexpr int64_t kMaxExperts = int64_t{1} << 20;
+// Tokens per optimizer step (and per micro-batch): 2^40, 10^4 times the largest
+// published batches; expansion walks the divisors of the rows per rank.
+inline constexpr int64_t kMaxBatchTokens = int64_t{1} << 40;
+// Ranks of one worker group.
+inline constexpr int64_t kMaxRanks = int64_t{1} << 20;
+
 // Parameters of one expert MLP (router, routed and shared experts, scales).
 int64_t ExpertMlpParams(const ModelShape& shape);
 // Forward matmul FLOPs per token of one expert MLP as training executes it.
@@ -147,8 +176,16 @@ struct ParamCount {
   int64_t all() const { return non_embedding + embedding + head; }
 };
 
-// Exactly the parameters the worker's module holds for `shape`.
+// Exactly the parameters the worker's module holds for `shape`. Precondition:
+// CheckModelSize(shape) is OK (beyond it the integers would wrap).
 ParamCount CountParams(const ModelShape& shape);
+
+// OK when every parameter count of `shape` (CountParams' parts and total, one
+// expert MLP) is at most kMaxCount. The counts are computed in long double
+// first, so a shape whose counts would wrap an int64_t is refused, never
+// counted. INVALID_ARGUMENT saying how many parameters otherwise. Precondition:
+// the shape's fields are non-negative.
+absl::Status CheckModelSize(const ModelShape& shape);
 
 // Forward matmul FLOPs per token (layers + head), as defined above.
 double ForwardFlopsPerToken(const ModelShape& shape);
@@ -185,9 +222,12 @@ absl::StatusOr<int64_t> LayersMatchingFlops(const ModelShape& shape, double targ
 enum class BudgetKind { kTokensPerParam, kFlops, kTokens };
 std::string_view BudgetKindName(BudgetKind kind);  // "tokens_per_param", "flops", "tokens"
 
-// Training tokens for a budget: r·N_active, C / training FLOPs per token, or D;
-// rounded to the nearest token and at least 1.
-int64_t BudgetTokens(BudgetKind kind, double value, int64_t n_active, double train_flops_per_token);
+// Training tokens for a budget: r·N_active, C / training FLOPs per token, or D,
+// rounded to the nearest token. INVALID_ARGUMENT ("gives 2.7e+22 tokens, ...")
+// when that is not a whole number of tokens from 1 to kMaxCount: a budget
+// never silently becomes another job.
+absl::StatusOr<int64_t> BudgetTokens(BudgetKind kind, double value, int64_t n_active,
+                                     double train_flops_per_token);
 
 // ceil(tokens / batch_tokens). Precondition: batch_tokens > 0.
 int64_t StepsFor(int64_t tokens, int64_t batch_tokens);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <tuple>
 
 namespace xmod {
 namespace {
@@ -131,11 +132,74 @@ TEST(Accounting, FlopMatchingOfADenseShapeReturnsItsOwnDepth) {
 }
 
 TEST(Accounting, BudgetsTurnIntoTokensAndSteps) {
-  EXPECT_EQ(BudgetTokens(BudgetKind::kTokensPerParam, 20, 1000, 6000.0), 20000);
-  EXPECT_EQ(BudgetTokens(BudgetKind::kFlops, 6e9, 1000, 6000.0), 1000000);
-  EXPECT_EQ(BudgetTokens(BudgetKind::kTokens, 12345, 1000, 6000.0), 12345);
+  EXPECT_EQ(BudgetTokens(BudgetKind::kTokensPerParam, 20, 1000, 6000.0).value(), 20000);
+  EXPECT_EQ(BudgetTokens(BudgetKind::kFlops, 6e9, 1000, 6000.0).value(), 1000000);
+  EXPECT_EQ(BudgetTokens(BudgetKind::kTokens, 12345, 1000, 6000.0).value(), 12345);
   EXPECT_EQ(StepsFor(20000, 4096), 5);  // 4.88 -> 5
   EXPECT_EQ(StepsFor(8192, 4096), 2);
+}
+
+// Past 2^63 llround is unspecified (INT64_MIN on x86), and the old clamp to one
+// token made any such budget a 1-token job. Up to 2^53 a budget is exact; past it,
+// or below one token, it is refused.
+TEST(Accounting, ABudgetPastTwoToThe53TokensIsRefusedNotWrappedToOneToken) {
+  EXPECT_EQ(BudgetTokens(BudgetKind::kTokens, 9007199254740992.0, 1, 1.0).value(), kMaxCount);
+  for (const auto& [kind, value, n] : {std::tuple{BudgetKind::kTokens, 1e30, int64_t{1}},
+                                       {BudgetKind::kTokens, 9007199254740994.0, int64_t{1}},
+                                       {BudgetKind::kTokensPerParam, 1e18, int64_t{26784}},
+                                       {BudgetKind::kTokensPerParam, 1e15, int64_t{26784}},
+                                       {BudgetKind::kFlops, 1e40, int64_t{1}}}) {
+    auto tokens = BudgetTokens(kind, value, n, 196608.0);
+    ASSERT_FALSE(tokens.ok()) << value << " gave " << *tokens;
+    EXPECT_NE(std::string(tokens.status().message()).find("more than 2^53 = 9007199254740992"),
+              std::string::npos)
+        << tokens.status();
+  }
+  auto none = BudgetTokens(BudgetKind::kFlops, 1000.0, 1, 196608.0);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(std::string(none.status().message()).find("less than one"), std::string::npos);
+}
+
+// A d_model near 2^32 used to wrap 4·d² to a wrong but plausible count.
+TEST(Accounting, AModelWhoseParametersWouldWrapIsRefusedBeforeItIsCounted) {
+  ModelShape s = Tiny(Family::kDense, 2, 1, 1.0, 128);
+  EXPECT_TRUE(CheckModelSize(s).ok());
+  s.d_model = int64_t{1} << 32;
+  s.d_ff = DefaultDff(s.d_model);
+  const absl::Status wide = CheckModelSize(s);
+  ASSERT_FALSE(wide.ok());
+  EXPECT_NE(std::string(wide.message()).find("more than 2^53"), std::string::npos) << wide;
+
+  // Just under the bound the integer count is exact: it equals the formula in 128 bits.
+  s.d_model = int64_t{1} << 20;
+  s.d_ff = DefaultDff(s.d_model);
+  s.n_layers = 600;
+  ASSERT_TRUE(CheckModelSize(s).ok());
+  const __int128 d = s.d_model;
+  const __int128 expected = 600 * (4 * d * d + 3 * d * s.d_ff + 2 * d) + d;
+  EXPECT_EQ(static_cast<__int128>(CountParams(s).non_embedding), expected);
+  s.n_layers = 700;
+  EXPECT_FALSE(CheckModelSize(s).ok());
+
+  // Experts multiply: a million experts of a wide MLP is refused, not wrapped.
+  ModelShape moe = Tiny(Family::kMoe, 64, 1, 1.0, 128);
+  moe.d_model = 8192;
+  moe.experts = ExpertShape{kMaxExperts, 2, kMaxHidden, 0, 0, 0, 0.0};
+  EXPECT_FALSE(CheckModelSize(moe).ok());
+  moe.experts.experts = 8;
+  moe.experts.width = 1024;
+  EXPECT_TRUE(CheckModelSize(moe).ok());
+}
+
+// Searching the expert count never computes a count that wraps: the walk stops at
+// the first count past the target, compared in long double.
+TEST(Accounting, ExpertSearchOnAWideModelRefusesInsteadOfWrapping) {
+  ModelShape s = Tiny(Family::kMoe, 100000, 1, 1.0, 128);
+  s.d_model = int64_t{1} << 20;
+  s.experts = ExpertShape{0, 1024, kMaxHidden, 0, 0, 0, 0.0};
+  auto e = ExpertsMatchingParams(s, int64_t{1} << 40);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(std::string(e.status().message()).find("within a factor of 2"), std::string::npos);
 }
 
 TEST(Accounting, UnknownAndUnspecifiedFamiliesAreRejected) {

@@ -51,6 +51,21 @@ absl::StatusOr<DecayShape> ParseDecayShape(std::string_view name) {
                    "' (known: one_minus_sqrt, linear, cosine, exponential)"));
 }
 
+namespace {
+
+// -0.0 and 0.0 are one number: every -0.0 in `j` (at any depth) becomes 0.0, so
+// that a job's id does not depend on which was written. Nothing else changes, so
+// no id of a job without a -0.0 changes.
+void NormaliseNegativeZeros(nlohmann::json* j) {
+  if (j->is_number_float()) {
+    if (j->get<double>() == 0.0) *j = 0.0;
+  } else if (j->is_structured()) {
+    for (nlohmann::json& element : *j) NormaliseNegativeZeros(&element);
+  }
+}
+
+}  // namespace
+
 nlohmann::json CanonicalJson(const JobFile& job) {
   nlohmann::json data = job.data_path.empty() ? nlohmann::json{{"synthetic", true},
                                                                {"seed", job.synthetic_seed},
@@ -123,6 +138,7 @@ nlohmann::json CanonicalJson(const JobFile& job) {
         {"entropy_multiplier", t.entropy_multiplier},
     };
   }
+  NormaliseNegativeZeros(&j);
   return j;
 }
 
@@ -441,6 +457,11 @@ absl::StatusOr<JobFile> JobFileFromJson(const nlohmann::json& json) {
   if (absl::Status s = ReadData(json, &job); !s.ok()) return s;
   if (absl::Status s = CheckRanges(job); !s.ok()) return s;
   if (absl::Status s = ReadExperts(json, &job); !s.ok()) return s;
+  // A job file from anywhere (a hand-written one, a hostile client) is held to the
+  // sweep's bound too: parameter counts beyond it would wrap.
+  if (absl::Status s = CheckModelSize(job.shape); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("job: ", s.message()));
+  }
   return job;
 }
 

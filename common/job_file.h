@@ -106,7 +106,8 @@ struct JobFile {
 };
 
 // Every field that decides the training result, with sorted keys: what the id is
-// a hash of. Leaves out id and flops_per_token (derived from the shape).
+// a hash of. Leaves out id and flops_per_token (derived from the shape). Every
+// -0.0 is written as 0.0: the two are one value and give one id.
 nlohmann::json CanonicalJson(const JobFile& job);
 // CanonicalJson plus id and flops_per_token: the job file a worker reads.
 nlohmann::json ToJson(const JobFile& job);

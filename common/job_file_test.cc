@@ -55,6 +55,17 @@ TEST(JobFile, MissingFieldsAreNamed) {
   EXPECT_THAT(std::string(job.status().message()), HasSubstr("'d_model'"));
 }
 
+// A job file is held to the sweep's size bound too: a d_model near 2^32 would
+// wrap the parameter count to a small, plausible number.
+TEST(JobFile, AShapeWhoseParameterCountWouldWrapIsRefused) {
+  nlohmann::json j = ValidJob();
+  j["d_model"] = int64_t{1} << 32;
+  j["d_ff"] = int64_t{3} << 32;
+  auto job = JobFileFromJson(j);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr("more than 2^53"));
+}
+
 TEST(JobFile, WritingAndReadingGiveTheSameJob) {
   auto job = JobFileFromJson(ValidJob());
   ASSERT_TRUE(job.ok()) << job.status();
@@ -73,6 +84,46 @@ TEST(JobFile, WritingAndReadingGiveTheSameJob) {
   nlohmann::json canonical = CanonicalJson(*back);
   EXPECT_FALSE(canonical.contains("id"));
   EXPECT_FALSE(canonical.contains("flops_per_token"));
+}
+
+// -0.0 and 0.0 are one number, so they are one job: every float of the canonical
+// JSON, at any depth (the experts object too), is written without its sign at zero.
+TEST(JobFile, NegativeZeroAnywhereGivesTheIdOfZero) {
+  nlohmann::json positive = ValidJob();
+  positive["family"] = "moe";
+  positive["gate"] = "softmax";
+  positive["experts"] = {{"count", 4},          {"top_k", 2},          {"width", 48},
+                         {"shared", 0},         {"shared_width", 0},   {"dense_layers", 0},
+                         {"target_ratio", 0.0}, {"z_coef", 0.0},       {"capacity_factor", 0.0},
+                         {"bias_rate", 0.0},    {"entropy_init", 0.0}, {"entropy_multiplier", 1.0}};
+  positive["balance_coef"] = 0.0;
+  positive["weight_decay"] = 0.0;
+  positive["min_lr"] = 0.0;
+  nlohmann::json negative = positive;
+  for (const char* key :
+       {"balance_coef", "router_coef", "weight_decay", "grad_clip", "min_lr", "beta1", "beta2"}) {
+    positive[key] = 0.0;
+    negative[key] = -0.0;
+  }
+  for (const char* key :
+       {"target_ratio", "z_coef", "capacity_factor", "bias_rate", "entropy_init"}) {
+    negative["experts"][key] = -0.0;
+  }
+  ASSERT_NE(negative.dump(), positive.dump());  // the JSON tells them apart
+  auto a = JobFileFromJson(positive);
+  auto b = JobFileFromJson(negative);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+  EXPECT_EQ(CanonicalJson(*b).dump(), CanonicalJson(*a).dump());
+  EXPECT_EQ(HexId(CanonicalJson(*b).dump()), HexId(CanonicalJson(*a).dump()));
+  EXPECT_EQ(CanonicalJson(*b).dump().find("-0.0"), std::string::npos);
+
+  // Everything else is written as it was: a job without a -0.0 keeps its bytes.
+  auto plain = JobFileFromJson(ValidJob());
+  ASSERT_TRUE(plain.ok());
+  nlohmann::json expected = ValidJob();
+  expected.erase("id");
+  expected.erase("flops_per_token");
+  EXPECT_EQ(CanonicalJson(*plain).dump(), expected.dump());
 }
 
 TEST(JobFile, FinalEvalTokensIsOptionalAndNeverNegative) {

@@ -36,8 +36,34 @@ command -v npm >/dev/null 2>&1 || DATA=(nodejs npm)
 BROWSER=(chromium)
 [ "${XMOD_NO_BROWSER:-0}" = 1 ] && BROWSER=()
 
+# XMOD_DEPS_SCOPE=release (the Debian 13 leg of the test command): installs what
+# the leg builds and runs (toolchain, orchestrator, worker, GoogleTest) and only
+# checks that apt knows every other name, so the list stays valid on both releases
+# without installing the sanitizer toolchain, Python's torch and scipy, Node.js and
+# Chromium into the tree.
+wanted=("${BUILD[@]}" "${ORCH[@]}" "${WORKER[@]}" "${TEST[@]}" "${DATA[@]}" "${BROWSER[@]}")
+if [ "${XMOD_DEPS_SCOPE:-all}" = release ]; then
+  wanted=("${BUILD[@]}" "${ORCH[@]}" "${WORKER[@]}" libgtest-dev libgmock-dev)
+  named=()
+  for p in "${TEST[@]}" nodejs npm chromium; do
+    case " ${wanted[*]} " in *" $p "*) ;; *) named+=("$p") ;; esac
+  done
+  [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages' -print -quit 2>/dev/null)" ] ||
+    $SUDO apt-get update -qq >/dev/null 2>&1 || true
+  unknown=()
+  for p in "${named[@]}"; do
+    apt-cache show --no-all-versions "$p" >/dev/null 2>&1 || unknown+=("$p")
+  done
+  if [ "${#unknown[@]}" -gt 0 ]; then
+    echo "install-deps: this release's apt has no package named: ${unknown[*]}" >&2
+    echo "install-deps: what to do: find each one's name in this release" \
+      "($(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")) and list both names here" >&2
+    exit 1
+  fi
+fi
+
 missing=()
-for p in "${BUILD[@]}" "${ORCH[@]}" "${WORKER[@]}" "${TEST[@]}" "${DATA[@]}" "${BROWSER[@]}"; do
+for p in "${wanted[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi

@@ -131,6 +131,22 @@ struct Point {
   int64_t match_stride = 1;
 };
 
+// "file:LINE: scales.NAME: " for a problem with the size of a scale's models.
+std::string ScaleWhere(const SweepSpec& spec, const ScaleSpec& scale) {
+  const std::string field = absl::StrCat("scales.", scale.name);
+  return spec.Where(field, spec.LineOf(field, scale.line));
+}
+
+// OK when the parameters of `shape` can be counted (CheckModelSize), else a
+// refusal at the scale's line naming the point.
+absl::Status CheckSize(const SweepSpec& spec, const ScaleSpec& scale, const ModelShape& shape) {
+  absl::Status size = CheckModelSize(shape);
+  if (size.ok()) return size;
+  return absl::InvalidArgumentError(
+      absl::StrCat(ScaleWhere(spec, scale), std::string(FamilyName(shape.family)), " at context ",
+                   shape.context, " with ", shape.n_layers, " layers: ", size.message()));
+}
+
 // The depth-routing shape of a point: its family at the scale's width, with the
 // layers that match the dense model's FLOPs under match: flops.
 absl::StatusOr<ModelShape> RoutedShape(const SweepSpec& spec, const ScaleSpec& scale,
@@ -146,24 +162,53 @@ absl::StatusOr<ModelShape> RoutedShape(const SweepSpec& spec, const ScaleSpec& s
   s.stride = stride;
   s.capacity = 1.0 - sparsity;
   s.n_layers = scale.n_layers;
-  if (IsDenseRun(family, stride)) return DenseReference(s, scale.n_layers);
+  if (IsDenseRun(family, stride)) {
+    s = DenseReference(s, scale.n_layers);
+    RETURN_IF_ERROR(CheckSize(spec, scale, s));
+    return s;
+  }
   if (spec.match == MatchMode::kFlops) {
-    auto layers = LayersMatchingFlops(s, ForwardFlopsPerToken(DenseReference(s, scale.n_layers)));
+    auto layers =
+        LayersMatchingFlops(s, ForwardFlopsPerToken(DenseReference(s, scale.n_layers)), kMaxLayers);
     if (!layers.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("scale ", scale.name, ", context ", context,
-                                                     ", sparsity ", sparsity, ", stride ", stride,
-                                                     ": ", layers.status().message()));
+      // The FLOP target is the scale's n_layers dense layers: point there.
+      const std::string field = absl::StrCat("scales.", scale.name, ".n_layers");
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.Where(field, spec.LineOf(field, scale.line)),
+                       std::string(FamilyName(family)), " at context ", context, ", sparsity ",
+                       sparsity, ", stride ", stride, " cannot match the FLOPs of ", scale.n_layers,
+                       " dense layers: ", layers.status().message(),
+                       " (fewer dense layers, a lower sparsity or stride, or match: layers)"));
     }
     s.n_layers = *layers;
   }
+  RETURN_IF_ERROR(CheckSize(spec, scale, s));
   return s;
+}
+
+// Where the sweep asks for family `family` in `block`: the block's (or the
+// sweep's) family, else its entry in the baselines.
+std::pair<std::string, int> FamilyField(const SweepSpec& spec, const GridBlock& block,
+                                        Family family) {
+  std::vector<std::string> fields;
+  if (block.family == family) {
+    fields = {block.field + ".family", "family"};
+  } else {
+    const auto it = std::find(block.baselines.begin(), block.baselines.end(), family);
+    const size_t i = static_cast<size_t>(it - block.baselines.begin());
+    fields = {absl::StrCat(block.field, ".baselines[", i, "]"), absl::StrCat("baselines[", i, "]")};
+  }
+  for (const std::string& f : fields) {
+    if (const int line = spec.LineOf(f, 0); line > 0) return {f, line};
+  }
+  return {block.field, block.line};
 }
 
 // Sizes the experts of a moe or deco point (docs/baselines.md): the moe family
 // from its sparsity (E = k / (1 − S)); a moe baseline to the total parameters of
 // its X-MoD point; deco to the dense model's.
-absl::Status SizeExperts(const SweepSpec& spec, const ScaleSpec& scale, const Point& point,
-                         ResolvedJob* job) {
+absl::Status SizeExperts(const SweepSpec& spec, const GridBlock& block, const ScaleSpec& scale,
+                         const Point& point, ResolvedJob* job) {
   ModelShape& s = job->shape;
   if (point.family == Family::kMoe) {
     s.experts.top_k = point.top_k;
@@ -171,7 +216,7 @@ absl::Status SizeExperts(const SweepSpec& spec, const ScaleSpec& scale, const Po
     s.experts.shared = spec.moe.shared_experts;
     if (!point.match_xmod) {
       s.experts.experts = std::llround(double(point.top_k) / (1.0 - point.sparsity));
-      return absl::OkStatus();
+      return CheckSize(spec, scale, s);
     }
     ASSIGN_OR_RETURN(const ModelShape xmod, RoutedShape(spec, scale, s.context, Family::kXmod,
                                                         point.match_sparsity, point.match_stride));
@@ -190,12 +235,27 @@ absl::Status SizeExperts(const SweepSpec& spec, const ScaleSpec& scale, const Po
   }
   auto experts = ExpertsMatchingParams(s, job->matched_params);
   if (!experts.ok()) {
+    const auto [field, line] = FamilyField(spec, block, point.family);
     return absl::InvalidArgumentError(
-        absl::StrCat("scale ", scale.name, ", ", std::string(FamilyName(point.family)),
-                     " sized against ", job->matched_to, ": ", experts.status().message()));
+        absl::StrCat(spec.Where(field, line), "scale ", scale.name, ", context ", s.context, ", ",
+                     std::string(FamilyName(point.family)), " sized against ", job->matched_to,
+                     ": ", experts.status().message()));
   }
   s.experts.experts = *experts;
-  return absl::OkStatus();
+  return CheckSize(spec, scale, s);
+}
+
+// The divisors of n >= 1, largest first, in O(sqrt(n)) steps: the rows per rank
+// reach 2^40 at most, so a walk over every m <= n could take hours.
+std::vector<int64_t> DivisorsDescending(int64_t n) {
+  std::vector<int64_t> small, large;
+  for (int64_t m = 1; m <= n / m; ++m) {
+    if (n % m != 0) continue;
+    small.push_back(m);
+    if (m != n / m) large.push_back(n / m);
+  }
+  large.insert(large.end(), small.rbegin(), small.rend());
+  return large;
 }
 
 // The memory settings of one configuration, as the model prices them (GPU: fused
@@ -236,9 +296,7 @@ absl::Status PlanMemory(const SweepSpec& spec, const std::string& where, int64_t
   if (fixed_micro > 0) {
     micro_options.push_back(fixed_micro);
   } else {
-    for (int64_t m = per_rank; m >= 1; --m) {
-      if (per_rank % m == 0) micro_options.push_back(m);
-    }
+    micro_options = DivisorsDescending(per_rank);
   }
   const double declared = spec.resources.gpu_memory_gb * 1e9;
   const double usable = UsableDeviceBytes(declared);
@@ -274,8 +332,9 @@ absl::Status PlanMemory(const SweepSpec& spec, const std::string& where, int64_t
 }
 
 absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& block,
-                                    const ScaleSpec& scale, int64_t context, double budget_value,
+                                    const ScaleSpec& scale, int64_t context, size_t budget_index,
                                     uint64_t seed, Point point) {
+  const double budget_value = block.budget_values[budget_index];
   const TrainSpec& t = spec.train;
   ResolvedJob job;
   job.scale = scale.name;
@@ -289,7 +348,7 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
   if (IsExpertFamily(point.family)) {
     ASSIGN_OR_RETURN(s, RoutedShape(spec, scale, context, Family::kDense, 0.0, 1));
     s.family = point.family;
-    RETURN_IF_ERROR(SizeExperts(spec, scale, point, &job));
+    RETURN_IF_ERROR(SizeExperts(spec, block, scale, point, &job));
   } else {
     ASSIGN_OR_RETURN(s,
                      RoutedShape(spec, scale, context, point.family, point.sparsity, point.stride));
@@ -339,8 +398,19 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
 
   job.budget_kind = block.budget_kind;
   job.budget_value = budget_value;
-  job.tokens =
+  auto tokens =
       BudgetTokens(block.budget_kind, budget_value, job.n_params_active, job.flops_per_token);
+  if (!tokens.ok()) {
+    const auto [field, line] = spec.AxisValueAt(
+        absl::StrCat(block.budget_field, ".", std::string(BudgetKindName(block.budget_kind))),
+        budget_index, block.budget_line);
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.Where(field, line), std::string(BudgetKindName(block.budget_kind)), " ", budget_value,
+        " for scale ", scale.name, ", ", std::string(FamilyName(s.family)), " at context ", context,
+        " (", job.n_params_active, " active parameters, ", job.flops_per_token,
+        " training FLOPs per token) ", tokens.status().message()));
+  }
+  job.tokens = *tokens;
   // The compute rule sees the FLOP-matched dense model's compute, so a sparse job
   // trains with the lr and batch of the dense job it is compared with.
   const double rule_compute = RuleCompute(dense, job.tokens);
@@ -348,6 +418,12 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
     job.batch_tokens = *scale.batch_tokens;
   } else if (t.batch_auto) {
     job.batch_tokens = RuleBatchTokens(rule_compute, context * spec.resources.ranks);
+    if (job.batch_tokens > kMaxBatchTokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          spec.Where("train.batch_tokens", spec.LineOf("train.batch_tokens", 1)), "auto gives ",
+          job.batch_tokens, " tokens for scale ", scale.name, " at ", job.tokens,
+          " tokens, more than 2^40 = ", kMaxBatchTokens, " (give batch_tokens as a number)"));
+    }
   } else {
     job.batch_tokens = t.batch_tokens;
   }
@@ -362,10 +438,15 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
   const int64_t per_rank = job.batch_size / spec.resources.ranks;
   int64_t fixed_micro = 0;  // 0: chosen from the device memory
   if (!t.micro_auto || scale.micro_batch_tokens.has_value()) {
-    fixed_micro = micro_tokens > 0 ? std::min(per_rank, micro_tokens / context) : per_rank;
+    const int64_t most = micro_tokens > 0 ? std::min(per_rank, micro_tokens / context) : per_rank;
     // Micro-batches must tile the per-rank batch exactly; take the largest divisor that fits.
-    while (fixed_micro > 1 && per_rank % fixed_micro != 0) --fixed_micro;
-    fixed_micro = std::max<int64_t>(1, fixed_micro);
+    fixed_micro = 1;
+    for (int64_t m : DivisorsDescending(std::max<int64_t>(1, per_rank))) {
+      if (m <= most) {
+        fixed_micro = m;
+        break;
+      }
+    }
   }
   RETURN_IF_ERROR(PlanMemory(
       spec,
@@ -578,6 +659,15 @@ std::string BudgetFreeKey(const ResolvedJob& job) {
 
 }  // namespace
 
+// The first of `fields` the sweep wrote, else `fallback`.
+std::string FirstWritten(const SweepSpec& spec, const std::vector<std::string>& fields,
+                         const std::string& fallback) {
+  for (const std::string& f : fields) {
+    if (spec.field_lines.count(f) > 0) return f;
+  }
+  return fallback;
+}
+
 // Cooldown branches (docs/schedules.md; Hägele et al. 2024): the wsd jobs of one
 // configuration that differ only in their budget become one constant-LR trunk
 // and one branch per budget. The group trains with one learning rate, batch and
@@ -626,21 +716,28 @@ absl::Status MakeCooldownBranches(const SweepSpec& spec, std::vector<ResolvedJob
       b.steps = StepsFor(b.tokens, b.batch_tokens);
       b.decay_steps = std::llround(t.decay_fraction * static_cast<double>(b.steps));
       b.start_step = b.steps - b.decay_steps;
-      const std::string where =
-          absl::StrCat(spec.source, ": train: cooldown branches of scale ", b.scale, ", ",
-                       std::string(FamilyName(b.shape.family)), ", context ", b.shape.context, ", ",
-                       b.tokens, " tokens: ");
+      const std::string what = absl::StrCat("cooldown branches of scale ", b.scale, ", ",
+                                            std::string(FamilyName(b.shape.family)), ", context ",
+                                            b.shape.context, ", ", b.tokens, " tokens: ");
       if (b.decay_steps < 1 || b.start_step < 1) {
+        const std::string field =
+            FirstWritten(spec, {"train.decay_fraction", "train.schedule"}, "train");
         return absl::InvalidArgumentError(
-            absl::StrCat(where, "a cooldown of ", b.decay_steps, " of ", b.steps,
+            absl::StrCat(spec.Where(field, spec.LineOf(field, 1)), what, "a cooldown of ",
+                         b.decay_steps, " of ", b.steps,
                          " steps leaves no branch (raise the budget, change decay_fraction, or set "
                          "cooldown_branches: false)"));
       }
       if (b.warmup_steps > b.start_step) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, "the trunk's warm-up (", b.warmup_steps,
-                         " steps, from the smallest budget) runs past this branch's start at step ",
-                         b.start_step, " (shorten the warm-up, or set cooldown_branches: false)"));
+        const std::string field = FirstWritten(
+            spec,
+            {absl::StrCat("scales.", reference.scale, ".train.warmup_steps"), "train.warmup_steps",
+             "train.warmup_fraction", "train.min_warmup_steps", "train.schedule"},
+            "train");
+        return absl::InvalidArgumentError(absl::StrCat(
+            spec.Where(field, spec.LineOf(field, 1)), what, "the trunk's warm-up (", b.warmup_steps,
+            " steps, from the smallest budget) runs past this branch's start at step ",
+            b.start_step, " (shorten the warm-up, or set cooldown_branches: false)"));
       }
       b.eval_interval = EvalInterval(t, b.steps);
       b.checkpoint_interval = CheckpointInterval(t, b.steps);
@@ -697,10 +794,11 @@ absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec, int6
     for (const std::string& scale_name : block.scales) {
       const ScaleSpec* scale = spec.FindScale(scale_name);
       if (scale == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat("undefined scale '", scale_name, "'"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            spec.Where(block.field + ".scale", block.line), "undefined scale '", scale_name, "'"));
       }
       for (int64_t context : block.context) {
-        for (double budget : block.budget_values) {
+        for (size_t budget = 0; budget < block.budget_values.size(); ++budget) {
           for (uint64_t seed : seeds) {
             for (const Point& point : points) {
               ASSIGN_OR_RETURN(ResolvedJob job,

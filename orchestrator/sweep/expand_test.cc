@@ -74,6 +74,23 @@ TEST(Expand, AGridOverTheJobLimitIsRefusedWithItsCountBeforeAnythingIsSized) {
       << big.status();
 }
 
+// A grid list is refused at its own `grid:` line too, not at line 1.
+TEST(Expand, AGridListOverTheJobLimitIsRefusedAtItsGridLine) {
+  auto spec = ParseSweepSpec(
+      "name: l\ndata: {synthetic: true, vocab_size: 64}\n"
+      "scales: {s: {d_model: 32, n_heads: 2, n_layers: 4}}\n"
+      "grid:\n  - {family: dense, context: [32, 64]}\n"
+      "budget: {tokens: 8192}\ntrain: {batch_tokens: 1024, lr: auto}\ndesign: {laws: []}\n",
+      "l.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto refused = ExpandSweep(*spec, 1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message())
+                .find("l.yaml:4: grid: the grid makes 2 jobs, more than the limit of 1"),
+            std::string::npos)
+      << refused.status();
+}
+
 TEST(Expand, IdsAreStableAcrossExpansions) {
   const SweepSpec spec = Load("smoke");
   auto a = ExpandSweep(spec);
@@ -99,6 +116,175 @@ TEST(Expand, EveryJobFileReadsBackAsWrittenAndHashesToItsId) {
       EXPECT_EQ(CanonicalJson(*back), j.CanonicalConfig()) << j.id;
       EXPECT_EQ(HexId(CanonicalJson(*back).dump()), j.id);
       EXPECT_EQ(ToJson(*back)["flops_per_token"], written["flops_per_token"]);
+    }
+  }
+}
+
+// The status message of a sweep that parses but does not expand.
+std::string ExpansionError(const std::string& text) {
+  auto spec = ParseSweepSpec(text, "x.yaml");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  if (!spec.ok()) return "";
+  auto jobs = ExpandSweep(*spec);
+  EXPECT_FALSE(jobs.ok()) << jobs->size() << " jobs";
+  EXPECT_EQ(jobs.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(jobs.status().message());
+}
+
+// D = r·N or C / F past 2^63 used to wrap in llround and become a 1-token job.
+// Past 2^53 (a bound on every count) it is refused at the budget value's line.
+TEST(Expand, ABudgetGivingMoreThanTwoToThe53TokensIsRefusedAtItsLine) {
+  const std::string head =
+      "name: b\ndata: {synthetic: true, vocab_size: 64}\nfamily: dense\n"
+      "scales: {s: {d_model: 32, n_heads: 2, n_layers: 2}}\ngrid: {context: [32]}\n"
+      "train: {batch_tokens: 1024}\ndesign: {laws: []}\n";
+  // 1e15 tokens per parameter x 26784 parameters = 2.7e19 tokens.
+  EXPECT_NE(ExpansionError(head + "budget:\n  tokens_per_param: [20, 1e15]\n")
+                .find("x.yaml:9: budget.tokens_per_param[1]: tokens_per_param 1e+15 for scale s, "
+                      "dense at context 32 (26784 active parameters"),
+            std::string::npos);
+  const std::string message = ExpansionError(head + "budget:\n  flops: 1e40\n");
+  EXPECT_NE(message.find("x.yaml:9: budget.flops: flops 1e+40 for scale s"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("tokens, more than 2^53 = 9007199254740992"), std::string::npos)
+      << message;
+
+  // In a list of blocks, at the block's own budget; a budget that gives less than
+  // one token is refused too, not made a 1-token job.
+  const std::string blocks =
+      "name: b\ndata: {synthetic: true, vocab_size: 64}\n"
+      "scales: {s: {d_model: 32, n_heads: 2, n_layers: 2}}\n"
+      "grid:\n"
+      "  - family: dense\n"
+      "    context: [32]\n"
+      "    budget:\n"
+      "      flops:\n"
+      "        - 1e12\n"
+      "        - 1000\n"
+      "train: {batch_tokens: 1024}\ndesign: {laws: []}\n";
+  const std::string small = ExpansionError(blocks);
+  EXPECT_NE(small.find("x.yaml:10: grid[0].budget.flops[1]: flops 1000 for scale s"),
+            std::string::npos)
+      << small;
+  EXPECT_NE(small.find("less than one"), std::string::npos) << small;
+}
+
+// When no layer count up to 10^5 reaches the dense FLOPs (here 20000 dense layers
+// against routed layers that cost ~1/6000 of one), the refusal points at the
+// scale's n_layers, the FLOP target, with the point that cannot match it.
+TEST(Expand, NoLayerCountReachingTheFlopTargetIsRefusedAtTheScalesNLayers) {
+  const std::string message = ExpansionError(
+      "name: f\ndata: {synthetic: true, vocab_size: 64}\nfamily: xmod\n"
+      "scales:\n"
+      "  s:\n"
+      "    d_model: 32\n"
+      "    n_heads: 2\n"
+      "    n_layers: 20000\n"
+      "grid: {sparsity: [0.999], stride: [1000], context: [4096]}\n"
+      "budget: {tokens: 8192}\ntrain: {batch_tokens: 4096}\ndesign: {laws: []}\n");
+  EXPECT_NE(message.find("x.yaml:8: scales.s.n_layers: xmod at context 4096, sparsity 0.999, "
+                         "stride 1000 cannot match the FLOPs of 20000 dense layers: no layer "
+                         "count up to 100000 reaches"),
+            std::string::npos)
+      << message;
+}
+
+// Each field within its bound, the FLOP-matched model (deeper than the dense one)
+// still too large to count: refused at its scale, not wrapped.
+TEST(Expand, AFlopMatchedModelTooLargeToCountIsRefusedAtItsScale) {
+  const std::string text =
+      "name: w\ndata: {synthetic: true, vocab_size: 64}\nfamily: xmod\n"
+      "scales:\n"
+      "  wide: {d_model: 1048576, n_heads: 1024, n_layers: 600}\n"
+      "grid: {sparsity: [0.5], stride: [2], context: [32]}\n"
+      "budget: {tokens: 8192}\ntrain: {batch_tokens: 1024}\ndesign: {laws: []}\n";
+  const std::string message = ExpansionError(text);
+  EXPECT_NE(message.find("x.yaml:5: scales.wide: xmod at context 32 with "), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("more than 2^53"), std::string::npos) << message;
+}
+
+// A baseline that cannot be sized is refused at its entry in `baselines`.
+TEST(Expand, ABaselineThatCannotBeSizedIsRefusedAtItsEntry) {
+  const std::string message = ExpansionError(
+      "name: d\ndata: {synthetic: true, vocab_size: 64}\nfamily: dense\n"
+      "scales: {s: {d_model: 32, n_heads: 2, n_layers: 2}}\n"
+      "grid: {context: [32]}\n"
+      "baselines:\n"
+      "  - mod\n"
+      "  - deco\n"
+      "deco: {expert_width: 4194304}\n"
+      "budget: {tokens: 8192}\ntrain: {batch_tokens: 1024}\ndesign: {laws: []}\n");
+  EXPECT_NE(message.find("x.yaml:8: baselines[1]: scale s, context 32, deco sized against dense: "
+                         "no expert count"),
+            std::string::npos)
+      << message;
+}
+
+// -0.0 and 0.0 are one number and one job, whether the sweep file or code sets it.
+TEST(Expand, ANegativeZeroGivesTheJobIdOfZero) {
+  const auto ids = [](const SweepSpec& spec) {
+    auto jobs = ExpandSweep(spec);
+    EXPECT_TRUE(jobs.ok()) << jobs.status();
+    std::vector<std::string> out;
+    if (jobs.ok()) {
+      for (const ResolvedJob& j : *jobs) out.push_back(j.id);
+    }
+    return out;
+  };
+  const std::string text =
+      "name: z\ndata: {synthetic: true, vocab_size: 64}\nfamily: xmod\n"
+      "scales: {s: {d_model: 32, n_heads: 2, n_layers: 4}}\n"
+      "grid: {sparsity: [0.5], stride: [2], context: [32]}\nbaselines: [moe, deco]\n"
+      "budget: {tokens: 8192}\ndesign: {laws: []}\n"
+      "moe: {z_coef: ZERO, capacity_factor: ZERO, bias_rate: ZERO}\n"
+      "deco: {entropy_init: ZERO}\n"
+      "train: {batch_tokens: 1024, weight_decay: ZERO, min_lr_ratio: ZERO, balance_coef: ZERO, "
+      "router_coef: ZERO, grad_clip: ZERO, beta1: ZERO}\n";
+  const auto with = [&](const std::string& zero) {
+    std::string t = text;
+    for (size_t at; (at = t.find("ZERO")) != std::string::npos;) t.replace(at, 4, zero);
+    auto spec = ParseSweepSpec(t, "z.yaml");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return *spec;
+  };
+  const std::vector<std::string> zero = ids(with("0.0"));
+  ASSERT_EQ(zero.size(), 3u);
+  EXPECT_EQ(ids(with("-0.0")), zero);
+  // Set in code, past the parser: the canonical JSON still writes 0.0.
+  SweepSpec spec = with("0.0");
+  spec.train.weight_decay = -0.0;
+  spec.train.min_lr_ratio = -0.0;
+  spec.train.router_coef = -0.0;
+  spec.moe.z_coef = -0.0;
+  spec.deco.entropy_init = -0.0;
+  EXPECT_EQ(ids(spec), zero);
+}
+
+// The rows per rank reach 2^40; the micro-batch choice walks their divisors in
+// O(sqrt(n)), not every number below them (which took hours).
+TEST(Expand, AHugeBatchIsPlannedWithoutWalkingEveryMicroBatch) {
+  const std::string head =
+      "name: h\ndata: {synthetic: true, vocab_size: 64}\nfamily: dense\n"
+      "scales: {s: {d_model: 32, n_heads: 2, n_layers: 2}}\ngrid: {context: [1]}\n"
+      "budget: {tokens: 2199023255552}\ndesign: {laws: []}\n";
+  for (const std::string& tail :
+       {std::string("train: {batch_tokens: 1099511627776, micro_batch_tokens: 999999999999}\n"),
+        std::string("resources: {gpu_memory_gb: 80}\n"
+                    "train: {batch_tokens: 1099511627776, micro_batch_tokens: auto}\n")}) {
+    auto spec = ParseSweepSpec(head + tail, "h.yaml");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    const auto start = std::chrono::steady_clock::now();
+    auto jobs = ExpandSweep(*spec);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    ASSERT_EQ(jobs->size(), 1u);
+    const int64_t micro = (*jobs)[0].micro_batch_size;
+    EXPECT_EQ((int64_t{1} << 40) % micro, 0) << micro;
+    EXPECT_EQ((*jobs)[0].steps, 2);
+    // Fixed: the largest divisor of 2^40 rows that is at most 999999999999, 2^39.
+    if (tail.find("auto") == std::string::npos) {
+      EXPECT_EQ(micro, int64_t{1} << 39);
     }
   }
 }
@@ -427,7 +613,8 @@ TEST(ExpandBranches, BudgetsOfOneConfigurationShareATrunkAndCostAtMostSevenTenth
 }
 
 // A trunk warm-up (the largest budget's) that runs past the smallest budget's
-// cooldown start is refused, naming the sweep file and the group.
+// cooldown start is refused, naming the sweep file, the line of the warm-up and
+// the group.
 TEST(ExpandBranches, AWarmupPastABranchStartIsRefusedNamingTheGroup) {
   auto spec = LoadSweepSpec(std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/wsd_branches.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -435,8 +622,8 @@ TEST(ExpandBranches, AWarmupPastABranchStartIsRefusedNamingTheGroup) {
   auto jobs = ExpandSweep(*spec);
   ASSERT_FALSE(jobs.ok());
   EXPECT_NE(std::string(jobs.status().message())
-                .find("wsd_branches.yaml: train: cooldown branches of scale micro, dense, "
-                      "context 32, 16384 tokens: the trunk's warm-up (14 steps"),
+                .find("wsd_branches.yaml:22: train.warmup_steps: cooldown branches of scale "
+                      "micro, dense, context 32, 16384 tokens: the trunk's warm-up (14 steps"),
             std::string::npos)
       << jobs.status();
 }

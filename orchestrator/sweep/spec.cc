@@ -11,6 +11,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -61,6 +62,22 @@ std::vector<GridBlock> SweepSpec::Blocks() const {
   return {b};
 }
 
+int SweepSpec::LineOf(const std::string& field, int fallback) const {
+  auto it = field_lines.find(field);
+  return it == field_lines.end() ? fallback : it->second;
+}
+
+std::pair<std::string, int> SweepSpec::AxisValueAt(const std::string& field, size_t index,
+                                                   int fallback) const {
+  const std::string element = absl::StrCat(field, "[", index, "]");
+  if (auto it = field_lines.find(element); it != field_lines.end()) return {element, it->second};
+  return {field, LineOf(field, fallback)};
+}
+
+std::string SweepSpec::Where(const std::string& field, int line) const {
+  return absl::StrCat(source, ":", std::max(line, 1), ": ", field, ": ");
+}
+
 namespace {
 
 size_t EditDistance(const std::string& a, const std::string& b) {
@@ -90,6 +107,16 @@ std::string DidYouMean(const std::string& word, const std::vector<std::string>& 
     }
   }
   return best ? absl::StrCat(" (did you mean '", *best, "'?)") : "";
+}
+
+// ParseFamily's refusal of `name`, with a suggestion when it is a near miss (not
+// for mol, which is refused as not specified yet).
+std::string FamilyProblem(const std::string& name, const absl::Status& status) {
+  std::string message(status.message());
+  if (absl::StartsWith(message, "unknown")) {
+    absl::StrAppend(&message, DidYouMean(name, {"dense", "xmod", "mod", "moe", "deco"}));
+  }
+  return message;
 }
 
 // Counts the documents of a YAML stream without building them, and remembers
@@ -200,6 +227,26 @@ absl::StatusOr<YAML::Node> LoadSingleDocument(const std::string& text, const std
   }
 }
 
+// An upper bound on an integer field (common/accounting.h says why each is
+// where it is), as messages write it.
+struct Bound {
+  int64_t max;
+  const char* text;  // "2^20"
+  const char* why;
+};
+constexpr char kBoundsDoc[] = "sweeps/README.md lists the bounds";
+constexpr Bound kCountBound{kMaxCount, "2^53", "the most a count may be, exact as a double"};
+constexpr Bound kDModelBound{kMaxDModel, "2^20", "sweeps/README.md lists the bounds"};
+constexpr Bound kHiddenBound{kMaxHidden, "2^22", "sweeps/README.md lists the bounds"};
+constexpr Bound kLayersBound{kMaxLayers, "10^5",
+                             "the deepest model a FLOP match searches; sweeps/README.md"};
+constexpr Bound kVocabBound{kMaxVocab, "2^32", "token files hold 16- or 32-bit ids"};
+constexpr Bound kContextBound{kMaxContext, "2^24", "sweeps/README.md lists the bounds"};
+constexpr Bound kExpertsBound{kMaxExperts, "2^20", "sweeps/README.md lists the bounds"};
+constexpr Bound kBatchBound{kMaxBatchTokens, "2^40", "sweeps/README.md lists the bounds"};
+constexpr Bound kRanksBound{kMaxRanks, "2^20", "sweeps/README.md lists the bounds"};
+constexpr Bound kPriorityBound{1000000000, "10^9", "sweeps/README.md lists the bounds"};
+
 // Collects problems while walking the document, so one run reports all of them.
 class SpecParser {
  public:
@@ -217,7 +264,8 @@ class SpecParser {
     spec.source = source_;
     spec.yaml_text = text;
     ParseTop(root, &spec);
-    if (errors_.empty()) CrossCheck(root, &spec);
+    spec.field_lines = field_lines_;
+    if (errors_.empty()) CrossCheck(&spec);
     if (!errors_.empty()) {
       return absl::InvalidArgumentError(absl::StrJoin(errors_, "\n"));
     }
@@ -238,6 +286,7 @@ class SpecParser {
     for (auto it = map.begin(); it != map.end(); ++it) {
       const std::string key = it->first.Scalar();
       const std::string field = prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+      field_lines_.emplace(field, Line(it->first));
       if (!seen.insert(key).second) {
         Error(Line(it->first), field, "duplicate key");
       } else if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
@@ -255,6 +304,7 @@ class SpecParser {
 
   template <typename T>
   bool Scalar(const YAML::Node& node, const std::string& field, const char* type_name, T* out) {
+    field_lines_[field] = Line(node);  // the value's line, which a key's may not be
     if (!node.IsScalar() || !YAML::convert<T>::decode(node, *out)) {
       const std::string shown = node.IsScalar() ? absl::StrCat("'", node.Scalar(), "'")
                                                 : (node.IsSequence() ? "a list" : "a mapping");
@@ -274,8 +324,36 @@ class SpecParser {
         Error(Line(node), field, absl::StrCat("expected an integer, got '", s, "'"));
         return false;
       }
+      if (!YAML::convert<int64_t>::decode(node, *out)) {
+        field_lines_[field] = Line(node);
+        Error(Line(node), field,
+              absl::StrCat("expected an integer, got ", s, ", past 2^63 - 1 (", kBoundsDoc, ")"));
+        return false;
+      }
     }
     return Scalar(node, field, "an integer", out);
+  }
+
+  // An integer in [lo, hi] at `node`: "must be at least lo" (as everywhere) or
+  // "must be at most hi = 2^k (why)".
+  bool IntIn(const YAML::Node& node, const std::string& field, int64_t lo, const Bound& hi,
+             int64_t* out) {
+    if (!Int(node, field, out)) return false;
+    if (*out < lo) {
+      Error(
+          Line(node), field,
+          lo == 0 ? "must not be negative" : absl::StrCat("must be at least ", lo, ", got ", *out));
+      return false;
+    }
+    return AtMost(node, field, *out, hi);
+  }
+
+  bool AtMost(const YAML::Node& node, const std::string& field, int64_t value, const Bound& hi) {
+    if (value <= hi.max) return true;
+    Error(Line(node), field,
+          absl::StrCat("must be at most ", hi.text, " = ", hi.max, ", got ", value, " (", hi.why,
+                       ")"));
+    return false;
   }
 
   // Seeds are unsigned: a negative one would wrap to a huge different seed.
@@ -291,6 +369,7 @@ class SpecParser {
       Error(Line(node), field, "expected a finite number");
       return false;
     }
+    if (*out == 0.0) *out = 0.0;  // -0.0 is 0: one value, one job (CanonicalJson does the same)
     return true;
   }
 
@@ -346,7 +425,7 @@ class SpecParser {
         if (parsed.ok()) {
           spec->family = *parsed;
         } else {
-          Error(Line(root["family"]), "family", std::string(parsed.status().message()));
+          Error(Line(root["family"]), "family", FamilyProblem(family, parsed.status()));
         }
       }
     }
@@ -359,7 +438,8 @@ class SpecParser {
           spec->match = MatchMode::kLayers;
         } else {
           Error(Line(root["match"]), "match",
-                absl::StrCat("unknown value '", match, "' (known: flops, layers)"));
+                absl::StrCat("unknown value '", match, "' (known: flops, layers)",
+                             DidYouMean(match, {"flops", "layers"})));
         }
       }
     }
@@ -413,12 +493,15 @@ class SpecParser {
         d.synthetic_seed = static_cast<uint64_t>(seed);
       }
     }
-    if (node["vocab_size"] && Int(node["vocab_size"], "data.vocab_size", &d.vocab_size) &&
-        d.vocab_size < 2) {
-      Error(Line(node["vocab_size"]), "data.vocab_size", "must be at least 2");
+    if (node["vocab_size"]) {
+      IntIn(node["vocab_size"], "data.vocab_size", 2, kVocabBound, &d.vocab_size);
     }
     if (!d.path.empty() && d.synthetic) {
-      Error(KeyLine("data"), "data", "give either data.path or data.synthetic: true, not both");
+      // At the second of the two, the one to remove.
+      const bool path_last = Line(node["path"]) >= Line(node["synthetic"]);
+      const char* last = path_last ? "path" : "synthetic";
+      Error(Line(node[last]), absl::StrCat("data.", last),
+            "give either data.path or data.synthetic: true, not both");
     } else if (d.path.empty() && !d.synthetic) {
       Error(KeyLine("data"), "data", "missing data; give data.path or data.synthetic: true");
     }
@@ -450,10 +533,10 @@ class SpecParser {
         }
       }
       if (!ok) continue;
-      ok &= Positive(body["d_model"], field + ".d_model", &scale.d_model);
-      ok &= Positive(body["n_heads"], field + ".n_heads", &scale.n_heads);
-      ok &= Positive(body["n_layers"], field + ".n_layers", &scale.n_layers);
-      if (body["d_ff"]) ok &= Positive(body["d_ff"], field + ".d_ff", &scale.d_ff);
+      ok &= Positive(body["d_model"], field + ".d_model", &scale.d_model, kDModelBound);
+      ok &= Positive(body["n_heads"], field + ".n_heads", &scale.n_heads, kDModelBound);
+      ok &= Positive(body["n_layers"], field + ".n_layers", &scale.n_layers, kLayersBound);
+      if (body["d_ff"]) ok &= Positive(body["d_ff"], field + ".d_ff", &scale.d_ff, kHiddenBound);
       if (!ok) continue;
       if (scale.d_model % scale.n_heads != 0) {
         Error(Line(body["n_heads"]), field + ".n_heads",
@@ -473,13 +556,9 @@ class SpecParser {
     }
   }
 
-  bool Positive(const YAML::Node& node, const std::string& field, int64_t* out) {
-    if (!Int(node, field, out)) return false;
-    if (*out < 1) {
-      Error(Line(node), field, absl::StrCat("must be at least 1, got ", *out));
-      return false;
-    }
-    return true;
+  bool Positive(const YAML::Node& node, const std::string& field, int64_t* out,
+                const Bound& hi = kCountBound) {
+    return IntIn(node, field, 1, hi, out);
   }
 
   // scales.NAME.train: the fields a scale may set for itself.
@@ -498,19 +577,17 @@ class SpecParser {
       }
     }
     int64_t v = 0;
-    if (node["batch_tokens"] && Positive(node["batch_tokens"], field + ".batch_tokens", &v)) {
+    if (node["batch_tokens"] &&
+        Positive(node["batch_tokens"], field + ".batch_tokens", &v, kBatchBound)) {
       scale->batch_tokens = v;
     }
     if (node["micro_batch_tokens"] &&
-        Positive(node["micro_batch_tokens"], field + ".micro_batch_tokens", &v)) {
+        Positive(node["micro_batch_tokens"], field + ".micro_batch_tokens", &v, kBatchBound)) {
       scale->micro_batch_tokens = v;
     }
-    if (node["warmup_steps"] && Int(node["warmup_steps"], field + ".warmup_steps", &v)) {
-      if (v < 0) {
-        Error(Line(node["warmup_steps"]), field + ".warmup_steps", "must not be negative");
-      } else {
-        scale->warmup_steps = v;
-      }
+    if (node["warmup_steps"] &&
+        IntIn(node["warmup_steps"], field + ".warmup_steps", 0, kCountBound, &v)) {
+      scale->warmup_steps = v;
     }
   }
 
@@ -518,6 +595,7 @@ class SpecParser {
   // also name its own family, budget and baselines.
   void ParseGrid(const YAML::Node& node, SweepSpec* spec) {
     grid_line_ = KeyLine("grid");
+    spec->grid_line = grid_line_;  // a grid list's too, for the job-count refusal
     if (node.IsSequence()) {
       if (node.size() == 0) {
         Error(Line(node), "grid", "an empty list of grid blocks; give at least one");
@@ -548,6 +626,7 @@ class SpecParser {
     }
     CheckKeys(node, prefix, keys);
     block->line = in_list ? Line(node) : grid_line_;
+    block->field = prefix;
     BlockInfo info;
     info.line = block->line;
     info.prefix = prefix;
@@ -564,7 +643,7 @@ class SpecParser {
         if (parsed.ok()) {
           block->family = *parsed;
         } else {
-          Error(Line(node["family"]), prefix + ".family", std::string(parsed.status().message()));
+          Error(Line(node["family"]), prefix + ".family", FamilyProblem(family, parsed.status()));
         }
       }
     }
@@ -575,6 +654,7 @@ class SpecParser {
     if (in_list && node["budget"]) {
       block->budget_values.clear();
       block->budget_line = Line(node["budget"]);
+      block->budget_field = prefix + ".budget";
       info.has_budget = ParseBudget(node["budget"], prefix + ".budget", &block->budget_kind,
                                     &block->budget_values);
     }
@@ -606,20 +686,16 @@ class SpecParser {
                Error(Line(n), f, absl::StrCat("stride must be at least 1, got ", *v));
                return false;
              }
-             return true;
+             return AtMost(n, f, *v, kLayersBound);
            });
     }
     for (const char* key : {"top_k", "granularity"}) {
       if (!node[key]) continue;
-      (key[0] == 't' ? info.has_top_k : info.has_granularity) = true;
-      Axis(node[key], prefix + "." + key, key[0] == 't' ? &block->top_k : &block->granularity,
+      const bool top_k = key[0] == 't';
+      (top_k ? info.has_top_k : info.has_granularity) = true;
+      Axis(node[key], prefix + "." + key, top_k ? &block->top_k : &block->granularity,
            [&](const YAML::Node& n, const std::string& f, int64_t* v) {
-             if (!Int(n, f, v)) return false;
-             if (*v < 1) {
-               Error(Line(n), f, absl::StrCat("must be at least 1, got ", *v));
-               return false;
-             }
-             return true;
+             return Positive(n, f, v, top_k ? kExpertsBound : kHiddenBound);
            });
     }
     if (node["context"]) {
@@ -630,7 +706,7 @@ class SpecParser {
                Error(Line(n), f, absl::StrCat("context must be at least 1, got ", *v));
                return false;
              }
-             return true;
+             return AtMost(n, f, *v, kContextBound);
            });
     } else {
       Error(Line(node), prefix + ".context", "missing; give at least one context length");
@@ -666,7 +742,7 @@ class SpecParser {
       if (!String(node[i], field, &name)) continue;
       auto family = ParseFamily(name);
       if (!family.ok()) {
-        Error(Line(node[i]), field, std::string(family.status().message()));
+        Error(Line(node[i]), field, FamilyProblem(name, family.status()));
       } else if (*family == Family::kXmod) {
         Error(Line(node[i]), field,
               "xmod is the swept family, not a baseline (use dense, mod, moe, deco)");
@@ -682,17 +758,29 @@ class SpecParser {
     if (!ExpectMap(node, prefix)) return false;
     CheckKeys(node, prefix, {"tokens_per_param", "flops", "tokens"});
     int given = 0;
+    // The keys in the order they are written, so a second budget is the later one.
+    std::vector<std::pair<int, const char*>> written;
     for (auto [key, kind] :
          {std::pair{"tokens_per_param", BudgetKind::kTokensPerParam},
           std::pair{"flops", BudgetKind::kFlops}, std::pair{"tokens", BudgetKind::kTokens}}) {
       if (!node[key]) continue;
+      written.emplace_back(Line(node[key]), key);
       if (++given > 1) continue;
       *kind_out = kind;
       const std::string field = absl::StrCat(prefix, ".", key);
+      // D = r·N with N >= 1, and D itself, are counts: at most 2^53. A FLOP budget is
+      // bounded by the tokens it gives, which expansion checks per job.
+      const bool count = kind != BudgetKind::kFlops;
       Axis(node[key], field, values, [&](const YAML::Node& n, const std::string& f, double* v) {
         if (!Double(n, f, v)) return false;
         if (*v <= 0) {
           Error(Line(n), f, absl::StrCat("must be positive, got ", n.Scalar()));
+          return false;
+        }
+        if (count && *v > static_cast<double>(kMaxCount)) {
+          Error(Line(n), f,
+                absl::StrCat("must be at most 2^53 = ", kMaxCount, ", got ", n.Scalar(), " (",
+                             kCountBound.why, kind == BudgetKind::kTokens ? "" : ": D = r·N", ")"));
           return false;
         }
         return true;
@@ -702,7 +790,8 @@ class SpecParser {
     if (given == 0) {
       Error(line, prefix, "no budget; give one of tokens_per_param, flops or tokens");
     } else if (given > 1) {
-      Error(line, prefix,
+      std::sort(written.begin(), written.end());
+      Error(written[1].first, absl::StrCat(prefix, ".", written[1].second),
             "two budgets given; keep exactly one of tokens_per_param, flops or tokens");
     }
     return given == 1;
@@ -760,16 +849,17 @@ class SpecParser {
     CheckKeys(node, "moe",
               {"top_k", "granularity", "shared_experts", "gate", "balance_coef", "z_coef",
                "capacity_factor", "bias_rate"});
-    if (node["top_k"]) Positive(node["top_k"], "moe.top_k", &moe->top_k);
-    if (node["granularity"]) Positive(node["granularity"], "moe.granularity", &moe->granularity);
-    if (node["shared_experts"] &&
-        Int(node["shared_experts"], "moe.shared_experts", &moe->shared_experts) &&
-        moe->shared_experts < 0) {
-      Error(Line(node["shared_experts"]), "moe.shared_experts", "must not be negative");
+    if (node["top_k"]) Positive(node["top_k"], "moe.top_k", &moe->top_k, kExpertsBound);
+    if (node["granularity"]) {
+      Positive(node["granularity"], "moe.granularity", &moe->granularity, kHiddenBound);
+    }
+    if (node["shared_experts"]) {
+      IntIn(node["shared_experts"], "moe.shared_experts", 0, kExpertsBound, &moe->shared_experts);
     }
     if (node["gate"] && String(node["gate"], "moe.gate", &moe->gate) && !IsMoeGateName(moe->gate)) {
       Error(Line(node["gate"]), "moe.gate",
-            absl::StrCat("unknown gate '", moe->gate, "' (known: softmax, pre_softmax, sigmoid)"));
+            absl::StrCat("unknown gate '", moe->gate, "' (known: softmax, pre_softmax, sigmoid)",
+                         DidYouMean(moe->gate, {"softmax", "pre_softmax", "sigmoid"})));
     }
     InRange(node, "moe", "balance_coef", 0.0, 1e3, false, &moe->balance_coef);
     InRange(node, "moe", "z_coef", 0.0, 1e3, false, &moe->z_coef);
@@ -782,16 +872,15 @@ class SpecParser {
     CheckKeys(node, "deco",
               {"expert_width", "shared_width", "dense_layers", "target_ratio", "entropy_init",
                "entropy_multiplier"});
-    if (node["expert_width"])
-      Positive(node["expert_width"], "deco.expert_width", &deco->expert_width);
+    if (node["expert_width"]) {
+      Positive(node["expert_width"], "deco.expert_width", &deco->expert_width, kHiddenBound);
+    }
     if (node["shared_width"] &&
         !(node["shared_width"].IsScalar() && node["shared_width"].Scalar() == "auto")) {
-      Positive(node["shared_width"], "deco.shared_width", &deco->shared_width);
+      Positive(node["shared_width"], "deco.shared_width", &deco->shared_width, kHiddenBound);
     }
-    if (node["dense_layers"] &&
-        Int(node["dense_layers"], "deco.dense_layers", &deco->dense_layers) &&
-        deco->dense_layers < 0) {
-      Error(Line(node["dense_layers"]), "deco.dense_layers", "must not be negative");
+    if (node["dense_layers"]) {
+      IntIn(node["dense_layers"], "deco.dense_layers", 0, kLayersBound, &deco->dense_layers);
     }
     InRange(node, "deco", "target_ratio", 0.0, 1.0, true, &deco->target_ratio);
     if (node["target_ratio"] && deco->target_ratio <= 0) {
@@ -838,14 +927,15 @@ class SpecParser {
     if (is_auto("batch_tokens")) {
       t.batch_auto = true;
     } else if (node["batch_tokens"]) {
-      Positive(node["batch_tokens"], "train.batch_tokens", &t.batch_tokens);
+      Positive(node["batch_tokens"], "train.batch_tokens", &t.batch_tokens, kBatchBound);
     } else {
       Error(Line(node), "train.batch_tokens", "missing; tokens per optimizer step");
     }
     if (is_auto("micro_batch_tokens")) {
       t.micro_auto = true;
     } else if (node["micro_batch_tokens"]) {
-      Positive(node["micro_batch_tokens"], "train.micro_batch_tokens", &t.micro_batch_tokens);
+      Positive(node["micro_batch_tokens"], "train.micro_batch_tokens", &t.micro_batch_tokens,
+               kBatchBound);
     }
     // A three-way memory setting: its two fixed spellings, or auto.
     auto choice = [&](const char* key, const char* off, const char* on, MemoryChoice* out) {
@@ -861,7 +951,8 @@ class SpecParser {
         *out = MemoryChoice::kAuto;
       } else {
         Error(Line(node[key]), field,
-              absl::StrCat("unknown value '", v, "' (known: ", off, ", ", on, ", auto)"));
+              absl::StrCat("unknown value '", v, "' (known: ", off, ", ", on, ", auto)",
+                           DidYouMean(v, {off, on, "auto"})));
       }
     };
     choice("recompute", "false", "true", &t.recompute);
@@ -885,20 +976,14 @@ class SpecParser {
     in_range("balance_coef", 0.0, 1e3, false, &t.balance_coef);
     in_range("router_coef", 0.0, 1e3, false, &t.router_coef);
     if (node["warmup_steps"]) {
-      if (Int(node["warmup_steps"], "train.warmup_steps", &t.warmup_steps) && t.warmup_steps < 0) {
-        Error(Line(node["warmup_steps"]), "train.warmup_steps", "must not be negative");
-      }
+      IntIn(node["warmup_steps"], "train.warmup_steps", 0, kCountBound, &t.warmup_steps);
       if (node["warmup_fraction"]) {
         Error(Line(node["warmup_steps"]), "train.warmup_steps",
               "give warmup_steps or warmup_fraction, not both");
       }
     }
     auto non_negative = [&](const char* key, int64_t* out) {
-      if (!node[key]) return;
-      const std::string field = absl::StrCat("train.", key);
-      if (Int(node[key], field, out) && *out < 0) {
-        Error(Line(node[key]), field, "must not be negative");
-      }
+      if (node[key]) IntIn(node[key], absl::StrCat("train.", key), 0, kCountBound, out);
     };
     non_negative("eval_interval", &t.eval_interval);
     non_negative("min_warmup_steps", &t.min_warmup_steps);
@@ -964,7 +1049,8 @@ class SpecParser {
     if (node["precision"] && String(node["precision"], "train.precision", &t.precision) &&
         t.precision != "fp32" && t.precision != "bf16") {
       Error(Line(node["precision"]), "train.precision",
-            absl::StrCat("unknown precision '", t.precision, "' (known: fp32, bf16)"));
+            absl::StrCat("unknown precision '", t.precision, "' (known: fp32, bf16)",
+                         DidYouMean(t.precision, {"fp32", "bf16"})));
     }
   }
 
@@ -982,11 +1068,17 @@ class SpecParser {
                            node["gpu_memory_gb"].Scalar()));
       }
     }
-    if (node["ranks"]) Positive(node["ranks"], "resources.ranks", &r.ranks);
+    if (node["ranks"]) Positive(node["ranks"], "resources.ranks", &r.ranks, kRanksBound);
     if (node["max_attempts"]) {
       Positive(node["max_attempts"], "resources.max_attempts", &r.max_attempts);
     }
-    if (node["priority"]) Int(node["priority"], "resources.priority", &r.priority);
+    if (node["priority"] && Int(node["priority"], "resources.priority", &r.priority) &&
+        AtMost(node["priority"], "resources.priority", r.priority, kPriorityBound) &&
+        r.priority < -kPriorityBound.max) {
+      // A cooldown trunk runs at its sweep's priority + 1; ±10^9 leaves room.
+      Error(Line(node["priority"]), "resources.priority",
+            absl::StrCat("must be at least -10^9, got ", r.priority));
+    }
     if (node["order"]) {
       r.order_line = Line(node["order"]);
       std::string order;
@@ -995,7 +1087,8 @@ class SpecParser {
           r.adaptive_order = true;
         } else if (order != "cheapest") {
           Error(r.order_line, "resources.order",
-                absl::StrCat("unknown order '", order, "' (known: cheapest, adaptive)"));
+                absl::StrCat("unknown order '", order, "' (known: cheapest, adaptive)",
+                             DidYouMean(order, {"cheapest", "adaptive"})));
         }
       }
     }
@@ -1023,7 +1116,7 @@ class SpecParser {
   }
 
   // Checks that need more than one section; runs only on an otherwise clean file.
-  void CrossCheck(const YAML::Node& root, SweepSpec* spec) {
+  void CrossCheck(SweepSpec* spec) {
     if (spec->train.micro_auto && spec->resources.gpu_memory_gb <= 0) {
       Error(Line(train_node_["micro_batch_tokens"]), "train.micro_batch_tokens",
             "auto chooses the micro-batch from the device memory: declare it as "
@@ -1056,11 +1149,15 @@ class SpecParser {
               "missing; give one of tokens_per_param, flops or tokens");
       }
       const std::string family(FamilyName(block.family));
+      // The line of the block's axis `key` (where it is to be removed), else the block's.
+      const auto axis_line = [&](const char* key) {
+        return spec->LineOf(absl::StrCat(prefix, ".", key), info.line);
+      };
       if (block.family != Family::kMoe) {
         for (const auto& [given, key] : {std::pair<bool, const char*>{info.has_top_k, "top_k"},
                                          {info.has_granularity, "granularity"}}) {
           if (given) {
-            Error(info.line, prefix + "." + key,
+            Error(axis_line(key), prefix + "." + key,
                   absl::StrCat("only family moe has a ", key, " axis (a moe baseline takes moe.",
                                key, ")"));
           }
@@ -1078,24 +1175,23 @@ class SpecParser {
                 "family moe needs a sparsity axis (1 - top_k / experts)");
         }
         if (info.has_stride) {
-          Error(info.line, prefix + ".stride", "family moe has no stride; remove this axis");
+          Error(axis_line("stride"), prefix + ".stride",
+                "family moe has no stride; remove this axis");
         }
         CheckMoeGrid(*spec, block, prefix, info.line);
       } else {
         if (info.has_sparsity) {
-          Error(info.line, prefix + ".sparsity",
+          Error(axis_line("sparsity"), prefix + ".sparsity",
                 absl::StrCat("family ", family, " has a fixed sparsity; remove this axis"));
         }
         if (info.has_stride) {
-          Error(info.line, prefix + ".stride",
+          Error(axis_line("stride"), prefix + ".stride",
                 absl::StrCat("family ", family, " has a fixed stride; remove this axis"));
         }
       }
       if (std::count(block.baselines.begin(), block.baselines.end(), Family::kMoe) > 0) {
-        const YAML::Node moe = root["moe"];
-        CheckGranularity(
-            *spec, block, {spec->moe.granularity}, "moe.granularity",
-            moe && moe.IsMap() && moe["granularity"] ? Line(moe["granularity"]) : info.line);
+        CheckGranularity(*spec, block, {spec->moe.granularity}, "moe.granularity",
+                         spec->LineOf("moe.granularity", info.line));
       }
       if (spec->train.recompute == MemoryChoice::kOn &&
           (IsExpertFamily(block.family) ||
@@ -1117,7 +1213,25 @@ class SpecParser {
       }
     }
     if (spec->data.vocab_size > 0 && spec->data.synthetic && spec->data.vocab_size > 65536) {
-      Error(Line(root["data"]), "data.vocab_size", "the synthetic source supports at most 65536");
+      Error(spec->LineOf("data.vocab_size", KeyLine("data")), "data.vocab_size",
+            "the synthetic source supports at most 65536");
+    }
+    // Every scale's dense model must be countable; expansion checks the shapes it
+    // derives (deeper FLOP-matched models, experts) again.
+    for (const ScaleSpec& scale : spec->scales) {
+      ModelShape dense;
+      dense.d_model = scale.d_model;
+      dense.n_heads = scale.n_heads;
+      dense.n_layers = scale.n_layers;
+      dense.d_ff = scale.d_ff;
+      dense.vocab_size = spec->data.vocab_size;
+      dense.context = 1;
+      if (absl::Status size = CheckModelSize(dense); !size.ok()) {
+        Error(scale.line, absl::StrCat("scales.", scale.name),
+              absl::StrCat("d_model ", scale.d_model, ", n_layers ", scale.n_layers, ", d_ff ",
+                           scale.d_ff, " and vocab_size ", spec->data.vocab_size, ": ",
+                           size.message()));
+      }
     }
     if (grid_is_map_ && spec->blocks.size() == 1) {
       // One block: the top-level fields hold it (and code may edit them).
@@ -1141,17 +1255,31 @@ class SpecParser {
                     int line) {
     const std::vector<int64_t> top_k = spec.TopKAxis(block);
     const std::vector<int64_t> granularity = spec.GranularityAxis(block);
-    for (double sparsity : block.sparsity) {
+    for (size_t i = 0; i < block.sparsity.size(); ++i) {
+      const double sparsity = block.sparsity[i];
+      const auto [field, value_line] = spec.AxisValueAt(prefix + ".sparsity", i, line);
       for (int64_t k : top_k) {
         const double experts = double(k) / (1.0 - sparsity);
         if (std::abs(experts - std::round(experts)) > 1e-6) {
-          Error(line, prefix + ".sparsity",
+          Error(value_line, field,
                 absl::StrCat("sparsity ", sparsity, " with top_k ", k, " needs ", experts,
                              " experts (E = top_k / (1 - sparsity) must be a whole number)"));
+        } else if (experts > static_cast<double>(kMaxExperts)) {
+          Error(value_line, field,
+                absl::StrCat("sparsity ", sparsity, " with top_k ", k, " needs ", experts,
+                             " experts, more than 2^20 = ", kMaxExperts, " (", kBoundsDoc, ")"));
         }
       }
     }
-    CheckGranularity(spec, block, granularity, prefix + ".granularity", line);
+    if (block.granularity.empty()) {
+      CheckGranularity(spec, block, granularity, "moe.granularity",
+                       spec.LineOf("moe.granularity", line));
+    } else {
+      for (size_t i = 0; i < block.granularity.size(); ++i) {
+        const auto [field, value_line] = spec.AxisValueAt(prefix + ".granularity", i, line);
+        CheckGranularity(spec, block, {block.granularity[i]}, field, value_line);
+      }
+    }
   }
 
   void CheckGranularity(const SweepSpec& spec, const GridBlock& block,
@@ -1178,7 +1306,7 @@ class SpecParser {
     const int64_t batch = own_batch ? *scale.batch_tokens : t.batch_tokens;
     const std::string field = own_batch ? absl::StrCat("scales.", scale.name, ".train.batch_tokens")
                                         : std::string("train.batch_tokens");
-    const int line = own_batch ? scale.line : Line(train_node_["batch_tokens"]);
+    const int line = own_batch ? spec.LineOf(field, scale.line) : Line(train_node_["batch_tokens"]);
     const bool own_micro = scale.micro_batch_tokens.has_value();
     const int64_t micro = own_micro ? *scale.micro_batch_tokens : t.micro_batch_tokens;
     for (int64_t context : contexts) {
@@ -1196,9 +1324,12 @@ class SpecParser {
                            spec.resources.ranks, " ranks (resources.ranks)"));
       }
       if (micro > 0 && micro % context != 0) {
-        Error(own_micro ? scale.line : Line(train_node_["micro_batch_tokens"]),
-              own_micro ? absl::StrCat("scales.", scale.name, ".train.micro_batch_tokens")
-                        : std::string("train.micro_batch_tokens"),
+        const std::string micro_field =
+            own_micro ? absl::StrCat("scales.", scale.name, ".train.micro_batch_tokens")
+                      : std::string("train.micro_batch_tokens");
+        Error(own_micro ? spec.LineOf(micro_field, scale.line)
+                        : Line(train_node_["micro_batch_tokens"]),
+              micro_field,
               absl::StrCat("micro_batch_tokens ", micro, " is not a multiple of context ", context,
                            " (grid.context)"));
       }
@@ -1219,6 +1350,7 @@ class SpecParser {
   std::string source_;
   std::vector<std::string> errors_;
   std::map<std::string, int> key_lines_;
+  std::map<std::string, int> field_lines_;  // see SweepSpec::field_lines
   int grid_line_ = 1;
   bool top_budget_ = false;
   bool grid_is_map_ = false;

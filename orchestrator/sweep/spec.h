@@ -6,6 +6,7 @@
 #define XMOD_ORCHESTRATOR_SWEEP_SPEC_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -144,6 +145,9 @@ struct GridBlock {
   std::vector<double> budget_values;
   int line = 0;         // of the block, for messages
   int budget_line = 0;  // of the budget the block uses
+  // The field names messages use: "grid" or "grid[1]"; "budget" or "grid[1].budget".
+  std::string field = "grid";
+  std::string budget_field = "budget";
 };
 
 // What the design check (design_check.h) holds the sweep to.
@@ -184,6 +188,19 @@ struct SweepSpec {
   // The grid as blocks when `grid:` is a list. Empty for a `grid:` mapping (or a
   // spec built in code): Blocks() then makes one block from the fields above.
   std::vector<GridBlock> blocks;
+  // Where each value was written: "scales.s.n_layers", "grid.sparsity[1]" or
+  // "budget.tokens" (an axis given as one value) → its 1-based line, so that
+  // expansion's refusals point at it. Empty for a spec built in code.
+  std::map<std::string, int> field_lines;
+
+  // The line of `field`, or `fallback` when it was not written.
+  int LineOf(const std::string& field, int fallback) const;
+  // The name and line of value `index` of the axis `field` ("grid.sparsity[1]"
+  // or, given as one value, "grid.sparsity"); `field` and `fallback` when unknown.
+  std::pair<std::string, int> AxisValueAt(const std::string& field, size_t index,
+                                          int fallback) const;
+  // "file:LINE: field: " for a message.
+  std::string Where(const std::string& field, int line) const;
 
   const ScaleSpec* FindScale(const std::string& name) const;
   std::vector<GridBlock> Blocks() const;
