@@ -771,6 +771,7 @@ class SpecParser {
       // D = r·N with N >= 1, and D itself, are counts: at most 2^53. A FLOP budget is
       // bounded by the tokens it gives, which expansion checks per job.
       const bool count = kind != BudgetKind::kFlops;
+      const char* per_param = kind == BudgetKind::kTokens ? "" : ": D = r·N";
       Axis(node[key], field, values, [&](const YAML::Node& n, const std::string& f, double* v) {
         if (!Double(n, f, v)) return false;
         if (*v <= 0) {
@@ -780,7 +781,7 @@ class SpecParser {
         if (count && *v > static_cast<double>(kMaxCount)) {
           Error(Line(n), f,
                 absl::StrCat("must be at most 2^53 = ", kMaxCount, ", got ", n.Scalar(), " (",
-                             kCountBound.why, kind == BudgetKind::kTokens ? "" : ": D = r·N", ")"));
+                             kCountBound.why, per_param, ")"));
           return false;
         }
         return true;
