@@ -176,6 +176,59 @@ TEST_F(CoordinatorE2e, AZombieGroupWhoseLeaseExpiredCanWriteNothing) {
   ExpectCompleteCurves();
 }
 
+// Issue 30, item 6, with real processes: group a freezes (SIGSTOP, injected once
+// the files of its last step's checkpoint are written, before they are published);
+// its lease expires and group b resumes the job, writes and publishes the same step
+// and completes the job. Woken, a finds its lease gone: it removes its own folder,
+// drops the job and exits like any group that ran out of work, instead of ending
+// through MPI_Abort; the folder of that step is b's, and nothing of a's is left
+// (b's pruning removed a's temporary folder as an ended attempt's leftover).
+TEST_F(CoordinatorE2e, AGroupFrozenMidCheckpointWakesAfterItsLeaseMovedAndDropsTheJob) {
+  const int port = testing::FreePort();
+  Serve(port, 2);
+  Submit(port, Fixture("long.yaml"));
+  const auto ids = Rows("SELECT job_id FROM jobs");
+  ASSERT_EQ(ids.size(), 1u);
+  const std::string job = std::get<std::string>(ids[0][0]);
+  const std::filesystem::path checkpoints =
+      std::filesystem::path(Path("runs")) / job / "checkpoints";
+  const int64_t steps = Count("SELECT steps FROM jobs");
+  ASSERT_EQ(steps, 120);
+  ::setenv("XMOD_FAULT_STOP_AT_CHECKPOINT", "120", 1);
+  const pid_t a = Group(port, 1, "a");
+  ::unsetenv("XMOD_FAULT_STOP_AT_CHECKPOINT");
+  const auto tmp_of = [&](int64_t token) {
+    return checkpoints / ("step_00000120.tmp-" + std::to_string(token));
+  };
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM checkpoints WHERE step = 110") == 1; }, 120))
+      << testing::Slurp(Path("a.log"));
+  const int64_t token_a = Count("SELECT fencing_token FROM attempts WHERE attempt = 1");
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return std::filesystem::exists(tmp_of(token_a) / "meta.json"); }, 60))
+      << testing::Slurp(Path("a.log"));
+  // Frozen mid-write: the lease runs out and the job goes to b.
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return Count("SELECT COUNT(*) FROM jobs WHERE status = 'pending'") == 1; }, 30));
+  const pid_t b = Group(port, 1, "b");
+  EXPECT_EQ(testing::WaitExit(b, 180), 0) << testing::Slurp(Path("b.log"));
+  ASSERT_EQ(Count("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'"), 1);
+  const int64_t token_b = Count("SELECT fencing_token FROM attempts WHERE attempt = 2");
+  ASSERT_GT(token_b, token_a);
+  // b's pruning, after the coordinator recorded its checkpoint, removed the
+  // leftovers of attempts with lower tokens: a's temporary folder among them.
+  EXPECT_FALSE(std::filesystem::exists(tmp_of(token_a)));
+  SignalTree(a, SIGCONT);
+  EXPECT_EQ(testing::WaitExit(a, 60), 0) << testing::Slurp(Path("a.log"));
+  EXPECT_THAT(testing::Slurp(Path("a.log")), ::testing::HasSubstr("not published"));
+  EXPECT_FALSE(std::filesystem::exists(tmp_of(token_a)));
+  std::ifstream meta(checkpoints / "step_00000120" / "meta.json");
+  EXPECT_EQ(nlohmann::json::parse(meta).at("fencing_token").get<int64_t>(), token_b);
+  EXPECT_EQ(Count("SELECT attempt FROM checkpoints WHERE step = 120"), 2);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM attempts"), 2);
+  ExpectCompleteCurves();
+}
+
 TEST_F(CoordinatorE2e, AGroupWithAStoppedRankIsEndedByItsWatchdogAndTheJobMovesOn) {
   const int port = testing::FreePort();
   Serve(port, 30);  // a long lease: only the watchdog can free the job quickly

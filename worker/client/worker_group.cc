@@ -4,6 +4,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <thread>
 
@@ -30,6 +33,22 @@ std::string HostName() {
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   return host;
+}
+
+// Fault injection for the end-to-end tests: XMOD_FAULT_STOP_AT_CHECKPOINT=STEP makes
+// rank 0 stop itself (SIGSTOP, as a frozen node would) once the files of its
+// checkpoint at STEP are written, before they are published; SIGCONT wakes it.
+// Unset (always, outside tests): nothing.
+std::function<void(int64_t)> FaultStopAtCheckpoint() {
+  const char* text = std::getenv("XMOD_FAULT_STOP_AT_CHECKPOINT");
+  if (text == nullptr || *text == '\0') return nullptr;
+  const int64_t at = std::atoll(text);
+  return [at](int64_t step) {
+    if (step != at) return;
+    std::cerr << "fault injection: stopping at the checkpoint of step " << step
+              << " before publishing it" << std::endl;
+    ::raise(SIGSTOP);
+  };
 }
 
 TrainerOptions TrainerOptionsFor(const WorkerGroupOptions& o, const JobFile& job,
@@ -167,6 +186,7 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
     t.abandon = [&] { return session.ShouldAbandon(); };
     t.confirm_checkpoint = [&] { return session.ConfirmLease(); };
     t.fencing_token = lease.fencing_token();
+    t.fault_checkpoint_written = FaultStopAtCheckpoint();
     t.on_metrics = [&](const std::vector<Metric>& m) { session.OnMetrics(m); };
     t.on_checkpoint = [&](int64_t step, const std::string& path) {
       return session.OnCheckpoint(step, path);
