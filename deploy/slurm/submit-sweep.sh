@@ -4,8 +4,9 @@
 # coordinator's address file, submits SPEC to it and releases the workers.
 #   deploy/slurm/submit-sweep.sh sweeps/xmod-cluster.yaml
 # Environment: XMOD_BIN, XMOD_RUN_DIR, XMOD_DB, XMOD_TOKEN_FILE, XMOD_PORT (see the
-# .sbatch files), XMOD_WAIT_SECONDS (default 1800: how long the coordinator may queue;
-# the wait stops early when the coordinator job has ended or can never start).
+# .sbatch files), XMOD_QUEUE_WAIT_SECONDS (default 1800: how long the coordinator may
+# queue; the wait stops early when the coordinator job has ended or can never start).
+# XMOD_WAIT_SECONDS is the worker groups' own wait for the address file (workers.sbatch).
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
@@ -19,7 +20,7 @@ export XMOD_BIN="${XMOD_BIN:-$PWD/build/bin}"
 export XMOD_RUN_DIR="${XMOD_RUN_DIR:-$PWD/xmod-run}"
 export XMOD_DB="${XMOD_DB:-$XMOD_RUN_DIR/xmod.db}"
 export XMOD_TOKEN_FILE="${XMOD_TOKEN_FILE:-$XMOD_RUN_DIR/token}"
-wait_seconds="${XMOD_WAIT_SECONDS:-1800}"
+wait_seconds="${XMOD_QUEUE_WAIT_SECONDS:-1800}"
 
 # Check the spec here, before anything is queued (exit 2 names file:line:field).
 "$XMOD_BIN/xmod" expand "$spec" >/dev/null
