@@ -61,10 +61,15 @@ double EffectiveCapacity(const ModelShape& shape) {
 
 namespace {
 
-// Attention (q, k, v, o) and SwiGLU MLP weights of one layer.
-int64_t LayerMatmulParams(const ModelShape& s) {
-  return 4 * s.d_model * s.d_model + 3 * s.d_model * s.d_ff;
+// Attention (q, k, v, o) and SwiGLU MLP weights of one layer, over a number type
+// (CountParamsAs below says why).
+template <typename T>
+T LayerMatmulParamsAs(const ModelShape& s) {
+  const T d = static_cast<T>(s.d_model);
+  return 4 * d * d + 3 * d * static_cast<T>(s.d_ff);
 }
+
+int64_t LayerMatmulParams(const ModelShape& s) { return LayerMatmulParamsAs<int64_t>(s); }
 
 int64_t ExpertLayers(const ModelShape& s) {
   if (!IsExpertFamily(s.family)) return 0;
@@ -108,8 +113,7 @@ template <typename T>
 ParamCountAs<T> CountParamsAs(const ModelShape& s) {
   const T d = static_cast<T>(s.d_model);
   const T routed = static_cast<T>(NumRoutedLayers(s));
-  // Attention (q, k, v, o), SwiGLU MLP and two RMSNorm weights per layer.
-  const T per_layer = 4 * d * d + 3 * d * static_cast<T>(s.d_ff) + 2 * d;
+  const T per_layer = LayerMatmulParamsAs<T>(s) + 2 * d;  // + two RMSNorm weights
   // Routers are d→1 linears without bias; X-MoD adds one learnable gate γ per routed layer.
   const T per_routed_extra = d + (s.family == Family::kXmod ? 1 : 0);
   // An expert layer holds its expert MLP instead of the dense one.

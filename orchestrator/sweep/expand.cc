@@ -657,8 +657,6 @@ std::string BudgetFreeKey(const ResolvedJob& job) {
   return job.scale + "|" + j.dump();
 }
 
-}  // namespace
-
 // The first of `fields` the sweep wrote, else `fallback`.
 std::string FirstWritten(const SweepSpec& spec, const std::vector<std::string>& fields,
                          const std::string& fallback) {
@@ -667,6 +665,8 @@ std::string FirstWritten(const SweepSpec& spec, const std::vector<std::string>& 
   }
   return fallback;
 }
+
+}  // namespace
 
 // Cooldown branches (docs/schedules.md; Hägele et al. 2024): the wsd jobs of one
 // configuration that differ only in their budget become one constant-LR trunk

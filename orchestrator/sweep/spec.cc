@@ -236,16 +236,16 @@ struct Bound {
 };
 constexpr char kBoundsDoc[] = "sweeps/README.md lists the bounds";
 constexpr Bound kCountBound{kMaxCount, "2^53", "the most a count may be, exact as a double"};
-constexpr Bound kDModelBound{kMaxDModel, "2^20", "sweeps/README.md lists the bounds"};
-constexpr Bound kHiddenBound{kMaxHidden, "2^22", "sweeps/README.md lists the bounds"};
+constexpr Bound kDModelBound{kMaxDModel, "2^20", kBoundsDoc};
+constexpr Bound kHiddenBound{kMaxHidden, "2^22", kBoundsDoc};
 constexpr Bound kLayersBound{kMaxLayers, "10^5",
                              "the deepest model a FLOP match searches; sweeps/README.md"};
 constexpr Bound kVocabBound{kMaxVocab, "2^32", "token files hold 16- or 32-bit ids"};
-constexpr Bound kContextBound{kMaxContext, "2^24", "sweeps/README.md lists the bounds"};
-constexpr Bound kExpertsBound{kMaxExperts, "2^20", "sweeps/README.md lists the bounds"};
-constexpr Bound kBatchBound{kMaxBatchTokens, "2^40", "sweeps/README.md lists the bounds"};
-constexpr Bound kRanksBound{kMaxRanks, "2^20", "sweeps/README.md lists the bounds"};
-constexpr Bound kPriorityBound{1000000000, "10^9", "sweeps/README.md lists the bounds"};
+constexpr Bound kContextBound{kMaxContext, "2^24", kBoundsDoc};
+constexpr Bound kExpertsBound{kMaxExperts, "2^20", kBoundsDoc};
+constexpr Bound kBatchBound{kMaxBatchTokens, "2^40", kBoundsDoc};
+constexpr Bound kRanksBound{kMaxRanks, "2^20", kBoundsDoc};
+constexpr Bound kPriorityBound{1000000000, "10^9", kBoundsDoc};
 
 // Collects problems while walking the document, so one run reports all of them.
 class SpecParser {
