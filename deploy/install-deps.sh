@@ -42,6 +42,10 @@ BROWSER=(chromium)
 # without installing the sanitizer toolchain, Python's torch and scipy, Node.js and
 # Chromium into the tree.
 wanted=("${BUILD[@]}" "${ORCH[@]}" "${WORKER[@]}" "${TEST[@]}" "${DATA[@]}" "${BROWSER[@]}")
+case "${XMOD_DEPS_SCOPE:-all}" in
+  all | release) ;;
+  *) echo "install-deps: XMOD_DEPS_SCOPE='$XMOD_DEPS_SCOPE' is not 'all' (default) or 'release'" >&2; exit 2 ;;
+esac
 if [ "${XMOD_DEPS_SCOPE:-all}" = release ]; then
   wanted=("${BUILD[@]}" "${ORCH[@]}" "${WORKER[@]}" libgtest-dev libgmock-dev)
   named=()

@@ -31,6 +31,10 @@ cd "$(dirname "$0")/.."
 source deploy/ccache-env.sh
 build_dir="${XMOD_BUILD_DIR:-build}"
 scope="${XMOD_TEST_SCOPE:-all}"
+case "$scope" in
+  all | release) ;;
+  *) echo "test: XMOD_TEST_SCOPE='$scope' is not 'all' (default) or 'release'" >&2; exit 2 ;;
+esac
 started=$SECONDS
 leg_times=()
 timed() {  # timed NAME COMMAND...: runs it, notes how long it took
