@@ -1,8 +1,10 @@
-// Scaling laws as data. A law is a struct with
+// Scaling laws as data. A law is a struct deriving from LawDefaults with
 //
 //   static constexpr int kParameters;                 // internal parameters, fitted
-//   static const char* Name();
-//   static std::vector<std::string> ParameterNames();  // kParameters names
+//   static const char* Name();                        // --law NAME, design.laws, fits.law
+//   static const char* Label();                       // for reports and plots ("X-MoD")
+//   static std::vector<std::string> ParameterNames();  // kParameters internal names
+//   static std::vector<std::string> ReportedNames();   // kParameters published names
 //   static std::vector<std::vector<double>> StartGrid();  // values per parameter;
 //                                                     // the fitter tries every combination
 //   static std::vector<std::pair<double, double>> Bounds();  // ±inf where unbounded
@@ -15,15 +17,24 @@
 //                                                     // with equal inputs count once
 //                                                     // against the parameters
 //
-// LogLoss is templated on the scalar type so that Ceres differentiates it. Adding a
-// law is a new header (dense_law.h, xmod_law.h, moe_law.h so far) plus its entry in
-// analysis.cc's law table; the fitter (fitter.h) does not change. docs/laws.md defines the forms.
+// and, where LawDefaults' choice does not fit, what the rest of xmod asks of it:
+// which runs it reads, which sweeps it applies to, its CSV columns, whether it is
+// fitted in two stages against the dense law, and what a sweep's design needs for
+// it (law_registry.h lists them). LogLoss is templated on the scalar type so that
+// Ceres differentiates it. Adding a law is a new header plus one row in
+// law_registry.cc's table; the fitter (fitter.h), the analysis, the CSV reader, the
+// design check, the reports, the plots and the dashboard iterate the table.
+// docs/laws.md defines the forms; docs/architecture.md walks through adding one.
 #ifndef XMOD_ORCHESTRATOR_FIT_LAW_H_
 #define XMOD_ORCHESTRATOR_FIT_LAW_H_
 
 #include <cmath>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
+
+#include "absl/status/status.h"
 
 namespace xmod {
 
@@ -40,6 +51,10 @@ struct LawPoint {
   // MoE expansion Ê = E / k: routed expert parameters in total over those a token
   // uses (1 − S with S the expert sparsity); 1 for every model without experts.
   double expansion = 1.0;
+  // Inputs a law reads that no field above names, by the CSV column they come
+  // from (a law declares them in its CsvColumns); absent: the law's default.
+  std::map<std::string, double> extra;
+  std::string family;  // the sweep family of the run ("" for a CSV row)
   std::string scale;  // the sweep's scale name ("" when unknown), used for hold-out
   std::string id;     // job id when the point came from a database
   // Replicates: points of one configuration (everything but the seed) share
@@ -77,6 +92,62 @@ struct LawPoint {
     if (expansion > 1.0) return NTotal() >= n;  // a MoE run: no depth routing to check
     return dense() || (context >= 1.0 && capacity > 0.0 && NTotal() >= n);
   }
+};
+
+// The families a sweep's grid blocks name, and those its blocks add as baselines.
+struct SweepFamilies {
+  std::set<std::string> blocks;
+  std::set<std::string> baselines;
+  bool Has(const std::string& family) const {
+    return blocks.count(family) > 0 || baselines.count(family) > 0;
+  }
+};
+
+// Where a law's design check (LawDefaults::CheckDesign) reports, before any job
+// runs: an error or a warning on a field of the sweep file ("grid", "grid.stride",
+// "budget", ...; the design check turns the field into a line), or a note.
+class DesignSink {
+ public:
+  virtual ~DesignSink() = default;
+  virtual void Error(const std::string& field, const std::string& message) = 0;
+  virtual void Warn(const std::string& field, const std::string& message) = 0;
+  virtual void Note(const std::string& message) = 0;
+};
+
+// What a law says about itself where the common answer fits; a law struct derives
+// from this and overrides (hides) what differs.
+struct LawDefaults {
+  // Two stages: the dense law at each context on the dense runs, then the law's
+  // own parameters on its other runs against the dense law of their context.
+  static constexpr bool kTwoStage = false;
+  // How many leading parameters are the dense law's (a, b, e, alpha, beta): 5 for
+  // the dense law and the laws built on it, whose designs need a dense law at
+  // every context they span; 0 for a law with nothing of the dense law in it.
+  static constexpr int kDenseParameters = 0;
+  // Whether reported parameter k is exp(internal) (A, B, E), for --fix.
+  static bool LogScaled(int /*k*/) { return false; }
+  // The sweep families whose succeeded runs become its points ...
+  static std::vector<std::string> Families() { return {}; }
+  // ... and which of those points it fits.
+  static bool Reads(const LawPoint& /*x*/) { return true; }
+  // Whether `xmod run` and the design check fit it by default for a sweep.
+  static bool Applies(const SweepFamilies& /*families*/) { return false; }
+  // CSV columns it needs besides N (or N_active), D and loss, and those it reads
+  // when present. A column no LawPoint field names lands in LawPoint::extra.
+  static std::vector<std::string> CsvColumns() { return {}; }
+  static std::vector<std::string> CsvOptional() { return {}; }
+  // A CSV row's check beyond the common ones (positive N, D, loss; ...).
+  static absl::Status CheckCsvRow(const LawPoint& /*x*/) { return absl::OkStatus(); }
+  // The inputs a hold-out table shows besides N, N_total, D and T.
+  static std::vector<std::string> HoldoutColumns() { return {}; }
+  // What its second stage's runs are called in messages ("sparse", "MoE").
+  static const char* RunsName() { return "sparse"; }
+  // A hint for a sweep with no dense run to anchor the first stage ("" none).
+  static const char* NoDenseHint() { return ""; }
+  // What a sweep's planned runs (points without a loss, with family, N, N_total,
+  // D, T, capacity, stride, expansion) need for the law's own parameters; the
+  // dense law's part is checked per context by the design check itself.
+  static void CheckDesign(const std::vector<LawPoint>& /*planned*/, DesignSink* /*sink*/) {}
 };
 
 // A dense run with N parameters, D tokens and final loss `loss`.

@@ -18,20 +18,45 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "orchestrator/fit/dense_law.h"
 
 namespace xmod {
 
-struct MoeLaw {
+struct MoeLaw : LawDefaults {
   static constexpr int kParameters = 9;
   static constexpr int kDenseParameters = DenseLaw::kParameters;
+  static constexpr bool kTwoStage = true;
   static const char* Name() { return "moe"; }
+  static const char* Label() { return "MoE"; }
   static std::vector<std::string> ParameterNames() {
     return {"a", "b", "e", "alpha", "beta", "delta", "gamma", "omega", "zeta"};
+  }
+  static std::vector<std::string> ReportedNames() {
+    return {"A", "B", "E", "alpha", "beta", "delta", "gamma", "omega", "zeta"};
+  }
+  static bool LogScaled(int k) { return k <= 2; }
+  // The dense runs and the MoE runs (expansion E/k > 1).
+  static std::vector<std::string> Families() { return {"dense", "moe"}; }
+  static bool Reads(const LawPoint& x) { return x.dense() || x.expansion > 1.0; }
+  // By default only for a sweep of the moe family: a MoE baseline or two beside
+  // another family cannot identify the four extras.
+  static bool Applies(const SweepFamilies& families) { return families.blocks.count("moe") > 0; }
+  static std::vector<std::string> CsvColumns() { return {"N_active", "D", "expansion", "loss"}; }
+  static absl::Status CheckCsvRow(const LawPoint& x) {
+    if (x.expansion >= 1) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "expansion: must be at least 1 (E / top_k; 1 for a dense run)");
+  }
+  static std::vector<std::string> HoldoutColumns() { return {"expansion"}; }
+  static const char* RunsName() { return "MoE"; }
+  static const char* NoDenseHint() {
+    return "; add baselines: [dense] to the sweep, or a sparsity 0 point";
   }
   // The dense law's grid, then 3^4 = 81 starts for the extras (the two-stage fit
   // freezes the dense parameters, so it tries the 81). The published values sit
@@ -96,6 +121,50 @@ struct MoeLaw {
           "sizes N and two or more token budgets D");
     }
     return absl::OkStatus();
+  }
+  // What the four extras need of a sweep's planned MoE runs: runs with E/k > 1 at
+  // two or more active sizes and token budgets, more distinct (N, D, E/k) than
+  // extras, and one granularity (the law has no granularity term).
+  static void CheckDesign(const std::vector<LawPoint>& planned, DesignSink* sink) {
+    std::set<std::tuple<double, double, double>> inputs;
+    std::set<double> ns, ds, expansions, granularities;
+    for (const LawPoint& x : planned) {
+      if (x.family != "moe") continue;
+      const auto g = x.extra.find("granularity");
+      granularities.insert(g == x.extra.end() ? 0.0 : g->second);
+      if (x.expansion <= 1.0) continue;  // all experts active: a dense point of the law
+      inputs.insert({x.n, x.d, x.expansion});
+      ns.insert(x.n);
+      ds.insert(x.d);
+      expansions.insert(x.expansion);
+    }
+    if (inputs.empty()) {
+      sink->Error("grid",
+                  "design.laws names moe but the sweep has no MoE job with more experts than "
+                  "top_k (sparsity > 0)");
+      return;
+    }
+    if (ns.size() < 2 || ds.size() < 2) {
+      sink->Error("grid", absl::StrCat("the MoE law's extras need MoE runs at two or more "
+                                       "active sizes and two or more token budgets; these have ",
+                                       ns.size(), " and ", ds.size()));
+    }
+    if (inputs.size() < 5) {
+      sink->Error("grid", absl::StrCat("the MoE law's 4 extras see ", inputs.size(),
+                                       " distinct MoE runs (N, D, E/k); give at least 5"));
+    }
+    if (expansions.size() < 2) {
+      sink->Warn("grid.sparsity",
+                 "one expansion E/k above 1: the law's dependence on the expert count rests on "
+                 "that one value and the dense runs");
+    }
+    if (granularities.size() > 1) {
+      sink->Warn("grid.granularity",
+                 "several granularities: the MoE law has no granularity term; xmod fit --law "
+                 "moe fits one at a time (--granularity G)");
+    }
+    sink->Note(absl::StrCat("the MoE extras: ", inputs.size(), " distinct MoE runs, ", ns.size(),
+                            " active sizes, ", expansions.size(), " expansions E/k"));
   }
 };
 

@@ -18,21 +18,37 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "orchestrator/fit/dense_law.h"
 
 namespace xmod {
 
-struct XModLaw {
+struct XModLaw : LawDefaults {
   static constexpr int kParameters = 10;
   static constexpr int kDenseParameters = DenseLaw::kParameters;
+  static constexpr bool kTwoStage = true;
   static const char* Name() { return "xmod"; }
+  static const char* Label() { return "X-MoD"; }
   static std::vector<std::string> ParameterNames() {
     return {"a", "b", "e", "alpha", "beta", "eta", "c_T", "beta_T", "c_s", "psi"};
   }
+  static std::vector<std::string> ReportedNames() {
+    return {"A", "B", "E", "alpha", "beta", "eta", "c_T", "beta_T", "c_s", "psi"};
+  }
+  static bool LogScaled(int k) { return k <= 2; }
+  // The dense runs and the depth-routed ones (no experts).
+  static std::vector<std::string> Families() { return {"dense", "xmod"}; }
+  static bool Reads(const LawPoint& x) { return x.expansion <= 1.0; }
+  static bool Applies(const SweepFamilies& families) { return families.Has("xmod"); }
+  static std::vector<std::string> CsvColumns() {
+    return {"N_active", "N_total", "D", "T", "capacity", "stride", "loss"};
+  }
+  static std::vector<std::string> HoldoutColumns() { return {"capacity", "stride"}; }
   // The dense law's grid, then 5 x 3 x 3 x 3 x 3 = 405 starts for the extras. The
   // two-stage fit freezes the dense parameters (so it tries the 405); the joint
   // fit starts from the two-stage optimum and from the dense optimum with each
@@ -116,6 +132,49 @@ struct XModLaw {
           "two or more routed context lengths (capacity x T), and N_total != N_active");
     }
     return absl::OkStatus();
+  }
+  // What the five extras need of a sweep's planned X-MoD runs: N_total above
+  // N_active (eta), six or more distinct sparse runs, two strides (psi) and two
+  // routed context lengths (c_T against beta_T).
+  static void CheckDesign(const std::vector<LawPoint>& planned, DesignSink* sink) {
+    std::set<std::tuple<double, double, double, double, double>> inputs;
+    std::set<double> strides, routed_contexts;
+    bool bigger = false;
+    for (const LawPoint& x : planned) {
+      if (x.family != "xmod") continue;
+      inputs.insert({x.n, x.NTotal(), x.d, x.capacity, x.stride});
+      strides.insert(x.stride);
+      routed_contexts.insert(x.capacity * x.context);
+      bigger |= x.NTotal() != x.n;
+    }
+    if (inputs.empty()) {
+      sink->Error("grid", "design.laws names xmod but the sweep has no X-MoD job");
+      return;
+    }
+    if (!bigger) {
+      sink->Error("grid",
+                  "every X-MoD job has N_total = N_active: eta cannot be fitted (use match: "
+                  "flops)");
+    }
+    if (inputs.size() < 6) {
+      sink->Error("grid", absl::StrCat("the X-MoD law's 5 extras see ", inputs.size(),
+                                       " distinct sparse runs; give at least 6, or fit a "
+                                       "reduced law with xmod fit --fix (and "
+                                       "--allow-unidentifiable here)"));
+    }
+    if (strides.size() < 2) {
+      sink->Warn("grid.stride",
+                 "one anchor stride: psi (and c_s apart from the sparsity term) is not "
+                 "identifiable; fit with --fix psi=1");
+    }
+    if (routed_contexts.size() < 2) {
+      sink->Warn("grid.context",
+                 "one routed context length (capacity x T): c_T and beta_T form a ridge; fit "
+                 "with --fix beta_T=0.5");
+    }
+    sink->Note(absl::StrCat("the X-MoD extras: ", inputs.size(), " distinct sparse runs, ",
+                            strides.size(), " strides, ", routed_contexts.size(),
+                            " routed context lengths"));
   }
 };
 
