@@ -21,6 +21,7 @@
 #include "common/token_data.h"
 #include "orchestrator/dashboard/http_server.h"
 #include "orchestrator/launch/local_run.h"
+#include "orchestrator/fit/law_registry.h"
 #include "orchestrator/order/law_order.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
@@ -670,7 +671,8 @@ void FitFlags(CLI::App* cmd, Flags& f) {
                   "CSV file instead of a sweep: columns N,D,loss (dense), "
                   "N_active,N_total,D,T,capacity,stride,loss (xmod) or N_active,D,expansion,loss "
                   "(moe), header row");
-  cmd->add_option("--law", o.law, "Law to fit: dense, xmod or moe")->capture_default_str();
+  cmd->add_option("--law", o.law, absl::StrCat("Law to fit: ", absl::StrJoin(LawNames(), ", ")))
+      ->capture_default_str();
   cmd->add_flag("--joint", o.joint,
                 "xmod, moe: refine all parameters together after the two stages");
   cmd->add_flag("--holdout-largest", o.holdout_largest,

@@ -4,11 +4,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
+#include "orchestrator/fit/law_registry.h"
 
 namespace xmod {
 namespace {
@@ -69,70 +73,101 @@ absl::StatusOr<double> CsvTable::Number(size_t row, size_t column) const {
   return value;
 }
 
-absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const std::string& law) {
+namespace {
+
+// Where a CSV column lands in a LawPoint; null for a column no field names (it
+// lands in LawPoint::extra).
+double* Field(const std::string& column, LawPoint* p) {
+  if (column == "N" || column == "N_active") return &p->n;
+  if (column == "N_total") return &p->n_total;
+  if (column == "D") return &p->d;
+  if (column == "loss") return &p->loss;
+  if (column == "T") return &p->context;
+  if (column == "capacity") return &p->capacity;
+  if (column == "stride") return &p->stride;
+  if (column == "expansion") return &p->expansion;
+  return nullptr;
+}
+
+// The checks every law's rows get, on the columns the file has.
+absl::Status CheckRow(const LawPoint& p, bool total, bool context, bool capacity) {
+  if (total && !(p.n_total >= p.n)) return absl::InvalidArgumentError("N_total: must be at least N_active");
+  if (context && !p.dense() && !(p.context >= 1)) {
+    return absl::InvalidArgumentError("T: a sparse run needs T >= 1");
+  }
+  if (capacity && !(p.capacity > 0 && p.capacity <= 1)) {
+    return absl::InvalidArgumentError("capacity: must be in (0, 1]");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const std::string& name) {
+  const LawSpec* law = FindLaw(name);
+  if (law == nullptr) return absl::InvalidArgumentError(absl::StrCat("--law: ", UnknownLaw(name)));
   ASSIGN_OR_RETURN(const CsvTable t, CsvTable::Read(path));
+  const std::string need = absl::StrJoin(law->csv_columns, ",");
+  auto missing = [&](const std::string& column) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ":1: header: missing column '", column,
+                                                   "' (law ", name, " needs ", need, ")"));
+  };
+  // Read: N (or N_active), D, loss; N_total, T, capacity and stride where present;
+  // the law's own columns.
+  std::vector<std::pair<std::string, size_t>> columns;
   std::optional<size_t> n_col = t.Column("N_active");
   if (!n_col) n_col = t.Column("N");
-  const std::optional<size_t> d_col = t.Column("D"), loss_col = t.Column("loss"),
-                              total_col = t.Column("N_total"), t_col = t.Column("T"),
-                              cap_col = t.Column("capacity"), stride_col = t.Column("stride"),
-                              scale_col = t.Column("scale"), expansion_col = t.Column("expansion");
-  const std::string need = law == "xmod"  ? "N_active,N_total,D,T,capacity,stride,loss"
-                           : law == "moe" ? "N_active,D,expansion,loss"
-                                          : "N,D,loss";
-  auto missing = [&](const char* name) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ":1: header: missing column '", name,
-                                                   "' (law ", law, " needs ", need, ")"));
-  };
-  if (!n_col) return missing(law == "dense" ? "N" : "N_active");
-  if (!d_col) return missing("D");
-  if (!loss_col) return missing("loss");
-  if (law == "xmod") {
-    if (!total_col) return missing("N_total");
-    if (!t_col) return missing("T");
-    if (!cap_col) return missing("capacity");
-    if (!stride_col) return missing("stride");
+  const bool wants_n = std::count(law->csv_columns.begin(), law->csv_columns.end(), "N") > 0;
+  if (!n_col) return missing(wants_n ? "N" : "N_active");
+  columns.push_back({"N", *n_col});
+  for (const char* column : {"D", "loss"}) {
+    const std::optional<size_t> c = t.Column(column);
+    if (!c) return missing(column);
+    columns.push_back({column, *c});
   }
-  if (law == "moe" && !expansion_col) return missing("expansion");
+  for (const std::string& column : law->csv_columns) {
+    if (column == "N" || column == "N_active" || column == "D" || column == "loss") continue;
+    const std::optional<size_t> c = t.Column(column);
+    if (!c) return missing(column);
+    columns.push_back({column, *c});
+  }
+  std::vector<std::string> optional = {"N_total", "T", "capacity", "stride"};
+  optional.insert(optional.end(), law->csv_optional.begin(), law->csv_optional.end());
+  for (const std::string& column : optional) {
+    const std::optional<size_t> c = t.Column(column);
+    const bool taken = std::any_of(columns.begin(), columns.end(),
+                                   [&](const auto& named) { return named.first == column; });
+    if (c && !taken) columns.push_back({column, *c});
+  }
+  auto has = [&](const char* column) {
+    return std::any_of(columns.begin(), columns.end(),
+                       [&](const auto& named) { return named.first == column; });
+  };
+  const std::optional<size_t> scale_col = t.Column("scale"), stride_col = t.Column("stride");
   std::vector<LawPoint> points;
   for (size_t row = 0; row < t.rows(); ++row) {
     const std::string where = t.Where(row);
-    auto read = [&](std::optional<size_t> col, double* target) -> absl::Status {
-      if (!col) return absl::OkStatus();
-      ASSIGN_OR_RETURN(*target, t.Number(row, *col));
-      return absl::OkStatus();
-    };
     LawPoint p;
-    RETURN_IF_ERROR(read(n_col, &p.n));
-    RETURN_IF_ERROR(read(d_col, &p.d));
-    RETURN_IF_ERROR(read(loss_col, &p.loss));
-    RETURN_IF_ERROR(read(total_col, &p.n_total));
-    RETURN_IF_ERROR(read(t_col, &p.context));
-    RETURN_IF_ERROR(read(cap_col, &p.capacity));
-    RETURN_IF_ERROR(read(stride_col, &p.stride));
-    if (law == "moe") RETURN_IF_ERROR(read(expansion_col, &p.expansion));
-    if (scale_col) p.scale = t.Text(row, *scale_col);
-    for (auto [col, value] :
-         {std::pair{n_col, p.n}, std::pair{d_col, p.d}, std::pair{loss_col, p.loss}}) {
-      if (!(value > 0)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": ", t.Name(*col), ": must be positive"));
+    for (const auto& [column, index] : columns) {
+      ASSIGN_OR_RETURN(const double value, t.Number(row, index));
+      double* field = Field(column, &p);
+      if (field != nullptr) {
+        *field = value;
+      } else {
+        p.extra[column] = value;
       }
     }
-    if (total_col && !(p.n_total >= p.n)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": N_total: must be at least N_active"));
+    if (scale_col) p.scale = t.Text(row, *scale_col);
+    for (const char* column : {"N", "D", "loss"}) {
+      if (!(*Field(column, &p) > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": ", t.Name(column[0] == 'N' ? *n_col : *t.Column(column)),
+            ": must be positive"));
+      }
     }
-    if (t_col && !p.dense() && !(p.context >= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": T: a sparse run needs T >= 1"));
-    }
-    if (cap_col && !(p.capacity > 0 && p.capacity <= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": capacity: must be in (0, 1]"));
-    }
-    if (law == "moe" && !(p.expansion >= 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": expansion: must be at least 1 (E / top_k; 1 for a dense run)"));
-    }
+    absl::Status checked = CheckRow(p, has("N_total"), has("T"), has("capacity"));
+    if (checked.ok()) checked = law->check_csv_row(p);
+    if (!checked.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", checked.message()));
     if (stride_col && !(p.stride >= 1 && p.stride == std::floor(p.stride))) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": stride: must be a whole number >= 1"));

@@ -41,9 +41,12 @@ class CsvTable {
   std::vector<int> lines_;  // file line of each data row
 };
 
-// A law CSV: N (or N_active), D, loss, and for the xmod law N_total, T, capacity,
-// stride, for the moe law `expansion` (E / top_k, 1 for a dense run; N_total
-// optional); an optional `scale` column names the scale for --holdout-largest.
+// A law CSV: N (or N_active), D, loss, and the columns the law declares
+// (LawSpec::csv_columns; the xmod law: N_total, T, capacity, stride; the moe law:
+// `expansion`, E / top_k, 1 for a dense run). N_total, T, capacity and stride are
+// read for every law where present, a declared column no LawPoint field names
+// lands in LawPoint::extra, and an optional `scale` column names the scale for
+// --holdout-largest. An unknown law is INVALID_ARGUMENT.
 absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const std::string& law);
 
 // The Chinchilla runs of tests/data/chinchilla_svg_extracted.csv (Epoch AI's

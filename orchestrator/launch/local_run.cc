@@ -386,17 +386,9 @@ int LocalRun::Report() {
   for (JobState state : StatesWhere(IsActive)) left += c.counts.at(state);
   // The laws, when the finished runs support them (stored in `fits` like `xmod fit`).
   if (c.counts.at(JobState::kSucceeded) > 0 && !g_interrupted) {
-    // The xmod law for a sweep with X-MoD runs, the moe law for one with MoE runs
-    // (a family or a baseline).
-    bool xmod = false, moe = false;
-    for (const GridBlock& block : spec.Blocks()) {
-      xmod |= block.family == Family::kXmod;
-      moe |= block.family == Family::kMoe ||
-             std::count(block.baselines.begin(), block.baselines.end(), Family::kMoe) > 0;
-    }
-    std::vector<std::string> laws = {"dense"};
-    if (xmod) laws.push_back("xmod");
-    if (moe) laws.push_back("moe");
+    // The laws the design check names (design.laws, else those that apply to
+    // the sweep's families), as `xmod fit` would fit them.
+    const std::vector<std::string> laws = SweepLaws(spec);
     for (const std::string& law : laws) {
       FitCommandOptions fit;
       fit.sweep = spec.name;

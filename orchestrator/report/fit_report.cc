@@ -12,9 +12,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/accounting.h"
 #include "common/status_macros.h"
 #include "orchestrator/fit/law_csv.h"
+#include "orchestrator/fit/law_registry.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
 
@@ -68,6 +70,15 @@ void PrintParameters(const std::map<std::string, double>& params,
   PrintResult(t, Format::kTable, out);
 }
 
+// A point's input by the CSV column it comes from, as a hold-out table shows it.
+Value InputValue(const LawPoint& x, const std::string& column) {
+  if (column == "capacity") return x.capacity;
+  if (column == "stride") return static_cast<int64_t>(x.stride);
+  if (column == "expansion") return x.expansion;
+  const auto extra = x.extra.find(column);
+  return extra == x.extra.end() ? Value() : Value(extra->second);
+}
+
 void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostream& out) {
   out << fmt::format(
       "law {} ({}): {} points, summed Huber objective {:.6g}, RMSE of log-loss "
@@ -93,22 +104,25 @@ void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostrea
   out << fmt::format("on a bound: {}\n", r.on_bound.empty()
                                              ? std::string("none")
                                              : fmt::format("{}", fmt::join(r.on_bound, ", ")));
-  if (r.law != "dense" || r.dense.size() > 1) {
-    // The dense law (reference) at each context.
+  const LawSpec* law = FindLaw(r.law);
+  const bool two_stage = law != nullptr && law->two_stage;
+  if (two_stage || r.dense.size() > 1) {
+    // The per-context fits: the dense law (reference) of a two-stage law.
     for (const ContextFit& c : r.dense) {
       out << fmt::format(
-          "\ndense law at T = {:g}: {} points, objective {:.6g}, RMSE {:.4g}{}{}\n", c.context,
-          c.fit.n_points, c.fit.objective, c.fit.rmse, c.fit.converged ? "" : ", NOT CONVERGED",
+          "\n{} law at T = {:g}: {} points, objective {:.6g}, RMSE {:.4g}{}{}\n",
+          two_stage ? std::string("dense") : r.law, c.context, c.fit.n_points, c.fit.objective,
+          c.fit.rmse, c.fit.converged ? "" : ", NOT CONVERGED",
           c.on_bound.empty() ? "" : fmt::format(", on a bound: {}", fmt::join(c.on_bound, ", ")));
       PrintParameters(c.fit.params, c.intervals, options.confidence, out);
     }
   }
-  if (r.law != "dense" && r.stages.size() == 2) {
+  if (two_stage && r.stages.size() == 2) {
     out << fmt::format(
         "extras on the {} runs (each against the dense law at its context): "
         "{} points, objective {:.6g}, RMSE {:.4g}{}\n",
-        r.law == "moe" ? "MoE" : "sparse", r.stages[1].n_points, r.stages[1].objective,
-        r.stages[1].rmse, r.stages[1].converged ? "" : ", NOT CONVERGED");
+        law->runs_name, r.stages[1].n_points, r.stages[1].objective, r.stages[1].rmse,
+        r.stages[1].converged ? "" : ", NOT CONVERGED");
   }
   out << fmt::format(
       "noise: {} configurations, {} with 2+ seeds, median seed sd {:.2f}% of the loss; "
@@ -123,21 +137,14 @@ void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostrea
         r.holdout_scale, r.holdout.size(), r.holdout_rmse, 100.0 * r.holdout_rmse,
         100.0 * r.noise.seed_sd, 100.0 * r.noise.eval_se);
     QueryResult h;
-    const bool moe = r.law == "moe";
+    const std::vector<std::string> inputs =
+        law != nullptr ? law->holdout_columns : std::vector<std::string>{};
     h.columns = {"run", "N_active", "N_total", "D", "T"};
-    for (const char* c : moe ? std::vector<const char*>{"expansion"}
-                             : std::vector<const char*>{"capacity", "stride"}) {
-      h.columns.push_back(c);
-    }
+    h.columns.insert(h.columns.end(), inputs.begin(), inputs.end());
     for (const char* c : {"observed", "predicted", "error_pct"}) h.columns.push_back(c);
     for (const HoldoutPoint& p : r.holdout) {
       std::vector<Value> row{p.point.id, p.point.n, p.point.NTotal(), p.point.d, p.point.context};
-      if (moe) {
-        row.emplace_back(p.point.expansion);
-      } else {
-        row.emplace_back(p.point.capacity);
-        row.emplace_back(static_cast<int64_t>(p.point.stride));
-      }
+      for (const std::string& input : inputs) row.push_back(InputValue(p.point, input));
       for (double v : {p.point.loss, p.predicted, 100.0 * (p.predicted / p.point.loss - 1.0)}) {
         row.emplace_back(v);
       }
@@ -186,6 +193,7 @@ LawPoint SweepJob::ToLawPoint(const PointOptions& options) const {
   p.scale = scale;
   p.config = config_key;
   p.cluster = cluster_key;
+  p.family = family;
   const double extra = options.total_params ? n_embedding : 0.0;
   p.n = n_active + extra;
   p.n_total = n_total + extra;
@@ -272,12 +280,14 @@ absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const st
 }
 
 std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs, const PointOptions& options) {
+  const LawSpec* law = FindLaw(options.law);
+  const std::vector<std::string> families =
+      law != nullptr ? law->families : std::vector<std::string>{};
   std::vector<LawPoint> points;
   for (const SweepJob& j : jobs) {
     if (j.status != "succeeded" || !j.Loss(options.metric).has_value()) continue;
     if (j.role == "trunk") continue;  // its loss is taken before any cooldown
-    const std::string& second = options.law == "moe" ? "moe" : "xmod";
-    if (j.family != "dense" && j.family != second) continue;
+    if (std::count(families.begin(), families.end(), j.family) == 0) continue;
     points.push_back(j.ToLawPoint(options));
   }
   return points;
@@ -405,10 +415,9 @@ absl::StatusOr<std::map<std::string, double>> CheckFitOptions(const FitCommandOp
   if (!o.sweep.empty() && o.db.empty()) {
     return absl::InvalidArgumentError("xmod fit SWEEP: --db FILE is required");
   }
-  const std::vector<std::string> laws = KnownLaws();
-  if (std::find(laws.begin(), laws.end(), o.law) == laws.end()) {
+  if (FindLaw(o.law) == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--law ", o.law, ": unknown law (known: ", fmt::format("{}", fmt::join(laws, ", ")), ")"));
+        "--law ", o.law, ": unknown law (known: ", absl::StrJoin(LawNames(), ", "), ")"));
   }
   if (o.granularity != 0 && (o.law != "moe" || o.granularity < 0)) {
     return absl::InvalidArgumentError(o.granularity < 0
@@ -498,7 +507,7 @@ absl::StatusOr<std::vector<LawPoint>> LoadFitPoints(const FitCommandOptions& o,
     points = FitPoints(jobs, point_options);
     if (points.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "sweep '", o.sweep, "': no succeeded dense or ", o.law == "moe" ? "moe" : "xmod",
+          "sweep '", o.sweep, "': no succeeded ", absl::StrJoin(FindLaw(o.law)->families, " or "),
           " job with a final ",
           o.metric == "val_loss" ? "val_loss" : "loss (val_loss_causal for routed runs)", " yet (",
           jobs.size(), " jobs)"));

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "orchestrator/fit/law_registry.h"
 #include "orchestrator/report/report.h"
 #include "orchestrator/report/views.h"
 
@@ -164,16 +165,17 @@ std::string LogYAxis(double lo, double hi) {
                      absl::StrJoin(tics, ", "));
 }
 
-// The MoE law's points (dense and moe runs) when the sweep's MoE runs have one
-// granularity (the law has none; `xmod fit --granularity` picks one), else none.
-std::vector<LawPoint> MoePoints(const std::vector<SweepJob>& done) {
+// A law's points among the finished runs, or none when its runs span several
+// granularities (no law has a granularity term; `xmod fit --granularity` picks one).
+std::vector<LawPoint> PlotPoints(const LawSpec& law, const std::vector<SweepJob>& done) {
   std::set<int64_t> granularities;
   for (const SweepJob& j : done) {
-    if (j.family == "moe") granularities.insert(j.granularity);
+    const bool read = std::count(law.families.begin(), law.families.end(), j.family) > 0;
+    if (read && j.granularity != 0) granularities.insert(j.granularity);
   }
-  if (granularities.size() != 1) return {};
+  if (granularities.size() > 1) return {};
   PointOptions options;
-  options.law = "moe";
+  options.law = law.name;
   return FitPoints(done, options);
 }
 
@@ -241,8 +243,7 @@ class PlotRun {
         plot{fs::absolute(options.out_dir), options.image, options.sweep},
         done(std::move(succeeded)),
         configs(ConfigOrder(done)),
-        points(FitPoints(done)),
-        moe_points(MoePoints(done)) {
+        points(FitPoints(done)) {
     this->options.fit.threads = options.threads;
   }
 
@@ -265,7 +266,6 @@ class PlotRun {
   std::vector<SweepJob> done;
   std::vector<std::string> configs;
   std::vector<LawPoint> points;
-  std::vector<LawPoint> moe_points;  // the MoE law's; empty when its runs span granularities
   AnalysisOptions options;
   std::vector<std::string> written;
   std::vector<std::string> problems;
@@ -402,15 +402,27 @@ absl::Status PlotRun::LossVsFlops() {
 absl::Status PlotRun::PredictedVsObserved() {
   absl::StatusOr<LawReport> fit = absl::UnknownError("not fitted");
   std::vector<std::string> tried;
-  for (const char* law : {"xmod", "moe", "dense"}) {
-    if (std::string(law) == "moe" && moe_points.empty()) continue;
+  // The two-stage laws first (they read the most runs), then the others; a law
+  // whose points hold none of its own runs beyond the dense ones is not tried.
+  std::vector<const LawSpec*> order;
+  for (bool two_stage : {true, false}) {
+    for (const LawSpec& law : Laws()) {
+      if (law.two_stage == two_stage) order.push_back(&law);
+    }
+  }
+  for (const LawSpec* law : order) {
+    const std::vector<LawPoint> law_points = PlotPoints(*law, done);
+    if (law->two_stage && std::none_of(law_points.begin(), law_points.end(),
+                                       [&](const LawPoint& x) { return !x.dense() && law->reads(x); })) {
+      continue;
+    }
     for (bool holdout : {true, false}) {
-      options.law = law;
+      options.law = law->name;
       options.holdout_largest = holdout;
-      fit = FitNamedLaw(std::string(law) == "moe" ? moe_points : points, options);
+      fit = FitNamedLaw(law_points, options);
       if (fit.ok()) break;
       tried.push_back(
-          absl::StrCat(law, holdout ? " with hold-out" : "", ": ", fit.status().message()));
+          absl::StrCat(law->name, holdout ? " with hold-out" : "", ": ", fit.status().message()));
     }
     if (fit.ok()) break;
   }
@@ -463,9 +475,7 @@ absl::Status PlotRun::PredictedVsObserved() {
                   "Sweep {}: {} law ({}) fitted on {} runs{}\nin-sample RMSE of "
                   "log-loss {:.3f}",
                   o.sweep,
-                  r.law == "xmod"  ? "X-MoD"
-                  : r.law == "moe" ? "MoE"
-                                   : "dense",
+                  FindLaw(r.law) != nullptr ? FindLaw(r.law)->label : r.law,
                   r.method, r.fit.n_points,
                   r.holdout.empty() ? "" : ", largest scale " + r.holdout_scale + " held out",
                   r.fit.rmse)))

@@ -9,13 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "orchestrator/fit/dense_law.h"
+#include "orchestrator/fit/law_registry.h"
 
 namespace xmod {
 
 namespace {
-
-// Distinct (N, D) inputs of the dense law, by context.
-using Inputs = std::set<std::pair<double, double>>;
 
 int ScaleLine(const SweepSpec& spec, const std::string& name) {
   const ScaleSpec* s = spec.FindScale(name);
@@ -39,43 +38,87 @@ class Checker {
   }
 
   void Run() {
-    bool any_xmod = false;
-    for (const ResolvedJob& j : jobs_) any_xmod |= j.shape.family == Family::kXmod;
-    bool moe_block = false;  // the moe law by default only for a sweep of the moe family
-    for (const GridBlock& b : spec_.Blocks()) moe_block |= b.family == Family::kMoe;
-    if (spec_.design.laws_given) {
-      report_->laws = spec_.design.laws;
-    } else {
-      report_->laws = {"dense"};
-      if (any_xmod) report_->laws.push_back("xmod");
-      if (moe_block) report_->laws.push_back("moe");
+    report_->laws = SweepLaws(spec_);
+    std::vector<const LawSpec*> laws;  // the named laws, in the registry's order
+    for (const LawSpec& law : Laws()) {
+      if (std::count(report_->laws.begin(), report_->laws.end(), law.name) > 0) {
+        laws.push_back(&law);
+      }
     }
-    auto named = [&](const char* law) {
-      return std::count(report_->laws.begin(), report_->laws.end(), law) > 0;
-    };
-    const bool dense_law = named("dense"), xmod_law = named("xmod"), moe_law = named("moe");
-    // Contexts at which a dense law must be fitted.
+    std::vector<LawPoint> planned;
+    for (const ResolvedJob& j : jobs_) planned.push_back(Planned(j));
+    // Contexts at which a dense law must be fitted: those of every run a law
+    // built on the dense law reads.
     std::set<int64_t> contexts;
-    for (const ResolvedJob& j : jobs_) {
-      if (dense_law && j.shape.family == Family::kDense) contexts.insert(j.shape.context);
-      if (xmod_law && j.shape.family == Family::kXmod) contexts.insert(j.shape.context);
-      if (moe_law && j.shape.family == Family::kMoe) contexts.insert(j.shape.context);
+    bool dense_based = false;
+    for (const LawSpec* law : laws) {
+      if (law->dense_parameters == 0) continue;
+      dense_based = true;
+      for (const LawPoint& x : planned) {
+        const bool family =
+            std::count(law->families.begin(), law->families.end(), x.family) > 0;
+        if (family && law->reads(x)) contexts.insert(static_cast<int64_t>(x.context));
+      }
     }
-    if (dense_law || xmod_law || moe_law) {
+    Sink sink(this);
+    if (dense_based) {
       if (contexts.empty()) {
         Error(grid_line_, "grid",
               "the sweep has no dense jobs, so no dense law can be fitted "
               "(add a dense block or baselines: [dense])");
       }
-      for (int64_t t : contexts) CheckDenseAt(t);
+      for (int64_t t : contexts) DenseLaw::CheckDesignAt(planned, static_cast<double>(t), &sink);
     }
-    if (xmod_law) CheckExtras();
-    if (moe_law) CheckMoeExtras();
-    if (dense_law || xmod_law || moe_law) CheckReplicates();
+    for (const LawSpec* law : laws) law->check_design(planned, &sink);
+    if (!laws.empty()) CheckReplicates();
     CheckJobs();
   }
 
  private:
+  // The laws' findings, on the sweep file's lines: the budget's for "budget",
+  // the grid's for the rest.
+  class Sink : public DesignSink {
+   public:
+    explicit Sink(Checker* checker) : checker_(checker) {}
+    void Error(const std::string& field, const std::string& message) override {
+      checker_->Error(Line(field), field, message);
+    }
+    void Warn(const std::string& field, const std::string& message) override {
+      checker_->Warn(Line(field), field, message);
+    }
+    void Note(const std::string& message) override {
+      checker_->report_->notes.push_back(message);
+    }
+
+   private:
+    int Line(const std::string& field) const {
+      return field == "budget" ? checker_->budget_line_ : checker_->grid_line_;
+    }
+    Checker* checker_;
+  };
+
+  // A planned job as the laws see it, before it has a loss: N, N_total, D the
+  // tokens it will train, its context, capacity k/T and stride, and for a
+  // token-choice expert model its expansion E/k and granularity d_ff/d_e.
+  static LawPoint Planned(const ResolvedJob& j) {
+    LawPoint x;
+    x.id = j.id;
+    x.family = std::string(FamilyName(j.shape.family));
+    x.n = static_cast<double>(j.n_params_active);
+    x.n_total = static_cast<double>(j.n_params_total);
+    x.d = static_cast<double>(j.tokens_trained());
+    x.context = static_cast<double>(j.shape.context);
+    x.capacity = static_cast<double>(j.routed_tokens) / static_cast<double>(j.shape.context);
+    x.stride = static_cast<double>(j.shape.stride);
+    x.layers = static_cast<double>(j.shape.n_layers);
+    const ExpertShape& e = j.shape.experts;
+    if (e.experts > 0) {
+      x.extra["granularity"] = static_cast<double>(j.shape.d_ff / std::max<int64_t>(1, e.width));
+      if (e.top_k > 0) x.expansion = static_cast<double>(e.experts) / static_cast<double>(e.top_k);
+    }
+    return x;
+  }
+
   void Error(int line, const std::string& field, const std::string& message) {
     for (const DesignFinding& f : report_->findings) {
       if (f.error && f.message == message) return;  // replicates and budgets repeat it
@@ -88,204 +131,6 @@ class Checker {
       if (!f.error && f.message == message) return;
     }
     report_->findings.push_back({false, line, field, message});
-  }
-
-  void CheckDenseAt(int64_t context) {
-    Inputs inputs;
-    std::map<double, std::set<double>> budgets;  // N -> distinct D
-    for (const ResolvedJob& j : jobs_) {
-      if (j.shape.family != Family::kDense || j.shape.context != context) continue;
-      const double n = static_cast<double>(j.n_params_active);
-      const double d = static_cast<double>(j.tokens_trained());
-      inputs.insert({n, d});
-      budgets[n].insert(d);
-    }
-    const std::string where = absl::StrCat("the dense law at T = ", context);
-    if (inputs.empty()) {
-      Error(grid_line_, "grid",
-            absl::StrCat("sparse (X-MoD or MoE) runs at T = ", context,
-                         " but no dense run there: each sparse run is "
-                         "compared with the dense law at its own context (add dense jobs at T = ",
-                         context, ")"));
-      return;
-    }
-    bool ok = true;
-    if (budgets.size() < 3) {
-      Error(grid_line_, "grid.scale",
-            absl::StrCat(where, " sees ", budgets.size(),
-                         " model size(s); it needs at least 3 "
-                         "scales to separate A/N^alpha from E"));
-      ok = false;
-    }
-    if (inputs.size() < 6) {
-      Error(budget_line_, "budget",
-            absl::StrCat(where, " has ", inputs.size(),
-                         " distinct (N, D) for its 5 parameters; "
-                         "it needs at least 6 (more scales or budgets)"));
-      ok = false;
-    }
-    // D proportional to a power of N (one tokens-per-parameter value, one FLOP
-    // budget at every scale...): log D is affine in log N and alpha, beta cannot
-    // be told apart, whatever the number of scales.
-    if (inputs.size() >= 2 && budgets.size() >= 2) {
-      double sx = 0, sy = 0, sxx = 0, sxy = 0;
-      const double m = static_cast<double>(inputs.size());
-      for (const auto& [n, d] : inputs) {
-        const double x = std::log(n), y = std::log(d);
-        sx += x;
-        sy += y;
-        sxx += x * x;
-        sxy += x * y;
-      }
-      const double slope = (m * sxy - sx * sy) / (m * sxx - sx * sx);
-      const double intercept = (sy - slope * sx) / m;
-      double worst = 0.0;
-      for (const auto& [n, d] : inputs) {
-        worst = std::max(worst, std::abs(std::log(d) - intercept - slope * std::log(n)));
-      }
-      if (worst < 0.01) {
-        Error(budget_line_, "budget",
-              absl::StrFormat("%s: every dense run has D proportional to N^%.2f, so A/N^alpha and "
-                              "B/D^beta are inseparable at any number of scales; give at least 3 "
-                              "budgets per scale (e.g. tokens_per_param: [5, 20, 80]) or an "
-                              "isoFLOP design (budget: flops: [C1, C2, C3])",
-                              where, slope));
-        ok = false;
-      }
-    }
-    int three = 0;
-    std::vector<std::string> short_scales;
-    for (const auto& [n, ds] : budgets) {
-      if (ds.size() >= 3) {
-        ++three;
-      } else {
-        short_scales.push_back(
-            absl::StrFormat("N=%.3g (%d budget%s)", n, ds.size(), ds.size() == 1 ? "" : "s"));
-      }
-    }
-    if (ok && 2 * three < static_cast<int>(budgets.size())) {
-      Error(
-          budget_line_, "budget",
-          absl::StrCat(where, ": only ", three, " of ", budgets.size(),
-                       " scales have 3 or more token budgets; beta rests on too few D per scale"));
-      ok = false;
-    } else if (!short_scales.empty()) {
-      Warn(budget_line_, "budget",
-           absl::StrCat(where, ": fewer than 3 budgets at ", absl::StrJoin(short_scales, ", ")));
-    }
-    if (ok) {
-      report_->notes.push_back(absl::StrFormat(
-          "%s: %d scales, %d distinct (N, D), D/N from %.3g to %.3g: identifiable", where,
-          budgets.size(), inputs.size(), MinRatio(inputs), MaxRatio(inputs)));
-    }
-  }
-
-  static double MinRatio(const Inputs& in) {
-    double r = INFINITY;
-    for (const auto& [n, d] : in) r = std::min(r, d / n);
-    return r;
-  }
-  static double MaxRatio(const Inputs& in) {
-    double r = 0;
-    for (const auto& [n, d] : in) r = std::max(r, d / n);
-    return r;
-  }
-
-  void CheckExtras() {
-    std::set<std::tuple<double, double, double, double, double>> inputs;
-    std::set<int64_t> strides;
-    std::set<double> routed_contexts;
-    bool bigger = false;
-    for (const ResolvedJob& j : jobs_) {
-      if (j.shape.family != Family::kXmod) continue;
-      const double cap =
-          static_cast<double>(j.routed_tokens) / static_cast<double>(j.shape.context);
-      inputs.insert({static_cast<double>(j.n_params_active), static_cast<double>(j.n_params_total),
-                     static_cast<double>(j.tokens_trained()), cap,
-                     static_cast<double>(j.shape.stride)});
-      strides.insert(j.shape.stride);
-      routed_contexts.insert(static_cast<double>(j.routed_tokens));
-      bigger |= j.n_params_total != j.n_params_active;
-    }
-    if (inputs.empty()) {
-      Error(grid_line_, "grid", "design.laws names xmod but the sweep has no X-MoD job");
-      return;
-    }
-    if (!bigger) {
-      Error(grid_line_, "grid",
-            "every X-MoD job has N_total = N_active: eta cannot be fitted "
-            "(use match: flops)");
-    }
-    if (inputs.size() < 6) {
-      Error(grid_line_, "grid",
-            absl::StrCat("the X-MoD law's 5 extras see ", inputs.size(),
-                         " distinct sparse runs; give at least 6, or fit a reduced law with "
-                         "xmod fit --fix (and --allow-unidentifiable here)"));
-    }
-    if (strides.size() < 2) {
-      Warn(grid_line_, "grid.stride",
-           "one anchor stride: psi (and c_s apart from the sparsity term) is not identifiable; "
-           "fit with --fix psi=1");
-    }
-    if (routed_contexts.size() < 2) {
-      Warn(grid_line_, "grid.context",
-           "one routed context length (capacity x T): c_T and beta_T form a ridge; fit with "
-           "--fix beta_T=0.5");
-    }
-    report_->notes.push_back(absl::StrCat("the X-MoD extras: ", inputs.size(),
-                                          " distinct sparse runs, ", strides.size(), " strides, ",
-                                          routed_contexts.size(), " routed context lengths"));
-  }
-
-  // The MoE law's four extras (docs/laws.md): MoE runs at two or more active sizes
-  // and token budgets, more distinct (N, D, E/k) than extras, one granularity.
-  void CheckMoeExtras() {
-    std::set<std::tuple<double, double, double>> inputs;
-    std::set<double> ns, ds, expansions;
-    std::set<int64_t> granularities;
-    for (const ResolvedJob& j : jobs_) {
-      if (j.shape.family != Family::kMoe) continue;
-      const ExpertShape& e = j.shape.experts;
-      const double n = static_cast<double>(j.n_params_active);
-      const double d = static_cast<double>(j.tokens_trained());
-      const double expansion = double(e.experts) / double(std::max<int64_t>(1, e.top_k));
-      granularities.insert(j.shape.d_ff / std::max<int64_t>(1, e.width));
-      if (expansion <= 1.0) continue;  // all experts active: a dense point of the law
-      inputs.insert({n, d, expansion});
-      ns.insert(n);
-      ds.insert(d);
-      expansions.insert(expansion);
-    }
-    if (inputs.empty()) {
-      Error(grid_line_, "grid",
-            "design.laws names moe but the sweep has no MoE job with more experts than top_k "
-            "(sparsity > 0)");
-      return;
-    }
-    if (ns.size() < 2 || ds.size() < 2) {
-      Error(grid_line_, "grid",
-            absl::StrCat("the MoE law's extras need MoE runs at two or more active sizes and two "
-                         "or more token budgets; these have ",
-                         ns.size(), " and ", ds.size()));
-    }
-    if (inputs.size() < 5) {
-      Error(grid_line_, "grid",
-            absl::StrCat("the MoE law's 4 extras see ", inputs.size(),
-                         " distinct MoE runs (N, D, E/k); give at least 5"));
-    }
-    if (expansions.size() < 2) {
-      Warn(grid_line_, "grid.sparsity",
-           "one expansion E/k above 1: the law's dependence on the expert count rests on that "
-           "one value and the dense runs");
-    }
-    if (granularities.size() > 1) {
-      Warn(grid_line_, "grid.granularity",
-           "several granularities: the MoE law has no granularity term; xmod fit --law moe "
-           "fits one at a time (--granularity G)");
-    }
-    report_->notes.push_back(absl::StrCat("the MoE extras: ", inputs.size(), " distinct MoE runs, ",
-                                          ns.size(), " active sizes, ", expansions.size(),
-                                          " expansions E/k"));
   }
 
   void CheckReplicates() {
@@ -376,6 +221,16 @@ std::string DesignReport::Text(const std::string& source) const {
   }
   for (const std::string& n : notes) absl::StrAppend(&out, "design: ", n, "\n");
   return out;
+}
+
+std::vector<std::string> SweepLaws(const SweepSpec& spec) {
+  if (spec.design.laws_given) return spec.design.laws;
+  SweepFamilies families;
+  for (const GridBlock& b : spec.Blocks()) {
+    families.blocks.insert(std::string(FamilyName(b.family)));
+    for (Family f : b.baselines) families.baselines.insert(std::string(FamilyName(f)));
+  }
+  return DefaultLaws(families);
 }
 
 DesignReport CheckDesign(const SweepSpec& spec, const std::vector<ResolvedJob>& all) {

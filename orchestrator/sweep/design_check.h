@@ -33,6 +33,11 @@ struct DesignReport {
 
 DesignReport CheckDesign(const SweepSpec& spec, const std::vector<ResolvedJob>& jobs);
 
+// The laws a sweep is checked and fitted for: design.laws when given, else every
+// law of the registry whose applies() holds for the sweep's block and baseline
+// families (orchestrator/fit/law_registry.h).
+std::vector<std::string> SweepLaws(const SweepSpec& spec);
+
 // OK when the report has no error (or `allow` is set); otherwise INVALID_ARGUMENT
 // with the errors and how to override them.
 absl::Status DesignStatus(const DesignReport& report, const std::string& source, bool allow);

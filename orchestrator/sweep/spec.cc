@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "orchestrator/fit/law_registry.h"
 
 namespace xmod {
 
@@ -807,17 +808,15 @@ class SpecParser {
       const YAML::Node& laws = node["laws"];
       if (!laws.IsSequence()) {
         Error(Line(laws), "design.laws",
-              "expected a list of laws (dense, xmod, moe), possibly empty");
+              absl::StrCat("expected a list of laws (", absl::StrJoin(LawNames(), ", "), "), possibly empty"));
       } else {
         d.laws_given = true;
         for (size_t i = 0; i < laws.size(); ++i) {
           const std::string field = absl::StrCat("design.laws[", i, "]");
           std::string law;
           if (!String(laws[i], field, &law)) continue;
-          if (law != "dense" && law != "xmod" && law != "moe") {
-            Error(Line(laws[i]), field,
-                  absl::StrCat("unknown law '", law, "' (known: dense, xmod, moe)",
-                               DidYouMean(law, {"dense", "xmod", "moe"})));
+          if (FindLaw(law) == nullptr) {
+            Error(Line(laws[i]), field, absl::StrCat(UnknownLaw(law), DidYouMean(law, LawNames())));
           } else {
             d.laws.push_back(law);
           }
