@@ -25,7 +25,6 @@
 
 namespace xmod {
 
-
 namespace {
 
 // --fix, resolved to internal parameters of `law`.
@@ -143,7 +142,6 @@ NoiseSummary Noise(const std::vector<LawPoint>& points) {
   return n;
 }
 
-
 // The points `law` reads, each one it can predict, without the --exclude-top-loss
 // highest, in a canonical order (the same set gives the same fit to the last bit
 // whatever order it came in: sums of residuals depend on the order).
@@ -178,8 +176,8 @@ absl::StatusOr<std::vector<LawPoint>> UsablePoints(const std::vector<LawPoint>& 
   }
   std::stable_sort(usable.begin(), usable.end(), [](const LawPoint& a, const LawPoint& b) {
     return std::tie(a.n, a.n_total, a.d, a.context, a.capacity, a.stride, a.expansion, a.loss,
-                    a.extra, a.id) < std::tie(b.n, b.n_total, b.d, b.context, b.capacity,
-                                              b.stride, b.expansion, b.loss, b.extra, b.id);
+                    a.extra, a.id) < std::tie(b.n, b.n_total, b.d, b.context, b.capacity, b.stride,
+                                              b.expansion, b.loss, b.extra, b.id);
   });
   return usable;
 }
@@ -207,9 +205,9 @@ absl::StatusOr<std::vector<LawPoint>> HoldOutLargest(const std::vector<LawPoint>
     }
   }
   if (distinct.size() < 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--holdout-largest: the points span ", distinct.size(),
-        " scale(s); holding the largest out needs at least three (two left to fit)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--holdout-largest: the points span ", distinct.size(),
+                     " scale(s); holding the largest out needs at least three (two left to fit)"));
   }
   std::vector<LawPoint> fit_points;
   for (size_t i = 0; i < usable.size(); ++i) {
@@ -230,8 +228,8 @@ void FlagBounds(const LawSpec& law, const Fixed& fixed, LawReport* report) {
   if (!law.two_stage) {
     for (const ContextFit& c : report->dense) {
       for (const std::string& name : c.on_bound) {
-        report->on_bound.push_back(
-            report->dense.size() > 1 ? absl::StrCat(name, "@T=", c.context) : name);
+        report->on_bound.push_back(report->dense.size() > 1 ? absl::StrCat(name, "@T=", c.context)
+                                                            : name);
       }
     }
     return;
@@ -443,7 +441,6 @@ std::vector<std::string> ScaleLabels(const std::vector<LawPoint>& points, std::s
   }
   return labels;
 }
-
 
 absl::StatusOr<double> PredictLoss(const std::string& law, const std::vector<double>& raw,
                                    const LawPoint& x) {

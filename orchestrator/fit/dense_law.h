@@ -5,8 +5,8 @@
 #ifndef XMOD_ORCHESTRATOR_FIT_DENSE_LAW_H_
 #define XMOD_ORCHESTRATOR_FIT_DENSE_LAW_H_
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -152,9 +152,10 @@ struct DenseLaw : LawDefaults {
         lo = std::min(lo, d / n);
         hi = std::max(hi, d / n);
       }
-      sink->Note(absl::StrFormat("%s: %d scales, %d distinct (N, D), D/N from %.3g to %.3g: "
-                                 "identifiable",
-                                 where, budgets.size(), inputs.size(), lo, hi));
+      sink->Note(
+          absl::StrFormat("%s: %d scales, %d distinct (N, D), D/N from %.3g to %.3g: "
+                          "identifiable",
+                          where, budgets.size(), inputs.size(), lo, hi));
     }
   }
 

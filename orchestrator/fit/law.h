@@ -55,8 +55,8 @@ struct LawPoint {
   // from (a law declares them in its CsvColumns); absent: the law's default.
   std::map<std::string, double> extra;
   std::string family;  // the sweep family of the run ("" for a CSV row)
-  std::string scale;  // the sweep's scale name ("" when unknown), used for hold-out
-  std::string id;     // job id when the point came from a database
+  std::string scale;   // the sweep's scale name ("" when unknown), used for hold-out
+  std::string id;      // job id when the point came from a database
   // Replicates: points of one configuration (everything but the seed) share
   // `config`; the bootstrap resamples configurations. Empty: the point is its own.
   std::string config;

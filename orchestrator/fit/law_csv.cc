@@ -91,7 +91,8 @@ double* Field(const std::string& column, LawPoint* p) {
 
 // The checks every law's rows get, on the columns the file has.
 absl::Status CheckRow(const LawPoint& p, bool total, bool context, bool capacity) {
-  if (total && !(p.n_total >= p.n)) return absl::InvalidArgumentError("N_total: must be at least N_active");
+  if (total && !(p.n_total >= p.n))
+    return absl::InvalidArgumentError("N_total: must be at least N_active");
   if (context && !p.dense() && !(p.context >= 1)) {
     return absl::InvalidArgumentError("T: a sparse run needs T >= 1");
   }
@@ -160,14 +161,15 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
     if (scale_col) p.scale = t.Text(row, *scale_col);
     for (const char* column : {"N", "D", "loss"}) {
       if (!(*Field(column, &p) > 0)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": ", t.Name(column[0] == 'N' ? *n_col : *t.Column(column)),
-            ": must be positive"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": ", t.Name(column[0] == 'N' ? *n_col : *t.Column(column)),
+                         ": must be positive"));
       }
     }
     absl::Status checked = CheckRow(p, has("N_total"), has("T"), has("capacity"));
     if (checked.ok()) checked = law->check_csv_row(p);
-    if (!checked.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", checked.message()));
+    if (!checked.ok())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", checked.message()));
     if (stride_col && !(p.stride >= 1 && p.stride == std::floor(p.stride))) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": stride: must be a whole number >= 1"));

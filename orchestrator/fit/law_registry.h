@@ -27,8 +27,8 @@ struct LawSpec {
   std::vector<std::string> parameters;
   std::vector<std::pair<double, double>> bounds;
   std::vector<bool> log_scaled;
-  bool two_stage = false;    // the dense law per context first, then the extras
-  int dense_parameters = 0;  // leading parameters that are the dense law's (0 or 5)
+  bool two_stage = false;             // the dense law per context first, then the extras
+  int dense_parameters = 0;           // leading parameters that are the dense law's (0 or 5)
   std::vector<std::string> families;  // sweep families whose runs become its points
   std::vector<std::string> csv_columns, csv_optional;  // required / read when present
   std::vector<std::string> holdout_columns;            // shown in a hold-out table
@@ -40,9 +40,8 @@ struct LawSpec {
   // Predicted log-loss at internal parameters `raw` (size: parameters.size()).
   double (*log_loss)(const double* raw, const LawPoint&) = nullptr;
   // The fit of the points it reads (stages.h).
-  absl::StatusOr<Fitted> (*fit)(const std::vector<LawPoint>& points, bool joint,
-                                const Fixed& fixed, const FitOptions& options,
-                                const Fitted* previous) = nullptr;
+  absl::StatusOr<Fitted> (*fit)(const std::vector<LawPoint>& points, bool joint, const Fixed& fixed,
+                                const FitOptions& options, const Fitted* previous) = nullptr;
 };
 
 // Every law, in the table's order (the dense law first).

@@ -56,7 +56,6 @@ FitSetup Starts(const std::vector<std::optional<double>>& fixed, const FitResult
   return setup;
 }
 
-
 // Reported parameters of `raw` that sit on a bound (frozen ones excluded).
 std::vector<std::string> OnBound(const std::vector<double>& raw,
                                  const std::vector<std::string>& names,
@@ -142,6 +141,5 @@ absl::StatusOr<std::vector<LawPoint>> WithReferences(const std::vector<LawPoint>
   }
   return out;
 }
-
 
 }  // namespace xmod

@@ -85,18 +85,17 @@ absl::Status FitPerContext(const std::vector<LawPoint>& points,
     c.context = contexts[i];
     absl::StatusOr<FitResult> r =
         FitLaw<Law>(at, options,
-                    Starts(fixed, previous ? &previous->dense[i].fit : nullptr, Law::StartGrid(),
-                           0, Law::kParameters, {}));
+                    Starts(fixed, previous ? &previous->dense[i].fit : nullptr, Law::StartGrid(), 0,
+                           Law::kParameters, {}));
     if (!r.ok()) {
       const std::string which = absl::StrCat(dense ? "dense" : Law::Name(), " law");
       return absl::Status(
           r.status().code(),
-          absl::StrCat(what,
-                       contexts.size() > 1 || contexts[i] > 0
-                           ? absl::StrCat(which, " at T = ", contexts[i])
-                           : which,
-                       " (", at.size(), dense ? " dense runs): " : " runs): ",
-                       r.status().message()));
+          absl::StrCat(
+              what,
+              contexts.size() > 1 || contexts[i] > 0 ? absl::StrCat(which, " at T = ", contexts[i])
+                                                     : which,
+              " (", at.size(), dense ? " dense runs): " : " runs): ", r.status().message()));
     }
     c.fit = *std::move(r);
     c.on_bound = OnBound(c.fit.raw, Law::ReportedNames(), Law::Bounds(), fixed);
@@ -143,9 +142,9 @@ absl::StatusOr<Fitted> FitTwoStage(const std::vector<LawPoint>& points, bool joi
   out.method = joint ? "joint" : "two-stage";
   // Stage 1: the dense law at each context.
   if (dense.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, " law, stage 1: no dense runs (the dense reference needs them", Law::NoDenseHint(),
-        ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " law, stage 1: no dense runs (the dense reference needs them",
+                     Law::NoDenseHint(), ")"));
   }
   RETURN_IF_ERROR(FitPerContext<DenseLaw>(dense, fixed.dense, options, previous,
                                           absl::StrCat(name, " law, stage 1, "), &out));

@@ -412,8 +412,9 @@ absl::Status PlotRun::PredictedVsObserved() {
   }
   for (const LawSpec* law : order) {
     const std::vector<LawPoint> law_points = PlotPoints(*law, done);
-    if (law->two_stage && std::none_of(law_points.begin(), law_points.end(),
-                                       [&](const LawPoint& x) { return !x.dense() && law->reads(x); })) {
+    if (law->two_stage &&
+        std::none_of(law_points.begin(), law_points.end(),
+                     [&](const LawPoint& x) { return !x.dense() && law->reads(x); })) {
       continue;
     }
     for (bool holdout : {true, false}) {
@@ -474,9 +475,8 @@ absl::Status PlotRun::PredictedVsObserved() {
               Quote(fmt::format(
                   "Sweep {}: {} law ({}) fitted on {} runs{}\nin-sample RMSE of "
                   "log-loss {:.3f}",
-                  o.sweep,
-                  FindLaw(r.law) != nullptr ? FindLaw(r.law)->label : r.law,
-                  r.method, r.fit.n_points,
+                  o.sweep, FindLaw(r.law) != nullptr ? FindLaw(r.law)->label : r.law, r.method,
+                  r.fit.n_points,
                   r.holdout.empty() ? "" : ", largest scale " + r.holdout_scale + " held out",
                   r.fit.rmse)))
        << "set xlabel 'observed final validation loss (nats per token)'\n"

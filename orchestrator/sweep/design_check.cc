@@ -55,8 +55,7 @@ class Checker {
       if (law->dense_parameters == 0) continue;
       dense_based = true;
       for (const LawPoint& x : planned) {
-        const bool family =
-            std::count(law->families.begin(), law->families.end(), x.family) > 0;
+        const bool family = std::count(law->families.begin(), law->families.end(), x.family) > 0;
         if (family && law->reads(x)) contexts.insert(static_cast<int64_t>(x.context));
       }
     }
@@ -86,9 +85,7 @@ class Checker {
     void Warn(const std::string& field, const std::string& message) override {
       checker_->Warn(Line(field), field, message);
     }
-    void Note(const std::string& message) override {
-      checker_->report_->notes.push_back(message);
-    }
+    void Note(const std::string& message) override { checker_->report_->notes.push_back(message); }
 
    private:
     int Line(const std::string& field) const {

@@ -808,7 +808,8 @@ class SpecParser {
       const YAML::Node& laws = node["laws"];
       if (!laws.IsSequence()) {
         Error(Line(laws), "design.laws",
-              absl::StrCat("expected a list of laws (", absl::StrJoin(LawNames(), ", "), "), possibly empty"));
+              absl::StrCat("expected a list of laws (", absl::StrJoin(LawNames(), ", "),
+                           "), possibly empty"));
       } else {
         d.laws_given = true;
         for (size_t i = 0; i < laws.size(); ++i) {

@@ -32,9 +32,7 @@ int Xmod(std::vector<std::string> args, std::string* out, std::string* err) {
 
 class LawPlugin : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    ASSERT_TRUE(RegisterLaw(MakeLawSpec<testing::RepeatLaw>()).ok());
-  }
+  static void SetUpTestSuite() { ASSERT_TRUE(RegisterLaw(MakeLawSpec<testing::RepeatLaw>()).ok()); }
   // Losses from the law itself at A = 400, E = 1.7, alpha = 0.3, rho = 0.05, with
   // a small deterministic wobble (±0.2%) so the fit has residuals to minimise.
   static std::string WriteCsv(const std::string& name, bool with_epochs) {
@@ -57,8 +55,8 @@ class LawPlugin : public ::testing::Test {
 
 TEST_F(LawPlugin, ATestLawIsOfferedAndFittedThroughXmodFitCsv) {
   std::string out, err;
-  ASSERT_EQ(Xmod({"fit", "--csv", WriteCsv("xmod_repeat.csv", true), "--law", "repeat",
-                  "--format", "json", "--threads", "1"},
+  ASSERT_EQ(Xmod({"fit", "--csv", WriteCsv("xmod_repeat.csv", true), "--law", "repeat", "--format",
+                  "json", "--threads", "1"},
                  &out, &err),
             0)
       << err;
@@ -71,10 +69,10 @@ TEST_F(LawPlugin, ATestLawIsOfferedAndFittedThroughXmodFitCsv) {
   EXPECT_NEAR(p.at("E").get<double>(), 1.7, 0.05);
   EXPECT_LT(j.at("rmse").get<double>(), 0.005);
   // The human table names the law's own parameters.
-  ASSERT_EQ(Xmod({"fit", "--csv", WriteCsv("xmod_repeat.csv", true), "--law", "repeat",
-                  "--threads", "1"},
-                 &out, &err),
-            0)
+  ASSERT_EQ(
+      Xmod({"fit", "--csv", WriteCsv("xmod_repeat.csv", true), "--law", "repeat", "--threads", "1"},
+           &out, &err),
+      0)
       << err;
   EXPECT_NE(out.find("law repeat"), std::string::npos) << out;
   EXPECT_NE(out.find("rho"), std::string::npos) << out;
@@ -95,10 +93,10 @@ TEST_F(LawPlugin, ItsColumnsChecksAndFrozenParametersComeFromItsHeader) {
             0)
       << err;
   EXPECT_EQ(nlohmann::json::parse(out).at("params").at("rho").get<double>(), 0.0);
-  EXPECT_EQ(Xmod({"fit", "--csv", WriteCsv("xmod_repeat.csv", true), "--law", "repeat", "--fix",
-                  "eta=1"},
-                 &out, &err),
-            2);
+  EXPECT_EQ(
+      Xmod({"fit", "--csv", WriteCsv("xmod_repeat.csv", true), "--law", "repeat", "--fix", "eta=1"},
+           &out, &err),
+      2);
   EXPECT_NE(err.find("law repeat has no parameter 'eta' (known: A, E, alpha, rho)"),
             std::string::npos)
       << err;
