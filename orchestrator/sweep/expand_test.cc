@@ -103,6 +103,30 @@ TEST(Expand, IdsAreStableAcrossExpansions) {
   EXPECT_EQ((*a)[2].id, "565dc07eba5346ea");
 }
 
+// Every shipped sweep keeps the ids of its jobs: an id is the hash of the job's
+// canonical config, so a change here means a change in what a job trains (or a
+// refactor that moved a field it should not have). The digest is HexId of every
+// id in expansion order, one per line; the count catches a dropped job.
+TEST(Expand, TheShippedSweepsKeepTheirJobIds) {
+  const struct {
+    const char* sweep;
+    size_t jobs;
+    const char* digest;
+  } pinned[] = {
+      {"baselines", 14, "47ec9819a70f4c9e"}, {"demo", 33, "15f61b386aecff66"},
+      {"demo-wsd", 24, "8a6f21dab580b7fb"},  {"moe", 27, "6c94455cc9455f2f"},
+      {"smoke", 8, "76fe354080e84e67"},      {"xmod-cluster", 408, "c947998da97ee25d"},
+  };
+  for (const auto& p : pinned) {
+    auto jobs = ExpandSweep(Load(p.sweep));
+    ASSERT_TRUE(jobs.ok()) << p.sweep << ": " << jobs.status();
+    std::string ids;
+    for (const ResolvedJob& j : *jobs) absl::StrAppend(&ids, j.id, "\n");
+    EXPECT_EQ(jobs->size(), p.jobs) << p.sweep;
+    EXPECT_EQ(HexId(ids), p.digest) << p.sweep;
+  }
+}
+
 // The job file is the one contract: what the orchestrator writes, the worker's
 // reader gives back field for field, and its canonical part is what the id hashes.
 TEST(Expand, EveryJobFileReadsBackAsWrittenAndHashesToItsId) {
