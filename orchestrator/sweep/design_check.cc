@@ -40,7 +40,7 @@ class Checker {
 
   void Run() {
     bool any_xmod = false;
-    for (const ResolvedJob& j : jobs_) any_xmod |= j.shape.family == Family::kXmod;
+    for (const ResolvedJob& j : jobs_) any_xmod |= j.file.shape.family == Family::kXmod;
     bool moe_block = false;  // the moe law by default only for a sweep of the moe family
     for (const GridBlock& b : spec_.Blocks()) moe_block |= b.family == Family::kMoe;
     if (spec_.design.laws_given) {
@@ -57,9 +57,9 @@ class Checker {
     // Contexts at which a dense law must be fitted.
     std::set<int64_t> contexts;
     for (const ResolvedJob& j : jobs_) {
-      if (dense_law && j.shape.family == Family::kDense) contexts.insert(j.shape.context);
-      if (xmod_law && j.shape.family == Family::kXmod) contexts.insert(j.shape.context);
-      if (moe_law && j.shape.family == Family::kMoe) contexts.insert(j.shape.context);
+      if (dense_law && j.file.shape.family == Family::kDense) contexts.insert(j.file.shape.context);
+      if (xmod_law && j.file.shape.family == Family::kXmod) contexts.insert(j.file.shape.context);
+      if (moe_law && j.file.shape.family == Family::kMoe) contexts.insert(j.file.shape.context);
     }
     if (dense_law || xmod_law || moe_law) {
       if (contexts.empty()) {
@@ -94,7 +94,7 @@ class Checker {
     Inputs inputs;
     std::map<double, std::set<double>> budgets;  // N -> distinct D
     for (const ResolvedJob& j : jobs_) {
-      if (j.shape.family != Family::kDense || j.shape.context != context) continue;
+      if (j.file.shape.family != Family::kDense || j.file.shape.context != context) continue;
       const double n = static_cast<double>(j.n_params_active);
       const double d = static_cast<double>(j.tokens_trained());
       inputs.insert({n, d});
@@ -197,14 +197,14 @@ class Checker {
     std::set<double> routed_contexts;
     bool bigger = false;
     for (const ResolvedJob& j : jobs_) {
-      if (j.shape.family != Family::kXmod) continue;
+      if (j.file.shape.family != Family::kXmod) continue;
       const double cap =
-          static_cast<double>(j.routed_tokens) / static_cast<double>(j.shape.context);
+          static_cast<double>(j.file.routed_tokens) / static_cast<double>(j.file.shape.context);
       inputs.insert({static_cast<double>(j.n_params_active), static_cast<double>(j.n_params_total),
                      static_cast<double>(j.tokens_trained()), cap,
-                     static_cast<double>(j.shape.stride)});
-      strides.insert(j.shape.stride);
-      routed_contexts.insert(static_cast<double>(j.routed_tokens));
+                     static_cast<double>(j.file.shape.stride)});
+      strides.insert(j.file.shape.stride);
+      routed_contexts.insert(static_cast<double>(j.file.routed_tokens));
       bigger |= j.n_params_total != j.n_params_active;
     }
     if (inputs.empty()) {
@@ -244,12 +244,12 @@ class Checker {
     std::set<double> ns, ds, expansions;
     std::set<int64_t> granularities;
     for (const ResolvedJob& j : jobs_) {
-      if (j.shape.family != Family::kMoe) continue;
-      const ExpertShape& e = j.shape.experts;
+      if (j.file.shape.family != Family::kMoe) continue;
+      const ExpertShape& e = j.file.shape.experts;
       const double n = static_cast<double>(j.n_params_active);
       const double d = static_cast<double>(j.tokens_trained());
       const double expansion = double(e.experts) / double(std::max<int64_t>(1, e.top_k));
-      granularities.insert(j.shape.d_ff / std::max<int64_t>(1, e.width));
+      granularities.insert(j.file.shape.d_ff / std::max<int64_t>(1, e.width));
       if (expansion <= 1.0) continue;  // all experts active: a dense point of the law
       inputs.insert({n, d, expansion});
       ns.insert(n);
@@ -307,7 +307,7 @@ class Checker {
   void CheckJobs() {
     int flop_errors = 0, layout_errors = 0, aspect = 0;
     for (const ResolvedJob& j : jobs_) {
-      const ModelShape& s = j.shape;
+      const ModelShape& s = j.file.shape;
       const std::string what = absl::StrFormat(
           "%s at scale %s, T = %d, sparsity %g, stride %d (%d layers)", FamilyName(s.family),
           j.scale, s.context, j.sparsity, s.stride, s.n_layers);
@@ -383,7 +383,7 @@ DesignReport CheckDesign(const SweepSpec& spec, const std::vector<ResolvedJob>& 
   // judged on the points the laws will read.
   std::vector<ResolvedJob> jobs;
   for (const ResolvedJob& j : all) {
-    if (j.keep_steps.empty()) jobs.push_back(j);
+    if (j.file.keep_steps.empty()) jobs.push_back(j);
   }
   DesignReport report;
   Checker(spec, jobs, &report).Run();
