@@ -1,6 +1,6 @@
 // The job file: the contract between the orchestrator and the worker. The
-// orchestrator resolves a grid point into one (orchestrator/sweep/expand.h,
-// ResolvedJob::ToJobFile); the coordinator hands its JSON to a worker group with
+// orchestrator resolves a grid point into one (orchestrator/sweep/expand.h: every
+// ResolvedJob holds its JobFile); the coordinator hands its JSON to a worker group with
 // each lease; `xmod-train --job FILE` reads the same JSON from disk. Both sides
 // use this one type, so a field is named, typed and checked in one place. The
 // format is documented in docs/job-file.md.

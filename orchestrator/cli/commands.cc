@@ -140,28 +140,28 @@ QueryResult ExpandTable(const std::vector<ResolvedJob>& jobs) {
                "memory_per_rank_gib",
                "experts"};
   for (const ResolvedJob& j : jobs) {
-    t.rows.push_back({j.id,
-                      std::string(FamilyName(j.shape.family)),
+    t.rows.push_back({j.file.id,
+                      std::string(FamilyName(j.file.shape.family)),
                       j.scale,
                       j.sparsity,
-                      j.shape.stride,
-                      j.shape.context,
-                      j.shape.n_layers,
-                      j.shape.d_model,
+                      j.file.shape.stride,
+                      j.file.shape.context,
+                      j.file.shape.n_layers,
+                      j.file.shape.d_model,
                       j.n_params_total,
                       j.n_params_active,
-                      j.flops_per_token,
+                      j.file.flops_per_token,
                       j.flops_ratio(),
-                      j.tokens,
-                      j.steps,
+                      j.file.tokens,
+                      j.file.steps,
                       j.train_flops,
                       std::string(j.role()),
-                      j.start_step,
-                      j.micro_batch_size,
-                      std::string(j.recompute ? "on" : "off"),
-                      j.optimizer_sharding,
+                      j.file.start_step,
+                      j.file.micro_batch_size,
+                      std::string(j.file.recompute ? "on" : "off"),
+                      j.file.optimizer_sharding,
                       j.memory.peak / double(int64_t{1} << 30),
-                      ExpertsCell(j.shape)});
+                      ExpertsCell(j.file.shape)});
   }
   return t;
 }
@@ -174,8 +174,8 @@ std::string FlopTotals(const std::vector<ResolvedJob>& jobs) {
   for (const ResolvedJob& j : jobs) {
     flops += j.train_flops;
     standalone += j.standalone_flops();
-    trunks += j.keep_steps.empty() ? 0 : 1;
-    branches += j.parent.empty() ? 0 : 1;
+    trunks += j.file.is_trunk() ? 1 : 0;
+    branches += j.file.is_branch() ? 1 : 0;
   }
   if (trunks == 0) return fmt::format("{:.3g} training FLOPs", flops);
   return fmt::format(

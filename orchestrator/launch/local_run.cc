@@ -185,9 +185,9 @@ absl::Status LocalRun::Prepare() {
     return absl::InvalidArgumentError("--groups and --ranks must be at least 1");
   }
   for (const ResolvedJob& job : jobs) {
-    if (job.batch_size % o.ranks != 0) {
+    if (job.file.batch_size % o.ranks != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--ranks ", o.ranks, ": job ", job.id, " has ", job.batch_size,
+          absl::StrCat("--ranks ", o.ranks, ": job ", job.file.id, " has ", job.file.batch_size,
                        " sequences per step, which do not split over ", o.ranks, " ranks"));
     }
   }

@@ -417,8 +417,8 @@ absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
                      PrepareLocked("INSERT INTO sweep_jobs (sweep_id, job_id) VALUES (?1, ?2) "
                                    "ON CONFLICT DO NOTHING"));
     for (const ResolvedJob& job : jobs) {
-      const ModelShape& s = job.shape;
-      insert_job->Bind(1, job.id)
+      const ModelShape& s = job.file.shape;
+      insert_job->Bind(1, job.file.id)
           .Bind(2, FamilyName(s.family))
           .Bind(3, job.scale)
           .Bind(4, job.sparsity)
@@ -433,30 +433,30 @@ absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
           .Bind(13, s.vocab_size)
           .Bind(14, job.n_params_total)
           .Bind(15, job.n_params_active)
-          .Bind(16, job.flops_per_token)
+          .Bind(16, job.file.flops_per_token)
           .Bind(17, job.dense_flops_per_token)
           .Bind(18, BudgetKindName(job.budget_kind))
           .Bind(19, job.budget_value)
-          .Bind(20, job.tokens)
-          .Bind(21, job.steps)
+          .Bind(20, job.file.tokens)
+          .Bind(21, job.file.steps)
           .Bind(22, job.train_flops)
-          .Bind(23, job.batch_tokens)
+          .Bind(23, job.file.batch_tokens)
           .Bind(24, job.ranks)
           .Bind(25, job.priority)
           .Bind(26, job.max_attempts)
           .Bind(27, job.ToJson().dump())
           .Bind(28, now)
           .Bind(29, job.role())
-          .Bind(31, job.start_step);
-      if (job.parent.empty()) {
+          .Bind(31, job.file.start_step);
+      if (job.file.parent.empty()) {
         insert_job->BindNull(30);
       } else {
-        insert_job->Bind(30, job.parent);
+        insert_job->Bind(30, job.file.parent);
       }
-      RETURN_IF_ERROR(WriteLocked(insert_job, absl::StrCat("inserting job ", job.id)));
+      RETURN_IF_ERROR(WriteLocked(insert_job, absl::StrCat("inserting job ", job.file.id)));
       const bool inserted = sqlite3_changes(db_) > 0;
-      link->Bind(1, sweep_id).Bind(2, job.id);
-      RETURN_IF_ERROR(WriteLocked(link, absl::StrCat("linking job ", job.id)));
+      link->Bind(1, sweep_id).Bind(2, job.file.id);
+      RETURN_IF_ERROR(WriteLocked(link, absl::StrCat("linking job ", job.file.id)));
       if (inserted) {
         ++result.new_jobs;
       } else if (sqlite3_changes(db_) > 0) {

@@ -171,7 +171,7 @@ TEST(SqliteStore, AWiderGridAddsOnlyTheNewJobs) {
   auto store = OpenMemory();
   SweepSpec spec = Smoke();
   ASSERT_TRUE(store->SubmitSweep(spec, Expand(spec)).ok());
-  ASSERT_TRUE(store->TransitionJob(Expand(spec)[0].id, JobState::kLeased, "test").ok());
+  ASSERT_TRUE(store->TransitionJob(Expand(spec)[0].file.id, JobState::kLeased, "test").ok());
   spec.grid_stride = {2, 4};
   spec.yaml_text += "\n# wider\n";
   auto wider = store->SubmitSweep(spec, Expand(spec));
@@ -179,7 +179,7 @@ TEST(SqliteStore, AWiderGridAddsOnlyTheNewJobs) {
   EXPECT_EQ(wider->jobs_in_spec, 12);  // + 2 sparsities at stride 4, per scale
   EXPECT_EQ(wider->new_jobs, 4);
   // The job that was already running keeps its state.
-  EXPECT_EQ(store->GetJobState(Expand(spec)[0].id).value(), JobState::kLeased);
+  EXPECT_EQ(store->GetJobState(Expand(spec)[0].file.id).value(), JobState::kLeased);
 }
 
 TEST(SqliteStore, ASecondSweepSharesExistingJobs) {
@@ -201,7 +201,7 @@ TEST(SqliteStore, LegalTransitionsWalkAJobToSucceeded) {
   auto store = OpenMemory();
   const SweepSpec spec = Smoke();
   ASSERT_TRUE(store->SubmitSweep(spec, Expand(spec)).ok());
-  const std::string id = Expand(spec)[0].id;
+  const std::string id = Expand(spec)[0].file.id;
   for (JobState to : {JobState::kLeased, JobState::kRunning, JobState::kPending, JobState::kLeased,
                       JobState::kRunning, JobState::kSucceeded}) {
     ASSERT_TRUE(store->TransitionJob(id, to, "test").ok()) << JobStateName(to);
@@ -217,7 +217,7 @@ TEST_P(IllegalTransition, IsRefusedAndLeavesTheJobAsItWas) {
   auto store = OpenMemory();
   const SweepSpec spec = Smoke();
   ASSERT_TRUE(store->SubmitSweep(spec, Expand(spec)).ok());
-  const std::string id = Expand(spec)[0].id;
+  const std::string id = Expand(spec)[0].file.id;
   const auto& [path, illegal] = GetParam();
   for (JobState to : path) ASSERT_TRUE(store->TransitionJob(id, to, "setup").ok());
   const JobState before = store->GetJobState(id).value();
@@ -258,14 +258,14 @@ TEST(SqliteStore, ResumeAndCancelMoveOnlyTheRightJobs) {
   const SweepSpec spec = Smoke();
   const auto jobs = Expand(spec);
   ASSERT_TRUE(store->SubmitSweep(spec, jobs).ok());
-  ASSERT_TRUE(store->TransitionJob(jobs[0].id, S::kLeased, "").ok());
-  ASSERT_TRUE(store->TransitionJob(jobs[0].id, S::kRunning, "").ok());
-  ASSERT_TRUE(store->TransitionJob(jobs[0].id, S::kSucceeded, "").ok());
-  ASSERT_TRUE(store->TransitionJob(jobs[1].id, S::kLeased, "").ok());
-  ASSERT_TRUE(store->TransitionJob(jobs[1].id, S::kFailed, "diverged").ok());
-  EXPECT_EQ(store->Cancel(jobs[2].id).value(), 1);
+  ASSERT_TRUE(store->TransitionJob(jobs[0].file.id, S::kLeased, "").ok());
+  ASSERT_TRUE(store->TransitionJob(jobs[0].file.id, S::kRunning, "").ok());
+  ASSERT_TRUE(store->TransitionJob(jobs[0].file.id, S::kSucceeded, "").ok());
+  ASSERT_TRUE(store->TransitionJob(jobs[1].file.id, S::kLeased, "").ok());
+  ASSERT_TRUE(store->TransitionJob(jobs[1].file.id, S::kFailed, "diverged").ok());
+  EXPECT_EQ(store->Cancel(jobs[2].file.id).value(), 1);
   EXPECT_EQ(store->ResumeSweep("smoke").value(), 2);  // the failed and the cancelled job
-  EXPECT_EQ(store->GetJobState(jobs[0].id).value(), S::kSucceeded);
+  EXPECT_EQ(store->GetJobState(jobs[0].file.id).value(), S::kSucceeded);
   EXPECT_EQ(store->Cancel("smoke").value(), 7);  // everything but the succeeded job
   EXPECT_EQ(store->Cancel("no-such-thing").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store->ResumeSweep("no-such-sweep").status().code(), absl::StatusCode::kNotFound);

@@ -99,18 +99,20 @@ class Checker {
   // token-choice expert model its expansion E/k and granularity d_ff/d_e.
   static LawPoint Planned(const ResolvedJob& j) {
     LawPoint x;
-    x.id = j.id;
-    x.family = std::string(FamilyName(j.shape.family));
+    x.id = j.file.id;
+    x.family = std::string(FamilyName(j.file.shape.family));
     x.n = static_cast<double>(j.n_params_active);
     x.n_total = static_cast<double>(j.n_params_total);
     x.d = static_cast<double>(j.tokens_trained());
-    x.context = static_cast<double>(j.shape.context);
-    x.capacity = static_cast<double>(j.routed_tokens) / static_cast<double>(j.shape.context);
-    x.stride = static_cast<double>(j.shape.stride);
-    x.layers = static_cast<double>(j.shape.n_layers);
-    const ExpertShape& e = j.shape.experts;
+    x.context = static_cast<double>(j.file.shape.context);
+    x.capacity =
+        static_cast<double>(j.file.routed_tokens) / static_cast<double>(j.file.shape.context);
+    x.stride = static_cast<double>(j.file.shape.stride);
+    x.layers = static_cast<double>(j.file.shape.n_layers);
+    const ExpertShape& e = j.file.shape.experts;
     if (e.experts > 0) {
-      x.extra["granularity"] = static_cast<double>(j.shape.d_ff / std::max<int64_t>(1, e.width));
+      x.extra["granularity"] =
+          static_cast<double>(j.file.shape.d_ff / std::max<int64_t>(1, e.width));
       if (e.top_k > 0) x.expansion = static_cast<double>(e.experts) / static_cast<double>(e.top_k);
     }
     return x;
@@ -149,7 +151,7 @@ class Checker {
   void CheckJobs() {
     int flop_errors = 0, layout_errors = 0, aspect = 0;
     for (const ResolvedJob& j : jobs_) {
-      const ModelShape& s = j.shape;
+      const ModelShape& s = j.file.shape;
       const std::string what = absl::StrFormat(
           "%s at scale %s, T = %d, sparsity %g, stride %d (%d layers)", FamilyName(s.family),
           j.scale, s.context, j.sparsity, s.stride, s.n_layers);
@@ -235,7 +237,7 @@ DesignReport CheckDesign(const SweepSpec& spec, const std::vector<ResolvedJob>& 
   // judged on the points the laws will read.
   std::vector<ResolvedJob> jobs;
   for (const ResolvedJob& j : all) {
-    if (j.keep_steps.empty()) jobs.push_back(j);
+    if (j.file.keep_steps.empty()) jobs.push_back(j);
   }
   DesignReport report;
   Checker(spec, jobs, &report).Run();

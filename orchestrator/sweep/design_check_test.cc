@@ -160,10 +160,10 @@ TEST(SeedAxis, EachSeedIsItsOwnJobAndOnlyTheSeedDiffers) {
   std::set<std::string> ids;
   for (const ResolvedJob& j : *jobs) {
     nlohmann::json c = j.CanonicalConfig();
-    EXPECT_EQ(c["seed"], j.seed);
+    EXPECT_EQ(c["seed"], j.file.seed);
     c.erase("seed");
-    seeds[c.dump()].insert(j.seed);
-    ids.insert(j.id);
+    seeds[c.dump()].insert(j.file.seed);
+    ids.insert(j.file.id);
   }
   EXPECT_EQ(ids.size(), jobs->size());  // the seed is part of the identity
   EXPECT_EQ(seeds.size(), one->size());
@@ -207,9 +207,9 @@ design: {laws: []}
   auto jobs = ExpandSweep(*spec);
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   ASSERT_EQ(jobs->size(), 2u * 2u * 2u + 1u);
-  EXPECT_EQ(jobs->back().shape.family, Family::kXmod);
-  EXPECT_EQ(jobs->back().tokens, 20480);
-  EXPECT_EQ(jobs->back().seed, 1234u);  // train.seed's default
+  EXPECT_EQ(jobs->back().file.shape.family, Family::kXmod);
+  EXPECT_EQ(jobs->back().file.tokens, 20480);
+  EXPECT_EQ(jobs->back().file.seed, 1234u);  // train.seed's default
   // A block without a budget, where the top level has none either, names the block.
   std::string no_budget = text;
   no_budget.replace(no_budget.find("    budget: {tokens: 20480}\n"), 28, "");
@@ -244,25 +244,26 @@ TEST(Hyperparameters, ScalesOverrideAndTheComputeRuleFollowsDeepSeek) {
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   std::map<std::string, const ResolvedJob*> dense;
   for (const ResolvedJob& j : *jobs) {
-    if (j.shape.family == Family::kDense) dense[j.scale + "/" + std::to_string(j.tokens)] = &j;
+    if (j.file.shape.family == Family::kDense)
+      dense[j.scale + "/" + std::to_string(j.file.tokens)] = &j;
   }
   for (const ResolvedJob& j : *jobs) {
     if (j.scale == "c") {
-      EXPECT_EQ(j.lr, 1.0e-3);
-      EXPECT_EQ(j.batch_tokens, 2048);
-      EXPECT_EQ(j.warmup_steps, std::min<int64_t>(7, j.steps));
+      EXPECT_EQ(j.file.lr, 1.0e-3);
+      EXPECT_EQ(j.file.batch_tokens, 2048);
+      EXPECT_EQ(j.file.warmup_steps, std::min<int64_t>(7, j.file.steps));
       continue;
     }
-    const double c = RuleCompute(DenseReference(j.shape, j.dense_layers), j.tokens);
-    EXPECT_DOUBLE_EQ(j.lr, RuleLr(c));
-    EXPECT_EQ(j.batch_tokens, RuleBatchTokens(c, 64));
-    EXPECT_EQ(j.batch_tokens % 64, 0);
-    EXPECT_GE(j.warmup_steps, std::min<int64_t>(12, j.steps / 4));
+    const double c = RuleCompute(DenseReference(j.file.shape, j.dense_layers), j.file.tokens);
+    EXPECT_DOUBLE_EQ(j.file.lr, RuleLr(c));
+    EXPECT_EQ(j.file.batch_tokens, RuleBatchTokens(c, 64));
+    EXPECT_EQ(j.file.batch_tokens % 64, 0);
+    EXPECT_GE(j.file.warmup_steps, std::min<int64_t>(12, j.file.steps / 4));
     // A sparse job trains with the lr and batch of its FLOP-matched dense job.
-    auto it = dense.find(j.scale + "/" + std::to_string(j.tokens));
-    if (j.shape.family != Family::kDense && it != dense.end()) {
-      EXPECT_EQ(j.lr, it->second->lr);
-      EXPECT_EQ(j.batch_tokens, it->second->batch_tokens);
+    auto it = dense.find(j.scale + "/" + std::to_string(j.file.tokens));
+    if (j.file.shape.family != Family::kDense && it != dense.end()) {
+      EXPECT_EQ(j.file.lr, it->second->file.lr);
+      EXPECT_EQ(j.file.batch_tokens, it->second->file.batch_tokens);
     }
   }
   // A per-scale batch must still tile the context.

@@ -13,55 +13,10 @@
 
 namespace xmod {
 
-JobFile ResolvedJob::ToJobFile() const {
-  JobFile f;
-  f.id = id;
-  f.shape = shape;
-  f.routed_tokens = routed_tokens;
-  f.gate = gate;
-  f.balance_coef = balance_coef;
-  f.expert_training = expert_training;
-  f.router_coef = router_coef;
-  f.tokens = tokens;
-  f.steps = steps;
-  f.batch_tokens = batch_tokens;
-  f.batch_size = batch_size;
-  f.micro_batch_size = micro_batch_size;
-  f.lr = lr;
-  f.min_lr = min_lr;
-  f.warmup_steps = warmup_steps;
-  f.schedule = schedule;
-  f.decay_steps = decay_steps;
-  f.decay_shape = decay_shape;
-  f.keep_steps = keep_steps;
-  f.parent = parent;
-  f.start_step = start_step;
-  f.weight_decay = weight_decay;
-  f.grad_clip = grad_clip;
-  f.beta1 = beta1;
-  f.beta2 = beta2;
-  f.eval_interval = eval_interval;
-  f.eval_tokens = eval_tokens;
-  // Only present when the sweep asks for a separate final evaluation, so the ids of
-  // jobs that do not are what they were before the field existed.
-  if (final_eval_tokens >= 0) f.final_eval_tokens = final_eval_tokens;
-  f.checkpoint_interval = checkpoint_interval;
-  f.log_interval = log_interval;
-  f.seed = seed;
-  f.precision = precision;
-  f.recompute = recompute;
-  f.optimizer_sharding = optimizer_sharding;
-  f.flops_per_token = flops_per_token;
-  if (!data.synthetic) f.data_path = data.path;
-  f.synthetic_seed = data.synthetic ? data.synthetic_seed : 0;
-  f.data_vocab_size = data.vocab_size;
-  return f;
-}
-
-nlohmann::json ResolvedJob::CanonicalConfig() const { return CanonicalJson(ToJobFile()); }
+nlohmann::json ResolvedJob::CanonicalConfig() const { return CanonicalJson(file); }
 
 nlohmann::json ResolvedJob::ToJson() const {
-  nlohmann::json j = xmod::ToJson(ToJobFile());
+  nlohmann::json j = xmod::ToJson(file);
   j["scale"] = scale;
   j["sparsity"] = sparsity;
   j["dense_layers"] = dense_layers;
@@ -209,7 +164,7 @@ std::pair<std::string, int> FamilyField(const SweepSpec& spec, const GridBlock& 
 // its X-MoD point; deco to the dense model's.
 absl::Status SizeExperts(const SweepSpec& spec, const GridBlock& block, const ScaleSpec& scale,
                          const Point& point, ResolvedJob* job) {
-  ModelShape& s = job->shape;
+  ModelShape& s = job->file.shape;
   if (point.family == Family::kMoe) {
     s.experts.top_k = point.top_k;
     s.experts.width = scale.d_ff / point.granularity;
@@ -263,9 +218,9 @@ std::vector<int64_t> DivisorsDescending(int64_t n) {
 MemoryConfig MemoryConfigFor(const ResolvedJob& job, int64_t micro, bool recompute, bool zero1) {
   MemoryConfig c;
   c.micro_batch_rows = micro;
-  c.micro_batches = job.batch_size / job.ranks / micro;
-  c.eval_rows = EvalRows(micro, job.shape.context, job.shape.vocab_size);
-  c.bf16 = job.precision == "bf16";
+  c.micro_batches = job.file.batch_size / job.ranks / micro;
+  c.eval_rows = EvalRows(micro, job.file.shape.context, job.file.shape.vocab_size);
+  c.bf16 = job.file.precision == "bf16";
   c.recompute = recompute;
   c.fused_attention = true;
   c.cuda = true;
@@ -283,13 +238,13 @@ MemoryConfig MemoryConfigFor(const ResolvedJob& job, int64_t micro, bool recompu
 absl::Status PlanMemory(const SweepSpec& spec, const std::string& where, int64_t fixed_micro,
                         ResolvedJob* job) {
   const TrainSpec& t = spec.train;
-  const int64_t per_rank = job->batch_size / job->ranks;
+  const int64_t per_rank = job->file.batch_size / job->ranks;
   const bool zero1 = t.optimizer_sharding == MemoryChoice::kOn ||
                      (t.optimizer_sharding == MemoryChoice::kAuto && job->ranks > 1);
   std::vector<bool> recompute_options;
   if (t.recompute != MemoryChoice::kOn) recompute_options.push_back(false);
   // The expert families have no recomputation yet (the spec refuses `true`).
-  if (t.recompute != MemoryChoice::kOff && !IsExpertFamily(job->shape.family)) {
+  if (t.recompute != MemoryChoice::kOff && !IsExpertFamily(job->file.shape.family)) {
     recompute_options.push_back(true);
   }
   std::vector<int64_t> micro_options;
@@ -300,14 +255,14 @@ absl::Status PlanMemory(const SweepSpec& spec, const std::string& where, int64_t
   }
   const double declared = spec.resources.gpu_memory_gb * 1e9;
   const double usable = UsableDeviceBytes(declared);
-  job->optimizer_sharding = zero1 ? "zero1" : "none";
+  job->file.optimizer_sharding = zero1 ? "zero1" : "none";
   for (bool recompute : recompute_options) {
     for (int64_t micro : micro_options) {
       const MemoryEstimate e =
-          EstimateTrainingMemory(job->shape, MemoryConfigFor(*job, micro, recompute, zero1));
+          EstimateTrainingMemory(job->file.shape, MemoryConfigFor(*job, micro, recompute, zero1));
       if (declared <= 0 || e.peak <= usable) {
-        job->micro_batch_size = micro;
-        job->recompute = recompute;
+        job->file.micro_batch_size = micro;
+        job->file.recompute = recompute;
         job->memory = e;
         return absl::OkStatus();
       }
@@ -317,7 +272,7 @@ absl::Status PlanMemory(const SweepSpec& spec, const std::string& where, int64_t
   const bool recompute = recompute_options.back();
   const int64_t micro = micro_options.back();
   const MemoryEstimate e =
-      EstimateTrainingMemory(job->shape, MemoryConfigFor(*job, micro, recompute, zero1));
+      EstimateTrainingMemory(job->file.shape, MemoryConfigFor(*job, micro, recompute, zero1));
   return absl::InvalidArgumentError(absl::StrCat(
       spec.source, ":", spec.resources.gpu_memory_line, ": resources.gpu_memory_gb: ", where,
       " needs ", FormatBytes(e.peak), " per rank (", e.peak_phase, " peak) at micro-batch ", micro,
@@ -331,12 +286,177 @@ absl::Status PlanMemory(const SweepSpec& spec, const std::string& where, int64_t
       "device"));
 }
 
+// The routing settings of the job's family (its gate, balancing and router
+// coefficients, expert training), and the sparsity a moe or deco job reports.
+void SetRouting(const SweepSpec& spec, ResolvedJob* job) {
+  const TrainSpec& t = spec.train;
+  JobFile& f = job->file;
+  const ModelShape& s = f.shape;
+  switch (s.family) {
+    case Family::kDense:
+      f.gate = "none";
+      break;
+    case Family::kXmod:
+      f.gate = "variance_scaled";
+      f.balance_coef = t.balance_coef;
+      f.router_coef = t.router_coef;
+      break;
+    case Family::kMod:
+      f.gate = "sigmoid";
+      f.router_coef = t.router_coef;
+      break;
+    case Family::kMoe:
+      f.gate = spec.moe.gate;
+      f.balance_coef = spec.moe.balance_coef;
+      f.expert_training.z_coef = spec.moe.z_coef;
+      f.expert_training.capacity_factor = spec.moe.capacity_factor;
+      f.expert_training.bias_rate = spec.moe.bias_rate;
+      // The sparsity of a moe job is its expert sparsity 1 − k/E, as the grid states it.
+      job->sparsity = 1.0 - double(s.experts.top_k) / double(s.experts.experts);
+      break;
+    case Family::kDeco:
+      f.gate = "relu";
+      f.expert_training.entropy_init = spec.deco.entropy_init;
+      f.expert_training.entropy_multiplier = spec.deco.entropy_multiplier;
+      job->sparsity = 1.0 - spec.deco.target_ratio;
+      break;
+  }
+  f.routed_tokens = NumRoutedLayers(s) == 0 ? s.context : RoutedTokens(s.capacity, s.context);
+}
+
+// The parameter counts, FLOPs per token and sparsities of the job's shape.
+void SetSizes(const ScaleSpec& scale, ResolvedJob* job) {
+  const ModelShape& s = job->file.shape;
+  const ParamCount params = CountParams(s);
+  job->n_params_total = params.non_embedding;
+  job->n_params_embedding = params.embedding + params.head;
+  job->n_params_active = ActiveParams(s, scale.n_layers);
+  job->file.flops_per_token = TrainFlopsPerToken(s);
+  job->dense_flops_per_token = 3.0 * ForwardFlopsPerToken(DenseReference(s, scale.n_layers));
+  job->inference_flops_per_token = InferenceFlopsPerToken(s);
+  job->sparsity_notions = SparsityOf(s, scale.n_layers);
+}
+
+// The tokens the block's budget gives (the budget_index-th value), then the batch
+// and the steps: the batch as the scale or the sweep fixes it, or the compute rule
+// at the FLOP-matched dense model's compute, so that a sparse job trains with the
+// batch of the dense job it is compared with.
+absl::Status SetBudget(const SweepSpec& spec, const GridBlock& block, const ScaleSpec& scale,
+                       size_t budget_index, ResolvedJob* job) {
+  const TrainSpec& t = spec.train;
+  JobFile& f = job->file;
+  const int64_t context = f.shape.context;
+  job->budget_kind = block.budget_kind;
+  job->budget_value = block.budget_values[budget_index];
+  auto tokens =
+      BudgetTokens(block.budget_kind, job->budget_value, job->n_params_active, f.flops_per_token);
+  if (!tokens.ok()) {
+    const auto [field, line] = spec.AxisValueAt(
+        absl::StrCat(block.budget_field, ".", std::string(BudgetKindName(block.budget_kind))),
+        budget_index, block.budget_line);
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.Where(field, line), std::string(BudgetKindName(block.budget_kind)), " ",
+        job->budget_value, " for scale ", scale.name, ", ", std::string(FamilyName(f.shape.family)),
+        " at context ", context, " (", job->n_params_active, " active parameters, ",
+        f.flops_per_token, " training FLOPs per token) ", tokens.status().message()));
+  }
+  f.tokens = *tokens;
+  if (scale.batch_tokens.has_value()) {
+    f.batch_tokens = *scale.batch_tokens;
+  } else if (t.batch_auto) {
+    const double compute = RuleCompute(DenseReference(f.shape, scale.n_layers), f.tokens);
+    f.batch_tokens = RuleBatchTokens(compute, context * spec.resources.ranks);
+    if (f.batch_tokens > kMaxBatchTokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          spec.Where("train.batch_tokens", spec.LineOf("train.batch_tokens", 1)), "auto gives ",
+          f.batch_tokens, " tokens for scale ", scale.name, " at ", f.tokens,
+          " tokens, more than 2^40 = ", kMaxBatchTokens, " (give batch_tokens as a number)"));
+    }
+  } else {
+    f.batch_tokens = t.batch_tokens;
+  }
+  f.batch_size = f.batch_tokens / context;
+  f.steps = StepsFor(f.tokens, f.batch_tokens);
+  job->train_flops =
+      f.flops_per_token * static_cast<double>(f.steps) * static_cast<double>(f.batch_tokens);
+  return absl::OkStatus();
+}
+
+// The micro-batch the sweep fixes for the job (through micro_batch_tokens, of the
+// scale or the sweep), or 0 when expansion chooses it from the device memory.
+// Micro-batches tile the rows per rank exactly: the largest divisor that fits.
+int64_t FixedMicroBatch(const SweepSpec& spec, const ScaleSpec& scale, const ResolvedJob& job) {
+  const TrainSpec& t = spec.train;
+  if (t.micro_auto && !scale.micro_batch_tokens.has_value()) return 0;
+  const int64_t context = job.file.shape.context;
+  const int64_t micro_tokens = scale.micro_batch_tokens.value_or(t.micro_batch_tokens);
+  const int64_t per_rank = job.file.batch_size / spec.resources.ranks;
+  const int64_t most = micro_tokens > 0 ? std::min(per_rank, micro_tokens / context) : per_rank;
+  for (int64_t m : DivisorsDescending(std::max<int64_t>(1, per_rank))) {
+    if (m <= most) return m;
+  }
+  return 1;
+}
+
+// The optimizer, schedule, evaluation and checkpoint settings, once the steps are
+// known: the learning rate as the scale or the sweep gives it, or the compute rule
+// at the FLOP-matched dense model's compute (as the batch).
+void SetSchedule(const SweepSpec& spec, const ScaleSpec& scale, ResolvedJob* job) {
+  const TrainSpec& t = spec.train;
+  JobFile& f = job->file;
+  const int64_t context = f.shape.context;
+  const double compute = RuleCompute(DenseReference(f.shape, scale.n_layers), f.tokens);
+  f.lr = scale.lr.has_value() ? *scale.lr : (t.lr_auto ? RuleLr(compute) : t.lr);
+  f.min_lr = f.lr * t.min_lr_ratio;
+  const int64_t warmup_given = scale.warmup_steps.value_or(t.warmup_steps);
+  if (warmup_given >= 0) {
+    f.warmup_steps = std::min(warmup_given, f.steps);  // as written
+  } else {
+    // A fraction of the steps, floored at min_warmup_steps; the floor never takes
+    // more than a quarter of a short job.
+    f.warmup_steps =
+        std::max<int64_t>(std::llround(t.warmup_fraction * static_cast<double>(f.steps)),
+                          std::min(t.min_warmup_steps, f.steps / 4));
+  }
+  f.schedule = t.schedule;
+  f.decay_steps = t.schedule == Schedule::kWsd
+                      ? std::llround(t.decay_fraction * static_cast<double>(f.steps))
+                      : 0;
+  if (t.schedule == Schedule::kWsd) f.decay_shape = t.decay_shape;
+  f.weight_decay = t.weight_decay;
+  f.grad_clip = t.grad_clip;
+  f.beta1 = t.beta1;
+  f.beta2 = t.beta2;
+  f.eval_interval = EvalInterval(t, f.steps);
+  // Validation windows are whole sequences of this context.
+  f.eval_tokens = std::max<int64_t>(1, t.eval_tokens / context) * context;
+  // Absent unless the sweep asks for a separate final evaluation, so that the
+  // ids of jobs that do not are what they were before the field existed.
+  if (t.final_eval_tokens > 0) {
+    f.final_eval_tokens = std::max<int64_t>(1, t.final_eval_tokens / context) * context;
+  } else if (t.final_eval_tokens == 0) {
+    f.final_eval_tokens = 0;
+  }
+  f.checkpoint_interval = CheckpointInterval(t, f.steps);
+  f.log_interval = t.log_interval;
+}
+
+// The data source as the job file names it: a dataset folder, or the synthetic
+// source's seed.
+void SetData(const DataSpec& data, JobFile* f) {
+  if (!data.synthetic) f->data_path = data.path;
+  f->synthetic_seed = data.synthetic ? data.synthetic_seed : 0;
+  f->data_vocab_size = data.vocab_size;
+}
+
+// One grid point of `block` at one scale, context, budget and seed, as a job:
+// its shape (sized to match the dense model), routing, sizes, budget, memory
+// plan and schedule, then its id.
 absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& block,
                                     const ScaleSpec& scale, int64_t context, size_t budget_index,
                                     uint64_t seed, Point point) {
-  const double budget_value = block.budget_values[budget_index];
-  const TrainSpec& t = spec.train;
   ResolvedJob job;
+  JobFile& f = job.file;
   job.scale = scale.name;
   job.dense_layers = scale.n_layers;
   job.match = spec.match;
@@ -344,150 +464,32 @@ absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& bloc
   if (IsDenseRun(point.family, point.stride)) point = Point{Family::kDense, 0.0, 1};
   job.sparsity = point.sparsity;
 
-  ModelShape& s = job.shape;
   if (IsExpertFamily(point.family)) {
-    ASSIGN_OR_RETURN(s, RoutedShape(spec, scale, context, Family::kDense, 0.0, 1));
-    s.family = point.family;
+    ASSIGN_OR_RETURN(f.shape, RoutedShape(spec, scale, context, Family::kDense, 0.0, 1));
+    f.shape.family = point.family;
     RETURN_IF_ERROR(SizeExperts(spec, block, scale, point, &job));
   } else {
-    ASSIGN_OR_RETURN(s,
+    ASSIGN_OR_RETURN(f.shape,
                      RoutedShape(spec, scale, context, point.family, point.sparsity, point.stride));
   }
-  const ModelShape dense = DenseReference(s, scale.n_layers);
-  const double dense_forward = ForwardFlopsPerToken(dense);
-
-  switch (s.family) {
-    case Family::kDense:
-      job.gate = "none";
-      break;
-    case Family::kXmod:
-      job.gate = "variance_scaled";
-      job.balance_coef = t.balance_coef;
-      job.router_coef = t.router_coef;
-      break;
-    case Family::kMod:
-      job.gate = "sigmoid";
-      job.router_coef = t.router_coef;
-      break;
-    case Family::kMoe:
-      job.gate = spec.moe.gate;
-      job.balance_coef = spec.moe.balance_coef;
-      job.expert_training.z_coef = spec.moe.z_coef;
-      job.expert_training.capacity_factor = spec.moe.capacity_factor;
-      job.expert_training.bias_rate = spec.moe.bias_rate;
-      // The sparsity of a moe job is its expert sparsity 1 − k/E, as the grid states it.
-      job.sparsity = 1.0 - double(s.experts.top_k) / double(s.experts.experts);
-      break;
-    case Family::kDeco:
-      job.gate = "relu";
-      job.expert_training.entropy_init = spec.deco.entropy_init;
-      job.expert_training.entropy_multiplier = spec.deco.entropy_multiplier;
-      job.sparsity = 1.0 - spec.deco.target_ratio;
-      break;
-  }
-  job.routed_tokens = NumRoutedLayers(s) == 0 ? context : RoutedTokens(s.capacity, context);
-
-  const ParamCount params = CountParams(s);
-  job.n_params_total = params.non_embedding;
-  job.n_params_embedding = params.embedding + params.head;
-  job.n_params_active = ActiveParams(s, scale.n_layers);
-  job.flops_per_token = TrainFlopsPerToken(s);
-  job.dense_flops_per_token = 3.0 * dense_forward;
-  job.inference_flops_per_token = InferenceFlopsPerToken(s);
-  job.sparsity_notions = SparsityOf(s, scale.n_layers);
-
-  job.budget_kind = block.budget_kind;
-  job.budget_value = budget_value;
-  auto tokens =
-      BudgetTokens(block.budget_kind, budget_value, job.n_params_active, job.flops_per_token);
-  if (!tokens.ok()) {
-    const auto [field, line] = spec.AxisValueAt(
-        absl::StrCat(block.budget_field, ".", std::string(BudgetKindName(block.budget_kind))),
-        budget_index, block.budget_line);
-    return absl::InvalidArgumentError(absl::StrCat(
-        spec.Where(field, line), std::string(BudgetKindName(block.budget_kind)), " ", budget_value,
-        " for scale ", scale.name, ", ", std::string(FamilyName(s.family)), " at context ", context,
-        " (", job.n_params_active, " active parameters, ", job.flops_per_token,
-        " training FLOPs per token) ", tokens.status().message()));
-  }
-  job.tokens = *tokens;
-  // The compute rule sees the FLOP-matched dense model's compute, so a sparse job
-  // trains with the lr and batch of the dense job it is compared with.
-  const double rule_compute = RuleCompute(dense, job.tokens);
-  if (scale.batch_tokens.has_value()) {
-    job.batch_tokens = *scale.batch_tokens;
-  } else if (t.batch_auto) {
-    job.batch_tokens = RuleBatchTokens(rule_compute, context * spec.resources.ranks);
-    if (job.batch_tokens > kMaxBatchTokens) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          spec.Where("train.batch_tokens", spec.LineOf("train.batch_tokens", 1)), "auto gives ",
-          job.batch_tokens, " tokens for scale ", scale.name, " at ", job.tokens,
-          " tokens, more than 2^40 = ", kMaxBatchTokens, " (give batch_tokens as a number)"));
-    }
-  } else {
-    job.batch_tokens = t.batch_tokens;
-  }
-  job.batch_size = job.batch_tokens / context;
-  job.steps = StepsFor(job.tokens, job.batch_tokens);
-  job.train_flops =
-      job.flops_per_token * static_cast<double>(job.steps) * static_cast<double>(job.batch_tokens);
+  SetRouting(spec, &job);
+  SetSizes(scale, &job);
+  RETURN_IF_ERROR(SetBudget(spec, block, scale, budget_index, &job));
 
   job.ranks = spec.resources.ranks;
-  job.precision = t.precision;
-  const int64_t micro_tokens = scale.micro_batch_tokens.value_or(t.micro_batch_tokens);
-  const int64_t per_rank = job.batch_size / spec.resources.ranks;
-  int64_t fixed_micro = 0;  // 0: chosen from the device memory
-  if (!t.micro_auto || scale.micro_batch_tokens.has_value()) {
-    const int64_t most = micro_tokens > 0 ? std::min(per_rank, micro_tokens / context) : per_rank;
-    // Micro-batches must tile the per-rank batch exactly; take the largest divisor that fits.
-    fixed_micro = 1;
-    for (int64_t m : DivisorsDescending(std::max<int64_t>(1, per_rank))) {
-      if (m <= most) {
-        fixed_micro = m;
-        break;
-      }
-    }
-  }
+  f.precision = spec.train.precision;
   RETURN_IF_ERROR(PlanMemory(
       spec,
-      absl::StrCat("scale ", scale.name, ", ", std::string(FamilyName(s.family)), ", context ",
-                   context, ", sparsity ", point.sparsity, ", stride ", point.stride),
-      fixed_micro, &job));
+      absl::StrCat("scale ", scale.name, ", ", std::string(FamilyName(f.shape.family)),
+                   ", context ", context, ", sparsity ", point.sparsity, ", stride ", point.stride),
+      FixedMicroBatch(spec, scale, job), &job));
 
-  job.lr = scale.lr.has_value() ? *scale.lr : (t.lr_auto ? RuleLr(rule_compute) : t.lr);
-  job.min_lr = job.lr * t.min_lr_ratio;
-  const int64_t warmup_given = scale.warmup_steps.value_or(t.warmup_steps);
-  if (warmup_given >= 0) {
-    job.warmup_steps = std::min(warmup_given, job.steps);  // as written
-  } else {
-    // A fraction of the steps, floored at min_warmup_steps; the floor never takes
-    // more than a quarter of a short job.
-    job.warmup_steps =
-        std::max<int64_t>(std::llround(t.warmup_fraction * static_cast<double>(job.steps)),
-                          std::min(t.min_warmup_steps, job.steps / 4));
-  }
-  job.schedule = t.schedule;
-  job.decay_steps = t.schedule == Schedule::kWsd
-                        ? std::llround(t.decay_fraction * static_cast<double>(job.steps))
-                        : 0;
-  if (t.schedule == Schedule::kWsd) job.decay_shape = t.decay_shape;
-  job.weight_decay = t.weight_decay;
-  job.grad_clip = t.grad_clip;
-  job.beta1 = t.beta1;
-  job.beta2 = t.beta2;
-  job.eval_interval = EvalInterval(t, job.steps);
-  // Validation windows are whole sequences of this context.
-  job.eval_tokens = std::max<int64_t>(1, t.eval_tokens / context) * context;
-  job.checkpoint_interval = CheckpointInterval(t, job.steps);
-  job.log_interval = t.log_interval;
-  job.final_eval_tokens = t.final_eval_tokens > 0
-                              ? std::max<int64_t>(1, t.final_eval_tokens / context) * context
-                              : t.final_eval_tokens;
-  job.seed = seed;
-  job.data = spec.data;
+  SetSchedule(spec, scale, &job);
+  f.seed = seed;
+  SetData(spec.data, &f);
   job.max_attempts = spec.resources.max_attempts;
   job.priority = spec.resources.priority;
-  job.id = HexId(job.CanonicalConfig().dump());
+  f.id = HexId(job.CanonicalConfig().dump());
   return job;
 }
 
@@ -497,16 +499,17 @@ std::string SizingReport(const std::vector<ResolvedJob>& jobs) {
   std::string out;
   for (const ResolvedJob& j : jobs) {
     if (j.matched_to.empty()) continue;
-    const ExpertShape& e = j.shape.experts;
+    const ModelShape& shape = j.file.shape;
+    const ExpertShape& e = shape.experts;
     const double error = 100.0 * (double(j.n_params_total) / double(j.matched_params) - 1.0);
     char numbers[96];
     std::snprintf(numbers, sizeof(numbers), "(%+.1f%%); training FLOPs per token %.3f x dense",
                   error, j.flops_ratio());
-    absl::StrAppend(&out, "sizing: ", std::string(FamilyName(j.shape.family)), " at scale ",
-                    j.scale, ", T = ", j.shape.context, ", against ", j.matched_to, ": ", e.experts,
+    absl::StrAppend(&out, "sizing: ", std::string(FamilyName(shape.family)), " at scale ", j.scale,
+                    ", T = ", shape.context, ", against ", j.matched_to, ": ", e.experts,
                     " experts of width ", e.width,
-                    j.shape.family == Family::kMoe ? absl::StrCat(", top-", e.top_k)
-                                                   : absl::StrCat(", shared ", e.shared_width),
+                    shape.family == Family::kMoe ? absl::StrCat(", top-", e.top_k)
+                                                 : absl::StrCat(", shared ", e.shared_width),
                     ": ", j.n_params_total, " parameters vs ", j.matched_params, " ", numbers,
                     "\n");
   }
@@ -666,6 +669,85 @@ std::string FirstWritten(const SweepSpec& spec, const std::vector<std::string>& 
   return fallback;
 }
 
+// Turns `b`, one member of a cooldown group, into its branch: it trains with the
+// settings of `reference` (the group's smallest budget) and decays over the last
+// decay_fraction of its own steps. INVALID_ARGUMENT when no cooldown step is left
+// or when the trunk's warm-up runs past the branch's start. Its parent and id are
+// set once the trunk's id is known.
+absl::Status MakeBranch(const SweepSpec& spec, const ResolvedJob& reference, ResolvedJob* b) {
+  const TrainSpec& t = spec.train;
+  const JobFile& r = reference.file;
+  JobFile& f = b->file;
+  f.lr = r.lr;
+  f.min_lr = r.min_lr;
+  f.batch_tokens = r.batch_tokens;
+  f.batch_size = r.batch_size;
+  f.micro_batch_size = r.micro_batch_size;
+  f.recompute = r.recompute;
+  f.optimizer_sharding = r.optimizer_sharding;
+  b->memory = reference.memory;
+  f.warmup_steps = r.warmup_steps;
+  f.steps = StepsFor(f.tokens, f.batch_tokens);
+  f.decay_steps = std::llround(t.decay_fraction * static_cast<double>(f.steps));
+  f.start_step = f.steps - f.decay_steps;
+  const std::string what = absl::StrCat("cooldown branches of scale ", b->scale, ", ",
+                                        std::string(FamilyName(f.shape.family)), ", context ",
+                                        f.shape.context, ", ", f.tokens, " tokens: ");
+  if (f.decay_steps < 1 || f.start_step < 1) {
+    const std::string field =
+        FirstWritten(spec, {"train.decay_fraction", "train.schedule"}, "train");
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.Where(field, spec.LineOf(field, 1)), what, "a cooldown of ",
+                     f.decay_steps, " of ", f.steps,
+                     " steps leaves no branch (raise the budget, change decay_fraction, or set "
+                     "cooldown_branches: false)"));
+  }
+  if (f.warmup_steps > f.start_step) {
+    const std::string field = FirstWritten(
+        spec,
+        {absl::StrCat("scales.", reference.scale, ".train.warmup_steps"), "train.warmup_steps",
+         "train.warmup_fraction", "train.min_warmup_steps", "train.schedule"},
+        "train");
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.Where(field, spec.LineOf(field, 1)), what, "the trunk's warm-up (", f.warmup_steps,
+        " steps, from the smallest budget) runs past this branch's start at step ", f.start_step,
+        " (shorten the warm-up, or set cooldown_branches: false)"));
+  }
+  f.eval_interval = EvalInterval(t, f.steps);
+  f.checkpoint_interval = CheckpointInterval(t, f.steps);
+  b->train_flops = f.flops_per_token * static_cast<double>(f.steps - f.start_step) *
+                   static_cast<double>(f.batch_tokens);
+  return absl::OkStatus();
+}
+
+// The trunk of a cooldown group: `reference`'s settings at a constant learning
+// rate up to the last branch start, keeping a checkpoint at every start (sorted,
+// each once). It carries the largest member's budget.
+ResolvedJob MakeTrunk(const SweepSpec& spec, const ResolvedJob& reference,
+                      const ResolvedJob& largest, std::vector<int64_t> starts) {
+  const TrainSpec& t = spec.train;
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  ResolvedJob trunk = reference;
+  JobFile& f = trunk.file;
+  trunk.budget_kind = largest.budget_kind;
+  trunk.budget_value = largest.budget_value;
+  f.schedule = Schedule::kConstant;
+  f.decay_steps = 0;
+  f.decay_shape = DecayShape::kLinear;
+  f.steps = starts.back();
+  f.tokens = f.steps * f.batch_tokens;
+  f.keep_steps = starts;
+  f.eval_interval = EvalInterval(t, f.steps);
+  f.checkpoint_interval = CheckpointInterval(t, f.steps);
+  trunk.train_flops =
+      f.flops_per_token * static_cast<double>(f.steps) * static_cast<double>(f.batch_tokens);
+  // Its branches wait for its checkpoints: it goes first among equals.
+  trunk.priority = reference.priority + 1;
+  f.id = HexId(trunk.CanonicalConfig().dump());
+  return trunk;
+}
+
 }  // namespace
 
 // Cooldown branches (docs/schedules.md; Hägele et al. 2024): the wsd jobs of one
@@ -696,7 +778,7 @@ absl::Status MakeCooldownBranches(const SweepSpec& spec, std::vector<ResolvedJob
       continue;
     }
     std::sort(members.begin(), members.end(),
-              [&](size_t a, size_t b) { return (*jobs)[a].tokens < (*jobs)[b].tokens; });
+              [&](size_t a, size_t b) { return (*jobs)[a].file.tokens < (*jobs)[b].file.tokens; });
     // The settings every member trains with: the smallest budget's (see above).
     const ResolvedJob reference = (*jobs)[members.front()];
     const ResolvedJob largest = (*jobs)[members.back()];
@@ -704,70 +786,15 @@ absl::Status MakeCooldownBranches(const SweepSpec& spec, std::vector<ResolvedJob
     std::vector<int64_t> starts;
     for (size_t i : members) {
       ResolvedJob b = std::move((*jobs)[i]);
-      b.lr = reference.lr;
-      b.min_lr = reference.min_lr;
-      b.batch_tokens = reference.batch_tokens;
-      b.batch_size = reference.batch_size;
-      b.micro_batch_size = reference.micro_batch_size;
-      b.recompute = reference.recompute;
-      b.optimizer_sharding = reference.optimizer_sharding;
-      b.memory = reference.memory;
-      b.warmup_steps = reference.warmup_steps;
-      b.steps = StepsFor(b.tokens, b.batch_tokens);
-      b.decay_steps = std::llround(t.decay_fraction * static_cast<double>(b.steps));
-      b.start_step = b.steps - b.decay_steps;
-      const std::string what = absl::StrCat("cooldown branches of scale ", b.scale, ", ",
-                                            std::string(FamilyName(b.shape.family)), ", context ",
-                                            b.shape.context, ", ", b.tokens, " tokens: ");
-      if (b.decay_steps < 1 || b.start_step < 1) {
-        const std::string field =
-            FirstWritten(spec, {"train.decay_fraction", "train.schedule"}, "train");
-        return absl::InvalidArgumentError(
-            absl::StrCat(spec.Where(field, spec.LineOf(field, 1)), what, "a cooldown of ",
-                         b.decay_steps, " of ", b.steps,
-                         " steps leaves no branch (raise the budget, change decay_fraction, or set "
-                         "cooldown_branches: false)"));
-      }
-      if (b.warmup_steps > b.start_step) {
-        const std::string field = FirstWritten(
-            spec,
-            {absl::StrCat("scales.", reference.scale, ".train.warmup_steps"), "train.warmup_steps",
-             "train.warmup_fraction", "train.min_warmup_steps", "train.schedule"},
-            "train");
-        return absl::InvalidArgumentError(absl::StrCat(
-            spec.Where(field, spec.LineOf(field, 1)), what, "the trunk's warm-up (", b.warmup_steps,
-            " steps, from the smallest budget) runs past this branch's start at step ",
-            b.start_step, " (shorten the warm-up, or set cooldown_branches: false)"));
-      }
-      b.eval_interval = EvalInterval(t, b.steps);
-      b.checkpoint_interval = CheckpointInterval(t, b.steps);
-      b.train_flops = b.flops_per_token * static_cast<double>(b.steps - b.start_step) *
-                      static_cast<double>(b.batch_tokens);
-      starts.push_back(b.start_step);
+      RETURN_IF_ERROR(MakeBranch(spec, reference, &b));
+      starts.push_back(b.file.start_step);
       branches.push_back(std::move(b));
     }
-    std::sort(starts.begin(), starts.end());
-    starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
-    ResolvedJob trunk = reference;
-    trunk.budget_kind = largest.budget_kind;
-    trunk.budget_value = largest.budget_value;
-    trunk.schedule = Schedule::kConstant;
-    trunk.decay_steps = 0;
-    trunk.decay_shape = DecayShape::kLinear;
-    trunk.steps = starts.back();
-    trunk.tokens = trunk.steps * trunk.batch_tokens;
-    trunk.keep_steps = starts;
-    trunk.eval_interval = EvalInterval(t, trunk.steps);
-    trunk.checkpoint_interval = CheckpointInterval(t, trunk.steps);
-    trunk.train_flops = trunk.flops_per_token * static_cast<double>(trunk.steps) *
-                        static_cast<double>(trunk.batch_tokens);
-    // Its branches wait for its checkpoints: it goes first among equals.
-    trunk.priority = reference.priority + 1;
-    trunk.id = HexId(trunk.CanonicalConfig().dump());
+    const ResolvedJob trunk = MakeTrunk(spec, reference, largest, std::move(starts));
     out.push_back(trunk);
     for (ResolvedJob& b : branches) {
-      b.parent = trunk.id;
-      b.id = HexId(b.CanonicalConfig().dump());
+      b.file.parent = trunk.file.id;
+      b.file.id = HexId(b.CanonicalConfig().dump());
       out.push_back(std::move(b));
     }
   }
@@ -803,7 +830,7 @@ absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec, int6
             for (const Point& point : points) {
               ASSIGN_OR_RETURN(ResolvedJob job,
                                Resolve(spec, block, *scale, context, budget, seed, point));
-              if (seen.insert(job.id).second) jobs.push_back(std::move(job));
+              if (seen.insert(job.file.id).second) jobs.push_back(std::move(job));
             }
           }
         }

@@ -14,32 +14,29 @@
 
 #include "absl/status/statusor.h"
 #include "common/accounting.h"
+#include "common/job_file.h"
 #include "common/memory.h"
 #include "orchestrator/sweep/spec.h"
 
 namespace xmod {
 
+// One grid point, resolved: the job file a worker trains from, and what the
+// orchestrator knows besides (the axes it came from, its sizes, budget, memory
+// plan and scheduling). Only `file` decides the training result and the id.
 struct ResolvedJob {
-  std::string id;  // HexId of CanonicalConfig()
-  // Axes.
-  std::string scale;          // the scale's name (not part of the id; its shape is)
-  double sparsity = 0.0;      // σ as written (0 for dense)
-  int64_t dense_layers = 0;   // L0 of the scale
-  ModelShape shape;           // family, widths, layers, context, stride, capacity
-  int64_t routed_tokens = 0;  // k per sequence (context for dense models)
-  // "variance_scaled" (X-MoD), "sigmoid" (MoD), "none" (dense), the MoE gate
-  // ("softmax", "pre_softmax", "sigmoid") or "relu" (DECO).
-  std::string gate;
-  double balance_coef = 0.0;
-  ExpertTraining expert_training;  // moe and deco
-  double router_coef = 0.0;
+  // The job file (common/job_file.h): shape, routing, batch, schedule, seed and
+  // data; file.id is HexId(CanonicalConfig().dump()).
+  JobFile file;
+  // Axes (not part of the id: file.shape is).
+  std::string scale;         // the scale's name
+  double sparsity = 0.0;     // σ as written (0 for dense)
+  int64_t dense_layers = 0;  // L0 of the scale
   MatchMode match = MatchMode::kFlops;
-  // Sizes.
+  // Sizes. file.flops_per_token is the job's training FLOPs per token (3 × forward).
   int64_t n_params_total = 0;
   int64_t n_params_active = 0;
   int64_t n_params_embedding = 0;          // embedding + head
-  double flops_per_token = 0.0;            // training FLOPs per token (3 × forward)
-  double dense_flops_per_token = 0.0;      // same, for the FLOP-matched dense job
+  double dense_flops_per_token = 0.0;      // training FLOPs per token of the FLOP-matched dense job
   double inference_flops_per_token = 0.0;  // forward; deco computes only its active experts
   Sparsity sparsity_notions;               // parameter, expert and token sparsity
   // A sized baseline (moe, deco): what it was sized against ("xmod sparsity 0.5
@@ -47,77 +44,48 @@ struct ResolvedJob {
   // otherwise.
   std::string matched_to;
   int64_t matched_params = 0;
-  // Budget.
+  // Budget: what the sweep asked for; file.tokens is the D it gives.
   BudgetKind budget_kind = BudgetKind::kTokensPerParam;
   double budget_value = 0.0;
-  int64_t tokens = 0;  // D the budget asks for
-  int64_t steps = 0;   // ceil(tokens / batch_tokens)
   // flops_per_token × (steps − start_step) × batch_tokens: what this job trains
   // (a branch only its cooldown, the trunk its constant part).
   double train_flops = 0.0;
-  // Training.
-  int64_t batch_tokens = 0;
-  int64_t batch_size = 0;        // sequences per step, all ranks together
-  int64_t micro_batch_size = 0;  // sequences per forward on one rank
-  double lr = 0.0;
-  double min_lr = 0.0;
-  int64_t warmup_steps = 0;
-  Schedule schedule = Schedule::kCosine;
-  int64_t decay_steps = 0;                       // wsd only; 0 otherwise
-  DecayShape decay_shape = DecayShape::kLinear;  // wsd only
-  // Cooldown branches (docs/schedules.md): a trunk keeps checkpoints at keep_steps;
-  // a branch starts from its parent trunk's checkpoint at start_step.
-  std::vector<int64_t> keep_steps;
-  std::string parent;
-  int64_t start_step = 0;
-  double weight_decay = 0.0;
-  double grad_clip = 0.0;
-  double beta1 = 0.0;
-  double beta2 = 0.0;
-  int64_t eval_interval = 0;
-  int64_t eval_tokens = 0;
-  int64_t final_eval_tokens = -1;  // last step: -1 as eval_tokens, 0 the whole split
-  int64_t checkpoint_interval = 0;
-  int64_t log_interval = 1;
-  uint64_t seed = 0;
-  std::string precision;
-  // Memory (docs/memory.md): as the sweep fixed them or expansion chose them.
-  bool recompute = false;
-  std::string optimizer_sharding = "none";  // "none" or "zero1"
-  MemoryEstimate memory;                    // per rank, at micro_batch_size
-  DataSpec data;
+  // Memory per rank at file.micro_batch_size, with file.recompute and
+  // file.optimizer_sharding as the sweep fixed them or expansion chose them
+  // (docs/memory.md).
+  MemoryEstimate memory;
   // Scheduling (not part of the id).
   int64_t ranks = 1;
   int64_t max_attempts = 1;
   int64_t priority = 0;
 
-  double flops_ratio() const { return flops_per_token / dense_flops_per_token; }
+  double flops_ratio() const { return file.flops_per_token / dense_flops_per_token; }
   // "trunk", "branch" or "run" (trained alone).
   const char* role() const {
-    return !parent.empty() ? "branch" : !keep_steps.empty() ? "trunk" : "run";
+    return file.is_branch() ? "branch" : file.is_trunk() ? "trunk" : "run";
   }
   // Whether the dense law reads this job's result once it has run (a dense run or
   // branch end, never a trunk): what `order: adaptive` steers (docs/order.md).
   bool dense_law_point() const {
-    return IsDenseRun(shape.family, shape.stride) && std::string_view(role()) != "trunk";
+    return IsDenseRun(file.shape.family, file.shape.stride) && std::string_view(role()) != "trunk";
   }
   // The FLOPs this job's result would cost trained alone from step 0 (0 for a
   // trunk, whose result is not a law point): the saving of branches is the sum of
   // these against the sum of train_flops.
   double standalone_flops() const {
-    return keep_steps.empty()
-               ? flops_per_token * static_cast<double>(steps) * static_cast<double>(batch_tokens)
-               : 0.0;
+    return file.is_trunk() ? 0.0
+                           : file.flops_per_token * static_cast<double>(file.steps) *
+                                 static_cast<double>(file.batch_tokens);
   }
   // What the job really trains on: whole steps of batch_tokens (>= tokens).
-  int64_t tokens_trained() const { return steps * batch_tokens; }
+  int64_t tokens_trained() const { return file.steps * file.batch_tokens; }
 
-  // The job file the worker trains from (common/job_file.h).
-  JobFile ToJobFile() const;
-  // Everything that decides the training result, as JSON with sorted keys.
+  // Everything that decides the training result, as JSON with sorted keys:
+  // CanonicalJson(file).
   nlohmann::json CanonicalConfig() const;
-  // CanonicalConfig plus id, scale name and scheduling fields: the job file the
-  // worker and `xmod-train --job` read.
+  // The job file as the worker and `xmod-train --job` read it, plus the scale
+  // name, sizes, budget, memory estimate and scheduling fields (which the
+  // worker's reader ignores).
   nlohmann::json ToJson() const;
 };
 

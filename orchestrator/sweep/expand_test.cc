@@ -21,7 +21,7 @@ SweepSpec Load(const std::string& name) {
 
 // The worst FLOP mismatch integer layer counts allow: half of the costliest layer.
 double MatchTolerance(const ResolvedJob& job) {
-  ModelShape one = DenseReference(job.shape, 1);
+  ModelShape one = DenseReference(job.file.shape, 1);
   const double dense_layer = ForwardFlopsPerToken(one) - 2.0 * one.d_model * one.vocab_size;
   return 0.5 * 3.0 * dense_layer / job.dense_flops_per_token;
 }
@@ -31,7 +31,7 @@ TEST(Expand, SmokeSweepHasEightDistinctJobs) {
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   EXPECT_EQ(jobs->size(), 8u);
   std::set<std::string> ids;
-  for (const ResolvedJob& j : *jobs) ids.insert(j.id);
+  for (const ResolvedJob& j : *jobs) ids.insert(j.file.id);
   EXPECT_EQ(ids.size(), jobs->size());
 }
 
@@ -97,10 +97,34 @@ TEST(Expand, IdsAreStableAcrossExpansions) {
   auto b = ExpandSweep(Load("smoke"));
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_EQ(a->size(), b->size());
-  for (size_t i = 0; i < a->size(); ++i) EXPECT_EQ((*a)[i].id, (*b)[i].id);
+  for (size_t i = 0; i < a->size(); ++i) EXPECT_EQ((*a)[i].file.id, (*b)[i].file.id);
   // Pinned: an id changes only when the canonical config (or its hash) does.
-  EXPECT_EQ((*a)[2].shape.family, Family::kDense);
-  EXPECT_EQ((*a)[2].id, "565dc07eba5346ea");
+  EXPECT_EQ((*a)[2].file.shape.family, Family::kDense);
+  EXPECT_EQ((*a)[2].file.id, "565dc07eba5346ea");
+}
+
+// Every shipped sweep keeps the ids of its jobs: an id is the hash of the job's
+// canonical config, so a change here means a change in what a job trains (or a
+// refactor that moved a field it should not have). The digest is HexId of every
+// id in expansion order, one per line; the count catches a dropped job.
+TEST(Expand, TheShippedSweepsKeepTheirJobIds) {
+  const struct {
+    const char* sweep;
+    size_t jobs;
+    const char* digest;
+  } pinned[] = {
+      {"baselines", 14, "47ec9819a70f4c9e"}, {"demo", 33, "15f61b386aecff66"},
+      {"demo-wsd", 24, "8a6f21dab580b7fb"},  {"moe", 27, "6c94455cc9455f2f"},
+      {"smoke", 8, "76fe354080e84e67"},      {"xmod-cluster", 408, "c947998da97ee25d"},
+  };
+  for (const auto& p : pinned) {
+    auto jobs = ExpandSweep(Load(p.sweep));
+    ASSERT_TRUE(jobs.ok()) << p.sweep << ": " << jobs.status();
+    std::string ids;
+    for (const ResolvedJob& j : *jobs) absl::StrAppend(&ids, j.file.id, "\n");
+    EXPECT_EQ(jobs->size(), p.jobs) << p.sweep;
+    EXPECT_EQ(HexId(ids), p.digest) << p.sweep;
+  }
 }
 
 // The job file is the one contract: what the orchestrator writes, the worker's
@@ -112,9 +136,9 @@ TEST(Expand, EveryJobFileReadsBackAsWrittenAndHashesToItsId) {
     for (const ResolvedJob& j : *jobs) {
       const nlohmann::json written = j.ToJson();
       auto back = JobFileFromJson(written);
-      ASSERT_TRUE(back.ok()) << name << " " << j.id << ": " << back.status();
-      EXPECT_EQ(CanonicalJson(*back), j.CanonicalConfig()) << j.id;
-      EXPECT_EQ(HexId(CanonicalJson(*back).dump()), j.id);
+      ASSERT_TRUE(back.ok()) << name << " " << j.file.id << ": " << back.status();
+      EXPECT_EQ(CanonicalJson(*back), j.CanonicalConfig()) << j.file.id;
+      EXPECT_EQ(HexId(CanonicalJson(*back).dump()), j.file.id);
       EXPECT_EQ(ToJson(*back)["flops_per_token"], written["flops_per_token"]);
     }
   }
@@ -228,7 +252,7 @@ TEST(Expand, ANegativeZeroGivesTheJobIdOfZero) {
     EXPECT_TRUE(jobs.ok()) << jobs.status();
     std::vector<std::string> out;
     if (jobs.ok()) {
-      for (const ResolvedJob& j : *jobs) out.push_back(j.id);
+      for (const ResolvedJob& j : *jobs) out.push_back(j.file.id);
     }
     return out;
   };
@@ -279,9 +303,9 @@ TEST(Expand, AHugeBatchIsPlannedWithoutWalkingEveryMicroBatch) {
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
     ASSERT_TRUE(jobs.ok()) << jobs.status();
     ASSERT_EQ(jobs->size(), 1u);
-    const int64_t micro = (*jobs)[0].micro_batch_size;
+    const int64_t micro = (*jobs)[0].file.micro_batch_size;
     EXPECT_EQ((int64_t{1} << 40) % micro, 0) << micro;
-    EXPECT_EQ((*jobs)[0].steps, 2);
+    EXPECT_EQ((*jobs)[0].file.steps, 2);
     // Fixed: the largest divisor of 2^40 rows that is at most 999999999999, 2^39.
     if (tail.find("auto") == std::string::npos) {
       EXPECT_EQ(micro, int64_t{1} << 39);
@@ -306,12 +330,12 @@ TEST(Expand, ClusterSweepIsFlopMatchedAtThreeBudgetsPerActiveParameter) {
   double worst = 0.0;
   for (const ResolvedJob& j : *jobs) {
     const double r = j.budget_value;
-    EXPECT_TRUE(r == 10.0 || r == 20.0 || r == 40.0) << j.id;
-    EXPECT_EQ(j.tokens, std::llround(r * static_cast<double>(j.n_params_active))) << j.id;
-    EXPECT_GE(j.tokens_trained(), j.tokens) << j.id;
-    EXPECT_LE(std::abs(j.flops_ratio() - 1.0), MatchTolerance(j)) << j.id;
+    EXPECT_TRUE(r == 10.0 || r == 20.0 || r == 40.0) << j.file.id;
+    EXPECT_EQ(j.file.tokens, std::llround(r * static_cast<double>(j.n_params_active))) << j.file.id;
+    EXPECT_GE(j.tokens_trained(), j.file.tokens) << j.file.id;
+    EXPECT_LE(std::abs(j.flops_ratio() - 1.0), MatchTolerance(j)) << j.file.id;
     worst = std::max(worst, std::abs(j.flops_ratio() - 1.0));
-    EXPECT_LE(j.n_params_active, j.n_params_total) << j.id;
+    EXPECT_LE(j.n_params_active, j.n_params_total) << j.file.id;
   }
   EXPECT_LT(worst, 0.05);
 }
@@ -321,25 +345,25 @@ TEST(Expand, MatchLayersKeepsTheDenseDepth) {
   spec.match = MatchMode::kLayers;
   auto jobs = ExpandSweep(spec);
   ASSERT_TRUE(jobs.ok());
-  for (const ResolvedJob& j : *jobs) EXPECT_EQ(j.shape.n_layers, 4) << j.id;
+  for (const ResolvedJob& j : *jobs) EXPECT_EQ(j.file.shape.n_layers, 4) << j.file.id;
 }
 
 TEST(Expand, ResolvesScheduleBatchAndRouting) {
   auto jobs = ExpandSweep(Load("smoke"));
   ASSERT_TRUE(jobs.ok());
   const ResolvedJob& x = (*jobs)[0];  // micro, sparsity 0.5, stride 2
-  EXPECT_EQ(x.shape.family, Family::kXmod);
-  EXPECT_EQ(x.routed_tokens, 16);  // round(0.5 * 32)
-  EXPECT_EQ(x.gate, "variance_scaled");
-  EXPECT_EQ(x.batch_size, 32);  // 1024 tokens / context 32
-  EXPECT_EQ(x.steps, 16);       // 16384 / 1024
-  EXPECT_EQ(x.warmup_steps, 2);
-  EXPECT_DOUBLE_EQ(x.train_flops, x.flops_per_token * 16 * 1024);
+  EXPECT_EQ(x.file.shape.family, Family::kXmod);
+  EXPECT_EQ(x.file.routed_tokens, 16);  // round(0.5 * 32)
+  EXPECT_EQ(x.file.gate, "variance_scaled");
+  EXPECT_EQ(x.file.batch_size, 32);  // 1024 tokens / context 32
+  EXPECT_EQ(x.file.steps, 16);       // 16384 / 1024
+  EXPECT_EQ(x.file.warmup_steps, 2);
+  EXPECT_DOUBLE_EQ(x.train_flops, x.file.flops_per_token * 16 * 1024);
   const ResolvedJob& mod = (*jobs)[3];
-  EXPECT_EQ(mod.shape.family, Family::kMod);
-  EXPECT_EQ(mod.gate, "sigmoid");
-  EXPECT_EQ(mod.routed_tokens, 4);  // round(0.125 * 32)
-  EXPECT_EQ(mod.balance_coef, 0.0);
+  EXPECT_EQ(mod.file.shape.family, Family::kMod);
+  EXPECT_EQ(mod.file.gate, "sigmoid");
+  EXPECT_EQ(mod.file.routed_tokens, 4);  // round(0.125 * 32)
+  EXPECT_EQ(mod.file.balance_coef, 0.0);
 }
 
 TEST(Expand, TenThousandJobGridTakesWellUnderASecond) {
@@ -368,24 +392,25 @@ TEST(ExpandMemory, EveryClusterJobFitsItsDeclaredDevice) {
   int recomputed = 0;
   for (const ResolvedJob& j : *jobs) {
     EXPECT_GT(j.memory.peak, 0);
-    EXPECT_LE(j.memory.peak, usable) << j.id;
-    EXPECT_EQ(j.optimizer_sharding, "zero1");  // auto with 8 ranks
-    EXPECT_EQ((j.batch_size / j.ranks) % j.micro_batch_size, 0) << j.id;
+    EXPECT_LE(j.memory.peak, usable) << j.file.id;
+    EXPECT_EQ(j.file.optimizer_sharding, "zero1");  // auto with 8 ranks
+    EXPECT_EQ((j.file.batch_size / j.ranks) % j.file.micro_batch_size, 0) << j.file.id;
     // The largest micro-batch that fits: the next larger divisor would not.
-    const int64_t per_rank = j.batch_size / j.ranks;
-    for (int64_t m = j.micro_batch_size + 1; m <= per_rank; ++m) {
+    const int64_t per_rank = j.file.batch_size / j.ranks;
+    for (int64_t m = j.file.micro_batch_size + 1; m <= per_rank; ++m) {
       if (per_rank % m != 0) continue;
       MemoryConfig c;
       c.micro_batch_rows = m;
       c.micro_batches = per_rank / m;
-      c.eval_rows = EvalRows(m, j.shape.context, j.shape.vocab_size);
+      c.eval_rows = EvalRows(m, j.file.shape.context, j.file.shape.vocab_size);
       c.bf16 = true;
-      c.recompute = j.recompute;
+      c.recompute = j.file.recompute;
       c.optimizer_shards = j.ranks;
-      EXPECT_GT(EstimateTrainingMemory(j.shape, c).peak, usable) << j.id << " micro " << m;
+      EXPECT_GT(EstimateTrainingMemory(j.file.shape, c).peak, usable)
+          << j.file.id << " micro " << m;
       break;
     }
-    recomputed += j.recompute;
+    recomputed += j.file.recompute;
   }
   // Recomputation only where nothing fits without it: a few long-context jobs.
   EXPECT_GT(recomputed, 0);
@@ -432,8 +457,8 @@ TEST(ExpandMemory, AutoChoosesShardingThenTheLargestMicroBatchThenRecomputation)
       "micro_batch_tokens: auto, recompute: auto, optimizer_sharding: auto";
   const ResolvedJob big = expand(all_auto, 141);
   const ResolvedJob small = expand(all_auto, 80);
-  EXPECT_EQ(big.optimizer_sharding, "zero1");
-  EXPECT_GE(big.micro_batch_size, small.micro_batch_size);
+  EXPECT_EQ(big.file.optimizer_sharding, "zero1");
+  EXPECT_GE(big.file.micro_batch_size, small.file.micro_batch_size);
   EXPECT_LE(small.memory.peak, UsableDeviceBytes(80e9));
   // Sharding divides the moments over the ranks: 8·P bytes become about P.
   const ResolvedJob unsharded =
@@ -444,8 +469,8 @@ TEST(ExpandMemory, AutoChoosesShardingThenTheLargestMicroBatchThenRecomputation)
   EXPECT_EQ(unsharded.memory.weights, sharded.memory.weights);
   // Recomputation is taken only when nothing fits without it.
   const ResolvedJob roomy = expand("micro_batch_tokens: 8192, recompute: auto", 1000);
-  EXPECT_FALSE(roomy.recompute);
-  EXPECT_EQ(roomy.ToJobFile().recompute, false);
+  EXPECT_FALSE(roomy.file.recompute);
+  EXPECT_FALSE(roomy.ToJson().contains("recompute"));  // at its default, out of the id
 }
 
 TEST(ExpandMemory, AutoMicroBatchNeedsADeclaredDeviceMemory) {
@@ -472,55 +497,55 @@ TEST(ExpandBaselines, MoeMatchesEachXmodPointAndDecoTheDenseModel) {
   std::map<std::string, const ResolvedJob*> by_config;
   int moe = 0, deco = 0;
   for (const ResolvedJob& j : *jobs) {
-    if (j.shape.family == Family::kXmod) {
-      by_config[absl::StrCat(j.scale, " xmod sparsity ", j.sparsity, " stride ", j.shape.stride)] =
-          &j;
+    if (j.file.shape.family == Family::kXmod) {
+      by_config[absl::StrCat(j.scale, " xmod sparsity ", j.sparsity, " stride ",
+                             j.file.shape.stride)] = &j;
     }
-    if (j.shape.family == Family::kDense) by_config[j.scale + " dense"] = &j;
+    if (j.file.shape.family == Family::kDense) by_config[j.scale + " dense"] = &j;
   }
   for (const ResolvedJob& j : *jobs) {
-    if (!IsExpertFamily(j.shape.family)) continue;
+    if (!IsExpertFamily(j.file.shape.family)) continue;
     const ResolvedJob* match = by_config[j.scale + " " + j.matched_to];
     ASSERT_NE(match, nullptr) << j.scale << " " << j.matched_to;
     EXPECT_EQ(j.matched_params, match->n_params_total);
     // The count is the closest whole number of experts: one more or one fewer is
     // no closer to the target.
-    ModelShape other = j.shape;
+    ModelShape other = j.file.shape;
     const double error = std::abs(double(j.n_params_total - j.matched_params));
     for (int64_t step : {-1, 1}) {
-      other.experts.experts = j.shape.experts.experts + step;
-      if (other.experts.experts < std::max<int64_t>(1, j.shape.experts.top_k)) continue;
+      other.experts.experts = j.file.shape.experts.experts + step;
+      if (other.experts.experts < std::max<int64_t>(1, j.file.shape.experts.top_k)) continue;
       EXPECT_GE(std::abs(double(CountParams(other).non_embedding - j.matched_params)), error);
     }
-    EXPECT_EQ(j.shape.n_layers, j.dense_layers);
-    if (j.shape.family == Family::kMoe) {
+    EXPECT_EQ(j.file.shape.n_layers, j.dense_layers);
+    if (j.file.shape.family == Family::kMoe) {
       ++moe;
       EXPECT_EQ(j.matched_to.rfind("xmod sparsity ", 0), 0u) << j.matched_to;
-      EXPECT_EQ(j.shape.experts.top_k, 2);
-      EXPECT_EQ(j.shape.experts.width, j.shape.d_ff / 2);
+      EXPECT_EQ(j.file.shape.experts.top_k, 2);
+      EXPECT_EQ(j.file.shape.experts.width, j.file.shape.d_ff / 2);
       // Two experts of d_ff / 2: the dense MLP's FLOPs plus the router's 2·d·E.
-      const double router =
-          3.0 * 2.0 * j.shape.d_model * j.shape.experts.experts * double(j.shape.n_layers);
-      EXPECT_NEAR(j.flops_per_token, j.dense_flops_per_token + router, 1e-6);
-      EXPECT_NEAR(j.sparsity, 1.0 - 2.0 / double(j.shape.experts.experts), 1e-12);
-      EXPECT_EQ(j.gate, "softmax");
-      EXPECT_EQ(j.balance_coef, 0.01);
-      EXPECT_EQ(j.expert_training.z_coef, 1e-3);
+      const double router = 3.0 * 2.0 * j.file.shape.d_model * j.file.shape.experts.experts *
+                            double(j.file.shape.n_layers);
+      EXPECT_NEAR(j.file.flops_per_token, j.dense_flops_per_token + router, 1e-6);
+      EXPECT_NEAR(j.sparsity, 1.0 - 2.0 / double(j.file.shape.experts.experts), 1e-12);
+      EXPECT_EQ(j.file.gate, "softmax");
+      EXPECT_EQ(j.file.balance_coef, 0.01);
+      EXPECT_EQ(j.file.expert_training.z_coef, 1e-3);
     } else {
       ++deco;
       EXPECT_EQ(j.matched_to, "dense");
-      EXPECT_EQ(j.shape.experts.dense_layers, 1);
-      EXPECT_EQ(j.gate, "relu");
+      EXPECT_EQ(j.file.shape.experts.dense_layers, 1);
+      EXPECT_EQ(j.file.gate, "relu");
       // DECO trains every expert: active = total, training FLOPs as executed.
       EXPECT_EQ(j.n_params_active, j.n_params_total);
-      EXPECT_LT(j.inference_flops_per_token, j.flops_per_token / 3.0);
+      EXPECT_LT(j.inference_flops_per_token, j.file.flops_per_token / 3.0);
       EXPECT_NEAR(j.sparsity_notions.expert, 0.8, 1e-12);
     }
     // The job file carries the experts and reads back to the same job.
-    auto back = JobFileFromJson(ToJson(j.ToJobFile()));
+    auto back = JobFileFromJson(ToJson(j.file));
     ASSERT_TRUE(back.ok()) << back.status();
-    EXPECT_EQ(back->shape.experts.experts, j.shape.experts.experts);
-    EXPECT_EQ(HexId(CanonicalJson(*back).dump()), j.id);
+    EXPECT_EQ(back->shape.experts.experts, j.file.shape.experts.experts);
+    EXPECT_EQ(HexId(CanonicalJson(*back).dump()), j.file.id);
   }
   EXPECT_EQ(moe, 4);  // two X-MoD points at each of two scales
   EXPECT_EQ(deco, 2);
@@ -539,16 +564,16 @@ TEST(ExpandBaselines, TheMoeFamilyTakesItsExpertsFromSparsityAndTopK) {
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   int moe = 0;
   for (const ResolvedJob& j : *jobs) {
-    if (j.shape.family != Family::kMoe) continue;
+    if (j.file.shape.family != Family::kMoe) continue;
     ++moe;
-    const ExpertShape& e = j.shape.experts;
+    const ExpertShape& e = j.file.shape.experts;
     EXPECT_NEAR(1.0 - double(e.top_k) / double(e.experts), j.sparsity, 1e-12);
     EXPECT_NEAR(j.sparsity_notions.expert, j.sparsity, 1e-12);
-    EXPECT_TRUE(e.width == j.shape.d_ff || e.width == j.shape.d_ff / 4) << e.width;
+    EXPECT_TRUE(e.width == j.file.shape.d_ff || e.width == j.file.shape.d_ff / 4) << e.width;
     EXPECT_TRUE(j.matched_to.empty());
     // Active parameters: everything but the E − k unused experts of each layer.
-    EXPECT_EQ(j.n_params_active, j.n_params_total - j.shape.n_layers * (e.experts - e.top_k) * 3 *
-                                                        j.shape.d_model * e.width);
+    EXPECT_EQ(j.n_params_active, j.n_params_total - j.file.shape.n_layers * (e.experts - e.top_k) *
+                                                        3 * j.file.shape.d_model * e.width);
   }
   EXPECT_EQ(moe, 16);
 }
@@ -568,38 +593,41 @@ TEST(ExpandBranches, BudgetsOfOneConfigurationShareATrunkAndCostAtMostSevenTenth
   for (const ResolvedJob& j : *jobs) {
     flops += j.train_flops;
     standalone += j.standalone_flops();
-    if (std::string(j.role()) == "trunk") trunks[j.id] = &j;
+    if (std::string(j.role()) == "trunk") trunks[j.file.id] = &j;
   }
   ASSERT_EQ(trunks.size(), 2u);
   for (const ResolvedJob& j : *jobs) {
     if (std::string(j.role()) == "trunk") {
-      EXPECT_EQ(j.schedule, Schedule::kConstant);
-      EXPECT_EQ(j.keep_steps, (std::vector<int64_t>{13, 26, 51}));
-      EXPECT_EQ(j.steps, 51);
-      EXPECT_DOUBLE_EQ(j.train_flops, j.flops_per_token * 51 * 1024);
+      EXPECT_EQ(j.file.schedule, Schedule::kConstant);
+      EXPECT_EQ(j.file.keep_steps, (std::vector<int64_t>{13, 26, 51}));
+      EXPECT_EQ(j.file.steps, 51);
+      EXPECT_DOUBLE_EQ(j.train_flops, j.file.flops_per_token * 51 * 1024);
       EXPECT_EQ(j.standalone_flops(), 0.0);
       continue;
     }
     ASSERT_EQ(std::string(j.role()), "branch");
-    ASSERT_EQ(trunks.count(j.parent), 1u);
-    const ResolvedJob& t = *trunks[j.parent];
-    EXPECT_EQ(j.seed, t.seed);
-    EXPECT_EQ(j.schedule, Schedule::kWsd);
-    EXPECT_EQ(j.decay_shape, DecayShape::kOneMinusSqrt);
-    EXPECT_EQ(j.steps, j.tokens / 1024);
-    EXPECT_EQ(j.decay_steps, std::llround(0.2 * j.steps));
-    EXPECT_EQ(j.start_step, j.steps - j.decay_steps);
-    EXPECT_EQ(j.lr, t.lr);
-    EXPECT_EQ(j.warmup_steps, t.warmup_steps);
-    EXPECT_EQ(j.batch_tokens, t.batch_tokens);
+    ASSERT_EQ(trunks.count(j.file.parent), 1u);
+    const ResolvedJob& t = *trunks[j.file.parent];
+    EXPECT_EQ(j.file.seed, t.file.seed);
+    EXPECT_EQ(j.file.schedule, Schedule::kWsd);
+    EXPECT_EQ(j.file.decay_shape, DecayShape::kOneMinusSqrt);
+    EXPECT_EQ(j.file.steps, j.file.tokens / 1024);
+    EXPECT_EQ(j.file.decay_steps, std::llround(0.2 * j.file.steps));
+    EXPECT_EQ(j.file.start_step, j.file.steps - j.file.decay_steps);
+    EXPECT_EQ(j.file.lr, t.file.lr);
+    EXPECT_EQ(j.file.warmup_steps, t.file.warmup_steps);
+    EXPECT_EQ(j.file.batch_tokens, t.file.batch_tokens);
     // Only the cooldown is this job's work; alone it would train from step 0.
-    EXPECT_DOUBLE_EQ(j.train_flops, j.flops_per_token * (j.steps - j.start_step) * 1024);
-    EXPECT_DOUBLE_EQ(j.standalone_flops(), j.flops_per_token * j.steps * 1024);
+    EXPECT_DOUBLE_EQ(j.train_flops,
+                     j.file.flops_per_token * (j.file.steps - j.file.start_step) * 1024);
+    EXPECT_DOUBLE_EQ(j.standalone_flops(), j.file.flops_per_token * j.file.steps * 1024);
     // The job file says where it starts, and the id covers it.
-    const JobFile f = j.ToJobFile();
-    EXPECT_EQ(f.parent, t.id);
-    EXPECT_EQ(f.start_step, j.start_step);
-    EXPECT_EQ(j.id, HexId(CanonicalJson(f).dump()));
+    auto f_read = JobFileFromJson(j.ToJson());
+    ASSERT_TRUE(f_read.ok()) << f_read.status();
+    const JobFile& f = *f_read;
+    EXPECT_EQ(f.parent, t.file.id);
+    EXPECT_EQ(f.start_step, j.file.start_step);
+    EXPECT_EQ(j.file.id, HexId(CanonicalJson(f).dump()));
   }
   EXPECT_LE(flops / standalone, 0.7);
   EXPECT_NEAR(flops / standalone, (51.0 + 3 + 6 + 13) / (16 + 32 + 64), 1e-12);

@@ -920,19 +920,36 @@ class SpecParser {
                "final_eval_tokens",
                "recompute",
                "optimizer_sharding"});
-    TrainSpec& t = spec->train;
     train_node_ = node;
-    auto is_auto = [&](const char* key) {
-      return node[key] && node[key].IsScalar() && node[key].Scalar() == "auto";
-    };
-    if (is_auto("batch_tokens")) {
+    TrainSpec& t = spec->train;
+    ParseTrainBatch(node, &t);
+    ParseTrainOptimizer(node, &t);
+    ParseTrainSchedule(node, &t);
+    if (node["precision"] && String(node["precision"], "train.precision", &t.precision) &&
+        t.precision != "fp32" && t.precision != "bf16") {
+      Error(Line(node["precision"]), "train.precision",
+            absl::StrCat("unknown precision '", t.precision, "' (known: fp32, bf16)",
+                         DidYouMean(t.precision, {"fp32", "bf16"})));
+    }
+  }
+
+  // Whether `key` of `node` is written as `auto`.
+  static bool IsAuto(const YAML::Node& node, const char* key) {
+    return node[key] && node[key].IsScalar() && node[key].Scalar() == "auto";
+  }
+
+  // train.batch_tokens (required, or auto), micro_batch_tokens, and the two memory
+  // settings, recompute and optimizer_sharding.
+  void ParseTrainBatch(const YAML::Node& node, TrainSpec* train) {
+    TrainSpec& t = *train;
+    if (IsAuto(node, "batch_tokens")) {
       t.batch_auto = true;
     } else if (node["batch_tokens"]) {
       Positive(node["batch_tokens"], "train.batch_tokens", &t.batch_tokens, kBatchBound);
     } else {
       Error(Line(node), "train.batch_tokens", "missing; tokens per optimizer step");
     }
-    if (is_auto("micro_batch_tokens")) {
+    if (IsAuto(node, "micro_batch_tokens")) {
       t.micro_auto = true;
     } else if (node["micro_batch_tokens"]) {
       Positive(node["micro_batch_tokens"], "train.micro_batch_tokens", &t.micro_batch_tokens,
@@ -958,10 +975,16 @@ class SpecParser {
     };
     choice("recompute", "false", "true", &t.recompute);
     choice("optimizer_sharding", "none", "zero1", &t.optimizer_sharding);
+  }
+
+  // The learning rate (or auto), the optimizer's and router's coefficients, the
+  // warm-up, the evaluation, checkpoint and log intervals, and the seed.
+  void ParseTrainOptimizer(const YAML::Node& node, TrainSpec* train) {
+    TrainSpec& t = *train;
     auto in_range = [&](const char* key, double lo, double hi, bool hi_open, double* out) {
       InRange(node, "train", key, lo, hi, hi_open, out);
     };
-    if (is_auto("lr")) {
+    if (IsAuto(node, "lr")) {
       t.lr_auto = true;
     } else {
       in_range("lr", 0.0, 10.0, false, &t.lr);
@@ -998,6 +1021,12 @@ class SpecParser {
         t.seed = static_cast<uint64_t>(seed);
       }
     }
+  }
+
+  // The schedule and, for wsd only, its decay fraction, decay shape and cooldown
+  // branches.
+  void ParseTrainSchedule(const YAML::Node& node, TrainSpec* train) {
+    TrainSpec& t = *train;
     if (node["schedule"]) {
       std::string s;
       if (String(node["schedule"], "train.schedule", &s)) {
@@ -1046,12 +1075,6 @@ class SpecParser {
     if (t.schedule == Schedule::kWsd && !(t.decay_fraction > 0)) {
       Error(Line(node["decay_fraction"] ? node["decay_fraction"] : node), "train.decay_fraction",
             "must be positive for schedule: wsd");
-    }
-    if (node["precision"] && String(node["precision"], "train.precision", &t.precision) &&
-        t.precision != "fp32" && t.precision != "bf16") {
-      Error(Line(node["precision"]), "train.precision",
-            absl::StrCat("unknown precision '", t.precision, "' (known: fp32, bf16)",
-                         DidYouMean(t.precision, {"fp32", "bf16"})));
     }
   }
 
