@@ -7,36 +7,6 @@
 
 namespace xmod {
 
-std::string_view FamilyName(Family family) {
-  switch (family) {
-    case Family::kDense:
-      return "dense";
-    case Family::kXmod:
-      return "xmod";
-    case Family::kMod:
-      return "mod";
-    case Family::kMoe:
-      return "moe";
-    case Family::kDeco:
-      return "deco";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<Family> ParseFamily(std::string_view name) {
-  if (name == "dense") return Family::kDense;
-  if (name == "xmod") return Family::kXmod;
-  if (name == "mod") return Family::kMod;
-  if (name == "moe") return Family::kMoe;
-  if (name == "deco") return Family::kDeco;
-  if (name == "mol") {
-    return absl::InvalidArgumentError(
-        "family 'mol' is not specified yet (known: dense, xmod, mod, moe, deco)");
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown family '", std::string(name),
-                                                 "' (known: dense, xmod, mod, moe, deco)"));
-}
-
 int64_t DefaultDff(int64_t d_model) {
   // ceil(8d/3) rounded up to a multiple of 16, in integers to avoid float edges.
   const int64_t raw = (8 * d_model + 2) / 3;
@@ -44,7 +14,7 @@ int64_t DefaultDff(int64_t d_model) {
 }
 
 int64_t NumRoutedLayers(const ModelShape& shape) {
-  if (shape.family == Family::kDense || IsExpertFamily(shape.family) || shape.stride <= 1) return 0;
+  if (Traits(shape.family).routing != Routing::kDepth || shape.stride <= 1) return 0;
   const int64_t anchors = (shape.n_layers + shape.stride - 1) / shape.stride;
   return shape.n_layers - anchors;
 }
@@ -71,35 +41,24 @@ T LayerMatmulParamsAs(const ModelShape& s) {
 
 int64_t LayerMatmulParams(const ModelShape& s) { return LayerMatmulParamsAs<int64_t>(s); }
 
-int64_t ExpertLayers(const ModelShape& s) {
+}  // namespace
+
+int64_t ExpertLayerCount(const ModelShape& s) {
   if (!IsExpertFamily(s.family)) return 0;
   return std::max<int64_t>(0, s.n_layers - s.experts.dense_layers);
 }
-
-}  // namespace
 
 namespace {
 
 // The parameter formulas over a number type: int64_t for the counts, long double
 // (which cannot overflow here) for CheckModelSize. Integers up to 2^64 are exact
 // in both, so the two agree wherever the check passes.
+// One expert MLP's parameters (the family's formula, in long double) as T.
 template <typename T>
 T ExpertMlpParamsAs(const ModelShape& s) {
-  const T d = static_cast<T>(s.d_model);
-  const ExpertShape& e = s.experts;
-  const T experts = static_cast<T>(e.experts);
-  const T width = static_cast<T>(e.width);
-  if (s.family == Family::kMoe) {
-    // Router d→E (no bias), E routed and K_s shared SwiGLU experts of width d_e.
-    return d * experts + 3 * d * width * (experts + static_cast<T>(e.shared));
-  }
-  if (s.family == Family::kDeco) {
-    // Router d→E, up d→E·d_e and down E·d_e→d (non-gated), the per-expert scale λ
-    // [E], NormSiLU's γ [d_e] shared by the experts, the SwiGLU shared expert.
-    return d * experts + 2 * d * experts * width + experts + width +
-           3 * d * static_cast<T>(e.shared_width);
-  }
-  return 0;
+  const FamilyTraits& traits = Traits(s.family);
+  if (traits.expert_mlp_params == nullptr) return 0;
+  return static_cast<T>(traits.expert_mlp_params(s));
 }
 
 template <typename T>
@@ -115,9 +74,9 @@ ParamCountAs<T> CountParamsAs(const ModelShape& s) {
   const T routed = static_cast<T>(NumRoutedLayers(s));
   const T per_layer = LayerMatmulParamsAs<T>(s) + 2 * d;  // + two RMSNorm weights
   // Routers are d→1 linears without bias; X-MoD adds one learnable gate γ per routed layer.
-  const T per_routed_extra = d + (s.family == Family::kXmod ? 1 : 0);
+  const T per_routed_extra = d + (Traits(s.family).routed_gate ? 1 : 0);
   // An expert layer holds its expert MLP instead of the dense one.
-  const T expert_layers = static_cast<T>(ExpertLayers(s));
+  const T expert_layers = static_cast<T>(ExpertLayerCount(s));
   const T per_expert_extra =
       expert_layers > 0 ? ExpertMlpParamsAs<T>(s) - 3 * d * static_cast<T>(s.d_ff) : T{0};
   ParamCountAs<T> count;
@@ -133,31 +92,13 @@ ParamCountAs<T> CountParamsAs(const ModelShape& s) {
 int64_t ExpertMlpParams(const ModelShape& s) { return ExpertMlpParamsAs<int64_t>(s); }
 
 double ExpertMlpFlops(const ModelShape& s) {
-  const double d = static_cast<double>(s.d_model);
-  const ExpertShape& e = s.experts;
-  const double experts = static_cast<double>(e.experts);
-  if (s.family == Family::kMoe) {
-    return 2.0 * d * experts + 6.0 * d * static_cast<double>(e.width * (e.top_k + e.shared));
-  }
-  if (s.family == Family::kDeco) {
-    return 2.0 * d * experts + 4.0 * d * experts * static_cast<double>(e.width) +
-           6.0 * d * static_cast<double>(e.shared_width);
-  }
-  return 0.0;
+  const FamilyTraits& traits = Traits(s.family);
+  return traits.expert_mlp_flops != nullptr ? traits.expert_mlp_flops(s) : 0.0;
 }
 
 double ExpertMlpActiveParams(const ModelShape& s) {
-  const double d = static_cast<double>(s.d_model);
-  const ExpertShape& e = s.experts;
-  const double experts = static_cast<double>(e.experts);
-  if (s.family == Family::kMoe) {
-    return d * experts + 3.0 * d * static_cast<double>(e.width * (e.top_k + e.shared));
-  }
-  if (s.family == Family::kDeco) {
-    return d * experts + e.target_ratio * 2.0 * d * experts * static_cast<double>(e.width) +
-           3.0 * d * static_cast<double>(e.shared_width);
-  }
-  return 0.0;
+  const FamilyTraits& traits = Traits(s.family);
+  return traits.expert_mlp_active_params != nullptr ? traits.expert_mlp_active_params(s) : 0.0;
 }
 
 ParamCount CountParams(const ModelShape& s) {
@@ -186,7 +127,7 @@ double ForwardFlopsPerToken(const ModelShape& s) {
   const double rho = EffectiveCapacity(s);
   const double dense_layer = matmul + attention;
   const double routed_layer = rho * matmul + rho * rho * attention + 2.0 * d;
-  const int64_t expert_layers = ExpertLayers(s);
+  const int64_t expert_layers = ExpertLayerCount(s);
   const double expert_extra =
       expert_layers > 0 ? ExpertMlpFlops(s) - 6.0 * d * static_cast<double>(s.d_ff) : 0.0;
   return static_cast<double>(s.n_layers - routed) * dense_layer +
@@ -196,24 +137,21 @@ double ForwardFlopsPerToken(const ModelShape& s) {
 }
 
 double InferenceFlopsPerToken(const ModelShape& s) {
-  if (s.family != Family::kDeco) return ForwardFlopsPerToken(s);
-  const double d = static_cast<double>(s.d_model);
-  const double routed = 4.0 * d * static_cast<double>(s.experts.experts * s.experts.width);
-  return ForwardFlopsPerToken(s) -
-         static_cast<double>(ExpertLayers(s)) * (1.0 - s.experts.target_ratio) * routed;
+  const FamilyTraits& traits = Traits(s.family);
+  if (traits.expert_inference_saving == nullptr) return ForwardFlopsPerToken(s);
+  return ForwardFlopsPerToken(s) - traits.expert_inference_saving(s, ExpertLayerCount(s));
 }
 
 Sparsity SparsityOf(const ModelShape& s, int64_t dense_layers) {
   Sparsity out;
   const double total = static_cast<double>(CountParams(s).non_embedding);
-  const int64_t expert_layers = ExpertLayers(s);
+  const int64_t expert_layers = ExpertLayerCount(s);
   if (expert_layers > 0 && total > 0.0) {
     const double saved = static_cast<double>(expert_layers) *
                          (static_cast<double>(ExpertMlpParams(s)) - ExpertMlpActiveParams(s));
     out.parameter = saved / total;
-    out.expert = s.family == Family::kMoe ? 1.0 - static_cast<double>(s.experts.top_k) /
-                                                      static_cast<double>(s.experts.experts)
-                                          : 1.0 - s.experts.target_ratio;
+    const FamilyTraits& traits = Traits(s.family);
+    out.expert = traits.expert_sparsity != nullptr ? traits.expert_sparsity(s) : 0.0;
   } else if (NumRoutedLayers(s) > 0 && total > 0.0) {
     out.parameter = 1.0 - static_cast<double>(ActiveParams(s, dense_layers)) / total;
     out.token = 1.0 - EffectiveCapacity(s);
@@ -276,13 +214,8 @@ ModelShape DenseReference(const ModelShape& shape, int64_t dense_layers) {
 }
 
 int64_t ActiveParams(const ModelShape& shape, int64_t dense_layers) {
-  if (shape.family == Family::kDeco) return CountParams(shape).non_embedding;
-  if (shape.family == Family::kMoe) {
-    const double unused =
-        static_cast<double>(ExpertLayers(shape)) *
-        (static_cast<double>(ExpertMlpParams(shape)) - ExpertMlpActiveParams(shape));
-    return std::llround(static_cast<double>(CountParams(shape).non_embedding) - unused);
-  }
+  const FamilyTraits& traits = Traits(shape.family);
+  if (traits.active_params != nullptr) return traits.active_params(shape, dense_layers);
   const ModelShape dense = DenseReference(shape, dense_layers);
   const double n_dense = static_cast<double>(CountParams(dense).non_embedding);
   return std::llround(n_dense * ForwardFlopsPerToken(shape) / ForwardFlopsPerToken(dense));

@@ -25,33 +25,26 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/family.h"
 
 namespace xmod {
 
-enum class Family { kDense, kXmod, kMod, kMoe, kDeco };
-
-// "dense", "xmod", "mod", "moe", "deco".
-std::string_view FamilyName(Family family);
-// Inverse of FamilyName; INVALID_ARGUMENT naming the known families otherwise, and
-// saying so for the literature baseline that is not specified yet (mol).
-absl::StatusOr<Family> ParseFamily(std::string_view name);
-
 // Families whose layers route tokens to experts inside the MLP (every token passes
 // every layer): moe and deco.
-inline bool IsExpertFamily(Family family) {
-  return family == Family::kMoe || family == Family::kDeco;
-}
+inline bool IsExpertFamily(Family family) { return Traits(family).routing == Routing::kExperts; }
 
 // A job is a dense run when its family is dense or, for the depth-routing families
 // (xmod, mod), its anchor stride is 1 (every layer an anchor: nothing is routed). The one test of
 // it for jobs; expansion rewrites such a point as the dense model, plots and laws read its top-k
 // loss. (A law point also counts capacity 1 as dense: LawPoint::dense in fit/law.h.)
 inline bool IsDenseRun(Family family, int64_t stride) {
-  return family == Family::kDense || (!IsExpertFamily(family) && stride <= 1);
+  const Routing routing = Traits(family).routing;
+  return routing == Routing::kNone || (routing == Routing::kDepth && stride <= 1);
 }
-// The same for a family stored by name.
+// The same for a family stored by name (an unknown name is not a dense run).
 inline bool IsDenseRun(std::string_view family, int64_t stride) {
-  return family == "dense" || (family != "moe" && family != "deco" && stride <= 1);
+  const absl::StatusOr<Family> parsed = ParseFamily(family);
+  return parsed.ok() && IsDenseRun(*parsed, stride);
 }
 
 // The expert layers of the moe and deco families. Zero everywhere for the others.
@@ -124,6 +117,8 @@ inline constexpr int64_t kMaxBatchTokens = int64_t{1} << 40;
 // Ranks of one worker group.
 inline constexpr int64_t kMaxRanks = int64_t{1} << 20;
 
+// Layers of `shape` with an expert MLP (0 unless its family routes to experts).
+int64_t ExpertLayerCount(const ModelShape& shape);
 // Parameters of one expert MLP (router, routed and shared experts, scales).
 int64_t ExpertMlpParams(const ModelShape& shape);
 // Forward matmul FLOPs per token of one expert MLP as training executes it.

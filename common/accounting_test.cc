@@ -293,3 +293,25 @@ TEST(Accounting, TokenSparsityOfXmodIsOneMinusItsCapacity) {
 }
 }  // namespace
 }  // namespace xmod
+
+namespace xmod {
+namespace {
+
+TEST(FamilyTable, EveryFamilyHasOneRowAndItsNameRoundTrips) {
+  for (Family f : {Family::kDense, Family::kXmod, Family::kMod, Family::kMoe, Family::kDeco}) {
+    EXPECT_EQ(Traits(f).id, f);
+    const absl::StatusOr<Family> parsed = ParseFamily(FamilyName(f));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, f);
+  }
+  EXPECT_EQ(Families().size(), 5u);
+  EXPECT_EQ(ParseFamily("moee").status().message(),
+            "unknown family 'moee' (known: dense, xmod, mod, moe, deco)");
+  EXPECT_EQ(Traits(Family::kXmod).routing, Routing::kDepth);
+  EXPECT_TRUE(Traits(Family::kXmod).routed_gate);
+  EXPECT_FALSE(Traits(Family::kMod).routed_gate);
+  EXPECT_EQ(Traits(Family::kDeco).routing, Routing::kExperts);
+}
+
+}  // namespace
+}  // namespace xmod

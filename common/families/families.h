@@ -1,0 +1,17 @@
+// The built-in families' traits, one file each; family.cc's table lists them.
+#ifndef XMOD_COMMON_FAMILIES_FAMILIES_H_
+#define XMOD_COMMON_FAMILIES_FAMILIES_H_
+
+#include "common/family.h"
+
+namespace xmod {
+
+FamilyTraits DenseFamily();  // dense.cc
+FamilyTraits XmodFamily();   // depth.cc
+FamilyTraits ModFamily();    // depth.cc
+FamilyTraits MoeFamily();    // moe.cc
+FamilyTraits DecoFamily();   // deco.cc
+
+}  // namespace xmod
+
+#endif  // XMOD_COMMON_FAMILIES_FAMILIES_H_

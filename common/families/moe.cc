@@ -1,0 +1,60 @@
+// Top-k MoE (docs/baselines.md): the MLP of each expert layer is a d→E router
+// (no bias), E routed and K_s shared SwiGLU experts of width d_e; a token uses k
+// routed experts. Its trained routing is causal already, so it has only top-k
+// losses.
+#include "common/accounting.h"
+#include "common/families/families.h"
+
+namespace xmod {
+
+namespace {
+
+long double Params(const ModelShape& s) {
+  const long double d = static_cast<long double>(s.d_model);
+  const ExpertShape& e = s.experts;
+  return d * static_cast<long double>(e.experts) +
+         3 * d * static_cast<long double>(e.width) *
+             (static_cast<long double>(e.experts) + static_cast<long double>(e.shared));
+}
+
+double Flops(const ModelShape& s) {
+  const double d = static_cast<double>(s.d_model);
+  const ExpertShape& e = s.experts;
+  return 2.0 * d * static_cast<double>(e.experts) +
+         6.0 * d * static_cast<double>(e.width * (e.top_k + e.shared));
+}
+
+double ActiveMlpParams(const ModelShape& s) {
+  const double d = static_cast<double>(s.d_model);
+  const ExpertShape& e = s.experts;
+  return d * static_cast<double>(e.experts) +
+         3.0 * d * static_cast<double>(e.width * (e.top_k + e.shared));
+}
+
+double ExpertSparsity(const ModelShape& s) {
+  return 1.0 - static_cast<double>(s.experts.top_k) / static_cast<double>(s.experts.experts);
+}
+
+// The parameters one token uses: everything but the routed experts it skips.
+int64_t Active(const ModelShape& s, int64_t /*dense_layers*/) {
+  const double unused = static_cast<double>(ExpertLayerCount(s)) *
+                        (static_cast<double>(ExpertMlpParams(s)) - ActiveMlpParams(s));
+  return std::llround(static_cast<double>(CountParams(s).non_embedding) - unused);
+}
+
+}  // namespace
+
+FamilyTraits MoeFamily() {
+  FamilyTraits t;
+  t.id = Family::kMoe;
+  t.name = "moe";
+  t.routing = Routing::kExperts;
+  t.expert_mlp_params = &Params;
+  t.expert_mlp_flops = &Flops;
+  t.expert_mlp_active_params = &ActiveMlpParams;
+  t.expert_sparsity = &ExpertSparsity;
+  t.active_params = &Active;
+  return t;
+}
+
+}  // namespace xmod
