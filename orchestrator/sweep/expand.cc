@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/id.h"
 #include "common/status_macros.h"
+#include "orchestrator/sweep/family/sweep_family.h"
 
 namespace xmod {
 
@@ -70,135 +71,6 @@ int64_t CheckpointInterval(const TrainSpec& t, int64_t steps) {
 }  // namespace
 
 namespace {
-
-// One point before sizing: which family, at what capacity and stride; for moe
-// its experts per token and granularity. A moe baseline of an X-MoD point is
-// sized against that point (match_sparsity, match_stride); a deco point against
-// the dense model.
-struct Point {
-  Family family;
-  double sparsity;
-  int64_t stride;
-  int64_t top_k = 0;
-  int64_t granularity = 0;
-  bool match_xmod = false;
-  double match_sparsity = 0.0;
-  int64_t match_stride = 1;
-};
-
-// "file:LINE: scales.NAME: " for a problem with the size of a scale's models.
-std::string ScaleWhere(const SweepSpec& spec, const ScaleSpec& scale) {
-  const std::string field = absl::StrCat("scales.", scale.name);
-  return spec.Where(field, spec.LineOf(field, scale.line));
-}
-
-// OK when the parameters of `shape` can be counted (CheckModelSize), else a
-// refusal at the scale's line naming the point.
-absl::Status CheckSize(const SweepSpec& spec, const ScaleSpec& scale, const ModelShape& shape) {
-  absl::Status size = CheckModelSize(shape);
-  if (size.ok()) return size;
-  return absl::InvalidArgumentError(
-      absl::StrCat(ScaleWhere(spec, scale), std::string(FamilyName(shape.family)), " at context ",
-                   shape.context, " with ", shape.n_layers, " layers: ", size.message()));
-}
-
-// The depth-routing shape of a point: its family at the scale's width, with the
-// layers that match the dense model's FLOPs under match: flops.
-absl::StatusOr<ModelShape> RoutedShape(const SweepSpec& spec, const ScaleSpec& scale,
-                                       int64_t context, Family family, double sparsity,
-                                       int64_t stride) {
-  ModelShape s;
-  s.family = family;
-  s.d_model = scale.d_model;
-  s.n_heads = scale.n_heads;
-  s.d_ff = scale.d_ff;
-  s.vocab_size = spec.data.vocab_size;
-  s.context = context;
-  s.stride = stride;
-  s.capacity = 1.0 - sparsity;
-  s.n_layers = scale.n_layers;
-  if (IsDenseRun(family, stride)) {
-    s = DenseReference(s, scale.n_layers);
-    RETURN_IF_ERROR(CheckSize(spec, scale, s));
-    return s;
-  }
-  if (spec.match == MatchMode::kFlops) {
-    auto layers =
-        LayersMatchingFlops(s, ForwardFlopsPerToken(DenseReference(s, scale.n_layers)), kMaxLayers);
-    if (!layers.ok()) {
-      // The FLOP target is the scale's n_layers dense layers: point there.
-      const std::string field = absl::StrCat("scales.", scale.name, ".n_layers");
-      return absl::InvalidArgumentError(
-          absl::StrCat(spec.Where(field, spec.LineOf(field, scale.line)),
-                       std::string(FamilyName(family)), " at context ", context, ", sparsity ",
-                       sparsity, ", stride ", stride, " cannot match the FLOPs of ", scale.n_layers,
-                       " dense layers: ", layers.status().message(),
-                       " (fewer dense layers, a lower sparsity or stride, or match: layers)"));
-    }
-    s.n_layers = *layers;
-  }
-  RETURN_IF_ERROR(CheckSize(spec, scale, s));
-  return s;
-}
-
-// Where the sweep asks for family `family` in `block`: the block's (or the
-// sweep's) family, else its entry in the baselines.
-std::pair<std::string, int> FamilyField(const SweepSpec& spec, const GridBlock& block,
-                                        Family family) {
-  std::vector<std::string> fields;
-  if (block.family == family) {
-    fields = {block.field + ".family", "family"};
-  } else {
-    const auto it = std::find(block.baselines.begin(), block.baselines.end(), family);
-    const size_t i = static_cast<size_t>(it - block.baselines.begin());
-    fields = {absl::StrCat(block.field, ".baselines[", i, "]"), absl::StrCat("baselines[", i, "]")};
-  }
-  for (const std::string& f : fields) {
-    if (const int line = spec.LineOf(f, 0); line > 0) return {f, line};
-  }
-  return {block.field, block.line};
-}
-
-// Sizes the experts of a moe or deco point (docs/baselines.md): the moe family
-// from its sparsity (E = k / (1 − S)); a moe baseline to the total parameters of
-// its X-MoD point; deco to the dense model's.
-absl::Status SizeExperts(const SweepSpec& spec, const GridBlock& block, const ScaleSpec& scale,
-                         const Point& point, ResolvedJob* job) {
-  ModelShape& s = job->file.shape;
-  if (point.family == Family::kMoe) {
-    s.experts.top_k = point.top_k;
-    s.experts.width = scale.d_ff / point.granularity;
-    s.experts.shared = spec.moe.shared_experts;
-    if (!point.match_xmod) {
-      s.experts.experts = std::llround(double(point.top_k) / (1.0 - point.sparsity));
-      return CheckSize(spec, scale, s);
-    }
-    ASSIGN_OR_RETURN(const ModelShape xmod, RoutedShape(spec, scale, s.context, Family::kXmod,
-                                                        point.match_sparsity, point.match_stride));
-    job->matched_params = CountParams(xmod).non_embedding;
-    job->matched_to =
-        IsDenseRun(Family::kXmod, point.match_stride)
-            ? std::string("dense")
-            : absl::StrCat("xmod sparsity ", point.match_sparsity, " stride ", point.match_stride);
-  } else {
-    s.experts.width = spec.deco.expert_width;
-    s.experts.shared_width = DecoSharedWidth(spec.deco, scale.d_ff);
-    s.experts.dense_layers = std::min(spec.deco.dense_layers, s.n_layers);
-    s.experts.target_ratio = spec.deco.target_ratio;
-    job->matched_params = CountParams(DenseReference(s, scale.n_layers)).non_embedding;
-    job->matched_to = "dense";
-  }
-  auto experts = ExpertsMatchingParams(s, job->matched_params);
-  if (!experts.ok()) {
-    const auto [field, line] = FamilyField(spec, block, point.family);
-    return absl::InvalidArgumentError(
-        absl::StrCat(spec.Where(field, line), "scale ", scale.name, ", context ", s.context, ", ",
-                     std::string(FamilyName(point.family)), " sized against ", job->matched_to,
-                     ": ", experts.status().message()));
-  }
-  s.experts.experts = *experts;
-  return CheckSize(spec, scale, s);
-}
 
 // The divisors of n >= 1, largest first, in O(sqrt(n)) steps: the rows per rank
 // reach 2^40 at most, so a walk over every m <= n could take hours.
@@ -289,39 +161,10 @@ absl::Status PlanMemory(const SweepSpec& spec, const std::string& where, int64_t
 // The routing settings of the job's family (its gate, balancing and router
 // coefficients, expert training), and the sparsity a moe or deco job reports.
 void SetRouting(const SweepSpec& spec, ResolvedJob* job) {
-  const TrainSpec& t = spec.train;
-  JobFile& f = job->file;
-  const ModelShape& s = f.shape;
-  switch (s.family) {
-    case Family::kDense:
-      f.gate = "none";
-      break;
-    case Family::kXmod:
-      f.gate = "variance_scaled";
-      f.balance_coef = t.balance_coef;
-      f.router_coef = t.router_coef;
-      break;
-    case Family::kMod:
-      f.gate = "sigmoid";
-      f.router_coef = t.router_coef;
-      break;
-    case Family::kMoe:
-      f.gate = spec.moe.gate;
-      f.balance_coef = spec.moe.balance_coef;
-      f.expert_training.z_coef = spec.moe.z_coef;
-      f.expert_training.capacity_factor = spec.moe.capacity_factor;
-      f.expert_training.bias_rate = spec.moe.bias_rate;
-      // The sparsity of a moe job is its expert sparsity 1 − k/E, as the grid states it.
-      job->sparsity = 1.0 - double(s.experts.top_k) / double(s.experts.experts);
-      break;
-    case Family::kDeco:
-      f.gate = "relu";
-      f.expert_training.entropy_init = spec.deco.entropy_init;
-      f.expert_training.entropy_multiplier = spec.deco.entropy_multiplier;
-      job->sparsity = 1.0 - spec.deco.target_ratio;
-      break;
-  }
-  f.routed_tokens = NumRoutedLayers(s) == 0 ? s.context : RoutedTokens(s.capacity, s.context);
+  SweepFamilyOf(job->file.shape.family).routing(spec, job);
+  const ModelShape& s = job->file.shape;
+  job->file.routed_tokens =
+      NumRoutedLayers(s) == 0 ? s.context : RoutedTokens(s.capacity, s.context);
 }
 
 // The parameter counts, FLOPs per token and sparsities of the job's shape.
@@ -454,24 +297,16 @@ void SetData(const DataSpec& data, JobFile* f) {
 // plan and schedule, then its id.
 absl::StatusOr<ResolvedJob> Resolve(const SweepSpec& spec, const GridBlock& block,
                                     const ScaleSpec& scale, int64_t context, size_t budget_index,
-                                    uint64_t seed, Point point) {
+                                    uint64_t seed, GridPoint point) {
   ResolvedJob job;
   JobFile& f = job.file;
   job.scale = scale.name;
   job.dense_layers = scale.n_layers;
   job.match = spec.match;
   // Stride 1 has no routed layer: whatever the family, it is the dense model.
-  if (IsDenseRun(point.family, point.stride)) point = Point{Family::kDense, 0.0, 1};
+  if (IsDenseRun(point.family, point.stride)) point = GridPoint{Family::kDense, 0.0, 1};
   job.sparsity = point.sparsity;
-
-  if (IsExpertFamily(point.family)) {
-    ASSIGN_OR_RETURN(f.shape, RoutedShape(spec, scale, context, Family::kDense, 0.0, 1));
-    f.shape.family = point.family;
-    RETURN_IF_ERROR(SizeExperts(spec, block, scale, point, &job));
-  } else {
-    ASSIGN_OR_RETURN(f.shape,
-                     RoutedShape(spec, scale, context, point.family, point.sparsity, point.stride));
-  }
+  RETURN_IF_ERROR(SweepFamilyOf(point.family).shape(spec, block, scale, context, point, &job));
   SetRouting(spec, &job);
   SetSizes(scale, &job);
   RETURN_IF_ERROR(SetBudget(spec, block, scale, budget_index, &job));
@@ -501,15 +336,14 @@ std::string SizingReport(const std::vector<ResolvedJob>& jobs) {
     if (j.matched_to.empty()) continue;
     const ModelShape& shape = j.file.shape;
     const ExpertShape& e = shape.experts;
+    const auto note = SweepFamilyOf(shape.family).sizing_note;
     const double error = 100.0 * (double(j.n_params_total) / double(j.matched_params) - 1.0);
     char numbers[96];
     std::snprintf(numbers, sizeof(numbers), "(%+.1f%%); training FLOPs per token %.3f x dense",
                   error, j.flops_ratio());
     absl::StrAppend(&out, "sizing: ", std::string(FamilyName(shape.family)), " at scale ", j.scale,
                     ", T = ", shape.context, ", against ", j.matched_to, ": ", e.experts,
-                    " experts of width ", e.width,
-                    shape.family == Family::kMoe ? absl::StrCat(", top-", e.top_k)
-                                                 : absl::StrCat(", shared ", e.shared_width),
+                    " experts of width ", e.width, note != nullptr ? note(shape) : std::string(),
                     ": ", j.n_params_total, " parameters vs ", j.matched_params, " ", numbers,
                     "\n");
   }
@@ -532,40 +366,14 @@ int64_t RuleBatchTokens(double compute, int64_t unit) {
   return units * unit;
 }
 
-namespace {
-
-int64_t SaturatingProduct(std::initializer_list<int64_t> factors) {
-  int64_t product = 1;
-  for (int64_t f : factors) {
-    if (f <= 0) return 0;
-    if (product > std::numeric_limits<int64_t>::max() / f)
-      return std::numeric_limits<int64_t>::max();
-    product *= f;
-  }
-  return product;
-}
-
-}  // namespace
-
 int64_t CountGridPoints(const SweepSpec& spec) {
   int64_t total = 0;
   for (const GridBlock& block : spec.Blocks()) {
-    int64_t family_points = 1;
-    if (block.family == Family::kXmod) {
-      family_points = SaturatingProduct(
-          {static_cast<int64_t>(block.sparsity.size()), static_cast<int64_t>(block.stride.size())});
-    } else if (block.family == Family::kMoe) {
-      family_points = SaturatingProduct(
-          {static_cast<int64_t>(block.sparsity.size()),
-           block.top_k.empty() ? 1 : static_cast<int64_t>(block.top_k.size()),
-           block.granularity.empty() ? 1 : static_cast<int64_t>(block.granularity.size())});
-    }
-    // A moe baseline of an X-MoD block is one point per X-MoD point.
+    const int64_t family_points = SweepFamilyOf(block.family).count(block);
     int64_t baseline_points = 0;
     for (Family baseline : block.baselines) {
-      baseline_points += baseline == Family::kMoe && block.family == Family::kXmod
-                             ? std::min<int64_t>(family_points, int64_t{1} << 40)
-                             : 1;
+      const SweepFamily& b = SweepFamilyOf(baseline);
+      baseline_points += b.baseline_count != nullptr ? b.baseline_count(block, family_points) : 1;
     }
     const int64_t points = family_points > std::numeric_limits<int64_t>::max() - baseline_points
                                ? std::numeric_limits<int64_t>::max()
@@ -585,61 +393,14 @@ namespace {
 
 // The points of one block: its family's, then its baselines' (a moe baseline per
 // X-MoD point of the block; the others once).
-std::vector<Point> BlockPoints(const SweepSpec& spec, const GridBlock& block) {
-  std::vector<Point> points;
-  switch (block.family) {
-    case Family::kXmod:
-      for (double sparsity : block.sparsity) {
-        for (int64_t stride : block.stride) points.push_back({Family::kXmod, sparsity, stride});
-      }
-      break;
-    case Family::kDense:
-      points.push_back({Family::kDense, 0.0, 1});
-      break;
-    case Family::kMod:
-      points.push_back({Family::kMod, 0.875, 2});
-      break;
-    case Family::kMoe: {
-      const std::vector<int64_t> top_k = spec.TopKAxis(block);
-      const std::vector<int64_t> granularity = spec.GranularityAxis(block);
-      for (double sparsity : block.sparsity) {
-        for (int64_t k : top_k) {
-          for (int64_t g : granularity) points.push_back({Family::kMoe, sparsity, 1, k, g});
-        }
-      }
-      break;
-    }
-    case Family::kDeco:
-      points.push_back({Family::kDeco, 0.0, 1});
-      break;
-  }
-  const std::vector<Point> own = points;
+std::vector<GridPoint> BlockPoints(const SweepSpec& spec, const GridBlock& block) {
+  std::vector<GridPoint> points = SweepFamilyOf(block.family).points(spec, block);
+  const std::vector<GridPoint> own = points;
   for (Family baseline : block.baselines) {
-    switch (baseline) {
-      case Family::kDense:
-        points.push_back({Family::kDense, 0.0, 1});
-        break;
-      case Family::kMod:
-        points.push_back({Family::kMod, 0.875, 2});
-        break;
-      case Family::kDeco:
-        points.push_back({Family::kDeco, 0.0, 1});
-        break;
-      case Family::kMoe:
-        if (block.family == Family::kXmod) {
-          for (const Point& p : own) {
-            points.push_back({Family::kMoe, 0.0, 1, spec.moe.top_k, spec.moe.granularity, true,
-                              p.sparsity, p.stride});
-          }
-        } else {
-          // Beside a dense (or mod, deco) block: sized against the dense model.
-          points.push_back(
-              {Family::kMoe, 0.0, 1, spec.moe.top_k, spec.moe.granularity, true, 0.0, 1});
-        }
-        break;
-      case Family::kXmod:
-        break;
-    }
+    const SweepFamily& b = SweepFamilyOf(baseline);
+    const std::vector<GridPoint> more =
+        b.baseline_points != nullptr ? b.baseline_points(spec, block, own) : OnePoint(baseline);
+    points.insert(points.end(), more.begin(), more.end());
   }
   return points;
 }
@@ -815,7 +576,7 @@ absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec, int6
   std::vector<ResolvedJob> jobs;
   std::unordered_set<std::string> seen;
   for (const GridBlock& block : spec.Blocks()) {
-    std::vector<Point> points = BlockPoints(spec, block);
+    std::vector<GridPoint> points = BlockPoints(spec, block);
     const std::vector<uint64_t> seeds =
         block.seeds.empty() ? std::vector<uint64_t>{spec.train.seed} : block.seeds;
     for (const std::string& scale_name : block.scales) {
@@ -827,7 +588,7 @@ absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec, int6
       for (int64_t context : block.context) {
         for (size_t budget = 0; budget < block.budget_values.size(); ++budget) {
           for (uint64_t seed : seeds) {
-            for (const Point& point : points) {
+            for (const GridPoint& point : points) {
               ASSIGN_OR_RETURN(ResolvedJob job,
                                Resolve(spec, block, *scale, context, budget, seed, point));
               if (seen.insert(job.file.id).second) jobs.push_back(std::move(job));

@@ -1,0 +1,103 @@
+// Top-k MoE on the sweep side (docs/baselines.md). A moe block: one point per
+// sparsity, top_k and granularity, with E = k / (1 − S) experts of width
+// d_ff / granularity. A moe baseline: sized to the total parameters of each X-MoD
+// point of its block (or of the dense model beside any other block), at the moe
+// section's top_k and granularity.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "orchestrator/sweep/family/families.h"
+
+namespace xmod {
+
+namespace {
+
+std::vector<GridPoint> Points(const SweepSpec& spec, const GridBlock& block) {
+  std::vector<GridPoint> points;
+  const std::vector<int64_t> top_k = spec.TopKAxis(block);
+  const std::vector<int64_t> granularity = spec.GranularityAxis(block);
+  for (double sparsity : block.sparsity) {
+    for (int64_t k : top_k) {
+      for (int64_t g : granularity) points.push_back({Family::kMoe, sparsity, 1, k, g});
+    }
+  }
+  return points;
+}
+
+int64_t Count(const GridBlock& block) {
+  return SaturatingProduct(
+      {static_cast<int64_t>(block.sparsity.size()),
+       block.top_k.empty() ? 1 : static_cast<int64_t>(block.top_k.size()),
+       block.granularity.empty() ? 1 : static_cast<int64_t>(block.granularity.size())});
+}
+
+std::vector<GridPoint> BaselinePoints(const SweepSpec& spec, const GridBlock& block,
+                                      const std::vector<GridPoint>& own) {
+  std::vector<GridPoint> points;
+  if (block.family == Family::kXmod) {
+    for (const GridPoint& p : own) {
+      points.push_back(
+          {Family::kMoe, 0.0, 1, spec.moe.top_k, spec.moe.granularity, true, p.sparsity, p.stride});
+    }
+  } else {
+    // Beside a dense (or mod, deco) block: sized against the dense model.
+    points.push_back({Family::kMoe, 0.0, 1, spec.moe.top_k, spec.moe.granularity, true, 0.0, 1});
+  }
+  return points;
+}
+
+int64_t BaselineCount(const GridBlock& block, int64_t own_count) {
+  return block.family == Family::kXmod ? std::min<int64_t>(own_count, int64_t{1} << 40) : 1;
+}
+
+absl::Status Shape(const SweepSpec& spec, const GridBlock& block, const ScaleSpec& scale,
+                   int64_t context, const GridPoint& point, ResolvedJob* job) {
+  ASSIGN_OR_RETURN(job->file.shape, RoutedShape(spec, scale, context, Family::kDense, 0.0, 1));
+  ModelShape& s = job->file.shape;
+  s.family = Family::kMoe;
+  s.experts.top_k = point.top_k;
+  s.experts.width = scale.d_ff / point.granularity;
+  s.experts.shared = spec.moe.shared_experts;
+  if (!point.match_xmod) {
+    s.experts.experts = std::llround(double(point.top_k) / (1.0 - point.sparsity));
+    return CheckSize(spec, scale, s);
+  }
+  ASSIGN_OR_RETURN(const ModelShape xmod, RoutedShape(spec, scale, s.context, Family::kXmod,
+                                                      point.match_sparsity, point.match_stride));
+  job->matched_params = CountParams(xmod).non_embedding;
+  job->matched_to =
+      IsDenseRun(Family::kXmod, point.match_stride)
+          ? std::string("dense")
+          : absl::StrCat("xmod sparsity ", point.match_sparsity, " stride ", point.match_stride);
+  return MatchExperts(spec, block, scale, point, job);
+}
+
+void SetRoutingFields(const SweepSpec& spec, ResolvedJob* job) {
+  JobFile& f = job->file;
+  f.gate = spec.moe.gate;
+  f.balance_coef = spec.moe.balance_coef;
+  f.expert_training.z_coef = spec.moe.z_coef;
+  f.expert_training.capacity_factor = spec.moe.capacity_factor;
+  f.expert_training.bias_rate = spec.moe.bias_rate;
+  // The sparsity of a moe job is its expert sparsity 1 − k/E, as the grid states it.
+  job->sparsity = 1.0 - double(f.shape.experts.top_k) / double(f.shape.experts.experts);
+}
+
+}  // namespace
+
+SweepFamily MoeSweepFamily() {
+  SweepFamily f;
+  f.id = Family::kMoe;
+  f.points = &Points;
+  f.count = &Count;
+  f.baseline_points = &BaselinePoints;
+  f.baseline_count = &BaselineCount;
+  f.shape = &Shape;
+  f.routing = &SetRoutingFields;
+  f.sizing_note = [](const ModelShape& s) { return absl::StrCat(", top-", s.experts.top_k); };
+  return f;
+}
+
+}  // namespace xmod
