@@ -14,7 +14,7 @@ int64_t DefaultDff(int64_t d_model) {
 }
 
 int64_t NumRoutedLayers(const ModelShape& shape) {
-  if (Traits(shape.family).routing != Routing::kDepth || shape.stride <= 1) return 0;
+  if (Traits(shape.family).routing != RoutingKind::kDepth || shape.stride <= 1) return 0;
   const int64_t anchors = (shape.n_layers + shape.stride - 1) / shape.stride;
   return shape.n_layers - anchors;
 }

@@ -31,15 +31,15 @@ namespace xmod {
 
 // Families whose layers route tokens to experts inside the MLP (every token passes
 // every layer): moe and deco.
-inline bool IsExpertFamily(Family family) { return Traits(family).routing == Routing::kExperts; }
+inline bool IsExpertFamily(Family family) { return Traits(family).routing == RoutingKind::kExperts; }
 
 // A job is a dense run when its family is dense or, for the depth-routing families
 // (xmod, mod), its anchor stride is 1 (every layer an anchor: nothing is routed). The one test of
 // it for jobs; expansion rewrites such a point as the dense model, plots and laws read its top-k
 // loss. (A law point also counts capacity 1 as dense: LawPoint::dense in fit/law.h.)
 inline bool IsDenseRun(Family family, int64_t stride) {
-  const Routing routing = Traits(family).routing;
-  return routing == Routing::kNone || (routing == Routing::kDepth && stride <= 1);
+  const RoutingKind routing = Traits(family).routing;
+  return routing == RoutingKind::kNone || (routing == RoutingKind::kDepth && stride <= 1);
 }
 // The same for a family stored by name (an unknown name is not a dense run).
 inline bool IsDenseRun(std::string_view family, int64_t stride) {

@@ -307,10 +307,10 @@ TEST(FamilyTable, EveryFamilyHasOneRowAndItsNameRoundTrips) {
   EXPECT_EQ(Families().size(), 5u);
   EXPECT_EQ(ParseFamily("moee").status().message(),
             "unknown family 'moee' (known: dense, xmod, mod, moe, deco)");
-  EXPECT_EQ(Traits(Family::kXmod).routing, Routing::kDepth);
+  EXPECT_EQ(Traits(Family::kXmod).routing, RoutingKind::kDepth);
   EXPECT_TRUE(Traits(Family::kXmod).routed_gate);
   EXPECT_FALSE(Traits(Family::kMod).routed_gate);
-  EXPECT_EQ(Traits(Family::kDeco).routing, Routing::kExperts);
+  EXPECT_EQ(Traits(Family::kDeco).routing, RoutingKind::kExperts);
 }
 
 }  // namespace

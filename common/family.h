@@ -19,7 +19,7 @@ enum class Family { kDense, kXmod, kMod, kMoe, kDeco };
 struct ModelShape;  // accounting.h
 
 // How a family routes tokens.
-enum class Routing {
+enum class RoutingKind {
   kNone,     // every token through every layer's dense MLP
   kDepth,    // layers between anchors process only the tokens a router picks (X-MoD, MoD)
   kExperts,  // every token passes every layer; the MLP routes it to experts (moe, deco)
@@ -28,7 +28,7 @@ enum class Routing {
 struct FamilyTraits {
   Family id = Family::kDense;
   std::string_view name;  // the sweep's and the job file's family name
-  Routing routing = Routing::kNone;
+  RoutingKind routing = RoutingKind::kNone;
   // Depth routing: a learnable gate γ per routed layer (one parameter) besides the
   // router.
   bool routed_gate = false;

@@ -54,7 +54,7 @@ FamilyTraits DecoFamily() {
   FamilyTraits t;
   t.id = Family::kDeco;
   t.name = "deco";
-  t.routing = Routing::kExperts;
+  t.routing = RoutingKind::kExperts;
   t.expert_mlp_params = &Params;
   t.expert_mlp_flops = &Flops;
   t.expert_mlp_active_params = &ActiveMlpParams;

@@ -7,7 +7,7 @@ FamilyTraits DenseFamily() {
   FamilyTraits t;
   t.id = Family::kDense;
   t.name = "dense";
-  t.routing = Routing::kNone;
+  t.routing = RoutingKind::kNone;
   return t;
 }
 

@@ -11,7 +11,7 @@ FamilyTraits XmodFamily() {
   FamilyTraits t;
   t.id = Family::kXmod;
   t.name = "xmod";
-  t.routing = Routing::kDepth;
+  t.routing = RoutingKind::kDepth;
   t.routed_gate = true;
   t.causal_eval = true;
   return t;
@@ -21,7 +21,7 @@ FamilyTraits ModFamily() {
   FamilyTraits t;
   t.id = Family::kMod;
   t.name = "mod";
-  t.routing = Routing::kDepth;
+  t.routing = RoutingKind::kDepth;
   t.causal_eval = true;
   return t;
 }

@@ -48,7 +48,7 @@ FamilyTraits MoeFamily() {
   FamilyTraits t;
   t.id = Family::kMoe;
   t.name = "moe";
-  t.routing = Routing::kExperts;
+  t.routing = RoutingKind::kExperts;
   t.expert_mlp_params = &Params;
   t.expert_mlp_flops = &Flops;
   t.expert_mlp_active_params = &ActiveMlpParams;
