@@ -31,7 +31,9 @@ namespace xmod {
 
 // Families whose layers route tokens to experts inside the MLP (every token passes
 // every layer): moe and deco.
-inline bool IsExpertFamily(Family family) { return Traits(family).routing == RoutingKind::kExperts; }
+inline bool IsExpertFamily(Family family) {
+  return Traits(family).routing == RoutingKind::kExperts;
+}
 
 // A job is a dense run when its family is dense or, for the depth-routing families
 // (xmod, mod), its anchor stride is 1 (every layer an anchor: nothing is routed). The one test of
@@ -97,6 +99,8 @@ inline bool IsExpertLayer(const ModelShape& shape, int64_t layer) {
 // arithmetic below and every JSON reader (the dashboard's JavaScript) rely on.
 // 2^53 ≈ 9.0e15 is about 250 times the largest token budgets trained to date.
 inline constexpr int64_t kMaxCount = int64_t{1} << 53;
+// Where a refusal at a bound sends the reader.
+inline constexpr char kBoundsDoc[] = "sweeps/README.md lists the bounds";
 // d_model: 2^20, some 50 times the widest published models (~18k).
 inline constexpr int64_t kMaxDModel = int64_t{1} << 20;
 // d_ff and expert widths: 2^22, above DefaultDff(kMaxDModel).

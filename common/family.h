@@ -17,6 +17,7 @@ namespace xmod {
 enum class Family { kDense, kXmod, kMod, kMoe, kDeco };
 
 struct ModelShape;  // accounting.h
+struct JobFile;     // job_file.h
 
 // How a family routes tokens.
 enum class RoutingKind {
@@ -46,6 +47,9 @@ struct FamilyTraits {
   double (*expert_mlp_active_params)(const ModelShape&) = nullptr;
   double (*expert_inference_saving)(const ModelShape&, int64_t expert_layers) = nullptr;
   double (*expert_sparsity)(const ModelShape&) = nullptr;
+  // The family's checks of a job file beyond the common ones (its experts, its
+  // gate), as "job: field 'x' ..." errors; null: none.
+  absl::Status (*check_job)(const JobFile& job) = nullptr;
   // N_active (accounting.h, ActiveParams); null: the FLOP-equivalent dense size
   // N_dense(L0) · F_model / F_dense(L0).
   int64_t (*active_params)(const ModelShape&, int64_t dense_layers) = nullptr;

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace xmod {
 
@@ -292,21 +293,8 @@ absl::Status ReadExperts(const nlohmann::json& json, JobFile* job) {
   if (t.z_coef < 0 || t.capacity_factor < 0 || t.bias_rate < 0 || t.entropy_init < 0) {
     return fail("z_coef", "and the other coefficients must not be negative");
   }
-  if (job->shape.family == Family::kMoe) {
-    if (e.top_k < 1 || e.top_k > e.experts) return fail("top_k", "must be between 1 and count");
-    if (!IsMoeGateName(job->gate)) {
-      return absl::InvalidArgumentError(
-          "job: field 'gate' must be softmax, pre_softmax or sigmoid for family moe");
-    }
-  } else {
-    if (e.target_ratio <= 0 || e.target_ratio >= 1) {
-      return fail("target_ratio", "must be in (0, 1)");
-    }
-    if (t.entropy_multiplier < 1) return fail("entropy_multiplier", "must be at least 1");
-    if (job->gate != "relu") {
-      return absl::InvalidArgumentError("job: field 'gate' must be relu for family deco");
-    }
-  }
+  const FamilyTraits& traits = Traits(job->shape.family);
+  if (traits.check_job != nullptr) RETURN_IF_ERROR(traits.check_job(*job));
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 // controller steers the activated fraction to its target ratio.
 #include "common/accounting.h"
 #include "common/families/families.h"
+#include "common/job_file.h"
 
 namespace xmod {
 
@@ -48,6 +49,21 @@ int64_t Active(const ModelShape& s, int64_t /*dense_layers*/) {
   return CountParams(s).non_embedding;
 }
 
+// A target ratio in (0, 1), a multiplier of at least 1, and the ReLU gate.
+absl::Status CheckJob(const JobFile& job) {
+  const ExpertShape& e = job.shape.experts;
+  if (e.target_ratio <= 0 || e.target_ratio >= 1) {
+    return absl::InvalidArgumentError("job: field 'experts.target_ratio' must be in (0, 1)");
+  }
+  if (job.expert_training.entropy_multiplier < 1) {
+    return absl::InvalidArgumentError("job: field 'experts.entropy_multiplier' must be at least 1");
+  }
+  if (job.gate != "relu") {
+    return absl::InvalidArgumentError("job: field 'gate' must be relu for family deco");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 FamilyTraits DecoFamily() {
@@ -61,6 +77,7 @@ FamilyTraits DecoFamily() {
   t.expert_inference_saving = &InferenceSaving;
   t.expert_sparsity = &ExpertSparsity;
   t.active_params = &Active;
+  t.check_job = &CheckJob;
   return t;
 }
 

@@ -2,8 +2,10 @@
 // (no bias), E routed and K_s shared SwiGLU experts of width d_e; a token uses k
 // routed experts. Its trained routing is causal already, so it has only top-k
 // losses.
+#include "absl/strings/str_cat.h"
 #include "common/accounting.h"
 #include "common/families/families.h"
+#include "common/job_file.h"
 
 namespace xmod {
 
@@ -42,6 +44,19 @@ int64_t Active(const ModelShape& s, int64_t /*dense_layers*/) {
   return std::llround(static_cast<double>(CountParams(s).non_embedding) - unused);
 }
 
+// k routed experts of E, and one of its gates.
+absl::Status CheckJob(const JobFile& job) {
+  const ExpertShape& e = job.shape.experts;
+  if (e.top_k < 1 || e.top_k > e.experts) {
+    return absl::InvalidArgumentError("job: field 'experts.top_k' must be between 1 and count");
+  }
+  if (!IsMoeGateName(job.gate)) {
+    return absl::InvalidArgumentError(
+        "job: field 'gate' must be softmax, pre_softmax or sigmoid for family moe");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 FamilyTraits MoeFamily() {
@@ -54,6 +69,7 @@ FamilyTraits MoeFamily() {
   t.expert_mlp_active_params = &ActiveMlpParams;
   t.expert_sparsity = &ExpertSparsity;
   t.active_params = &Active;
+  t.check_job = &CheckJob;
   return t;
 }
 

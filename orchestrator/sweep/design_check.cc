@@ -155,7 +155,7 @@ class Checker {
       const std::string what = absl::StrFormat(
           "%s at scale %s, T = %d, sparsity %g, stride %d (%d layers)", FamilyName(s.family),
           j.scale, s.context, j.sparsity, s.stride, s.n_layers);
-      if (s.family != Family::kDense && j.match == MatchMode::kFlops &&
+      if (Traits(s.family).routing != RoutingKind::kNone && j.match == MatchMode::kFlops &&
           std::abs(j.flops_ratio() - 1.0) > spec_.design.flop_tolerance) {
         if (flop_errors++ < 8) {
           Error(ScaleLine(spec_, j.scale), absl::StrCat("scales.", j.scale),
@@ -165,7 +165,7 @@ class Checker {
                                 what, j.flops_ratio(), spec_.design.flop_tolerance));
         }
       }
-      if (s.family != Family::kDense && s.n_layers < s.stride + 1) {
+      if (Traits(s.family).routing != RoutingKind::kNone && s.n_layers < s.stride + 1) {
         if (layout_errors++ < 8) {
           Error(ScaleLine(spec_, j.scale), absl::StrCat("scales.", j.scale),
                 absl::StrCat(what, ": no full stride period (an anchor, ", s.stride - 1,

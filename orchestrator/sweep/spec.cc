@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "orchestrator/fit/law_registry.h"
+#include "orchestrator/sweep/family/sweep_family.h"
 
 namespace xmod {
 
@@ -235,7 +236,6 @@ struct Bound {
   const char* text;  // "2^20"
   const char* why;
 };
-constexpr char kBoundsDoc[] = "sweeps/README.md lists the bounds";
 constexpr Bound kCountBound{kMaxCount, "2^53", "the most a count may be, exact as a double"};
 constexpr Bound kDModelBound{kMaxDModel, "2^20", kBoundsDoc};
 constexpr Bound kHiddenBound{kMaxHidden, "2^22", kBoundsDoc};
@@ -250,6 +250,8 @@ constexpr Bound kPriorityBound{1000000000, "10^9", kBoundsDoc};
 
 // Collects problems while walking the document, so one run reports all of them.
 class SpecParser {
+  struct BlockInfo;  // what a grid block wrote (defined below)
+
  public:
   explicit SpecParser(std::string source) : source_(std::move(source)) {}
 
@@ -1172,51 +1174,7 @@ class SpecParser {
         Error(prefix == "grid" ? 1 : info.line, prefix == "grid" ? "budget" : prefix + ".budget",
               "missing; give one of tokens_per_param, flops or tokens");
       }
-      const std::string family(FamilyName(block.family));
-      // The line of the block's axis `key` (where it is to be removed), else the block's.
-      const auto axis_line = [&](const char* key) {
-        return spec->LineOf(absl::StrCat(prefix, ".", key), info.line);
-      };
-      if (block.family != Family::kMoe) {
-        for (const auto& [given, key] : {std::pair<bool, const char*>{info.has_top_k, "top_k"},
-                                         {info.has_granularity, "granularity"}}) {
-          if (given) {
-            Error(axis_line(key), prefix + "." + key,
-                  absl::StrCat("only family moe has a ", key, " axis (a moe baseline takes moe.",
-                               key, ")"));
-          }
-        }
-      }
-      if (block.family == Family::kXmod) {
-        if (!info.has_sparsity) {
-          Error(info.line, prefix + ".sparsity", "family xmod needs a sparsity axis");
-        }
-        if (!info.has_stride)
-          Error(info.line, prefix + ".stride", "family xmod needs a stride axis");
-      } else if (block.family == Family::kMoe) {
-        if (!info.has_sparsity) {
-          Error(info.line, prefix + ".sparsity",
-                "family moe needs a sparsity axis (1 - top_k / experts)");
-        }
-        if (info.has_stride) {
-          Error(axis_line("stride"), prefix + ".stride",
-                "family moe has no stride; remove this axis");
-        }
-        CheckMoeGrid(*spec, block, prefix, info.line);
-      } else {
-        if (info.has_sparsity) {
-          Error(axis_line("sparsity"), prefix + ".sparsity",
-                absl::StrCat("family ", family, " has a fixed sparsity; remove this axis"));
-        }
-        if (info.has_stride) {
-          Error(axis_line("stride"), prefix + ".stride",
-                absl::StrCat("family ", family, " has a fixed stride; remove this axis"));
-        }
-      }
-      if (std::count(block.baselines.begin(), block.baselines.end(), Family::kMoe) > 0) {
-        CheckGranularity(*spec, block, {spec->moe.granularity}, "moe.granularity",
-                         spec->LineOf("moe.granularity", info.line));
-      }
+      CheckAxes(*spec, block, info);
       if (spec->train.recompute == MemoryChoice::kOn &&
           (IsExpertFamily(block.family) ||
            std::any_of(block.baselines.begin(), block.baselines.end(), IsExpertFamily))) {
@@ -1273,52 +1231,53 @@ class SpecParser {
     }
   }
 
-  // Every (sparsity, top_k) of a moe block makes a whole number of experts, and
-  // every granularity divides each scale's d_ff; the same for a moe baseline.
-  void CheckMoeGrid(const SweepSpec& spec, const GridBlock& block, const std::string& prefix,
-                    int line) {
-    const std::vector<int64_t> top_k = spec.TopKAxis(block);
-    const std::vector<int64_t> granularity = spec.GranularityAxis(block);
-    for (size_t i = 0; i < block.sparsity.size(); ++i) {
-      const double sparsity = block.sparsity[i];
-      const auto [field, value_line] = spec.AxisValueAt(prefix + ".sparsity", i, line);
-      for (int64_t k : top_k) {
-        const double experts = double(k) / (1.0 - sparsity);
-        if (std::abs(experts - std::round(experts)) > 1e-6) {
-          Error(value_line, field,
-                absl::StrCat("sparsity ", sparsity, " with top_k ", k, " needs ", experts,
-                             " experts (E = top_k / (1 - sparsity) must be a whole number)"));
-        } else if (experts > static_cast<double>(kMaxExperts)) {
-          Error(value_line, field,
-                absl::StrCat("sparsity ", sparsity, " with top_k ", k, " needs ", experts,
-                             " experts, more than 2^20 = ", kMaxExperts, " (", kBoundsDoc, ")"));
+  // The block's axes against its family's rules (orchestrator/sweep/family/), then
+  // the family's own checks and those of its baselines.
+  void CheckAxes(const SweepSpec& spec, const GridBlock& block, const BlockInfo& info) {
+    const std::string& prefix = info.prefix;
+    const SweepFamily& sweep_family = SweepFamilyOf(block.family);
+    const std::string family(FamilyName(block.family));
+    // The line of the block's axis `key` (where it is to be removed), else the block's.
+    const auto axis_line = [&](const char* key) {
+      return spec.LineOf(absl::StrCat(prefix, ".", key), info.line);
+    };
+    if (!sweep_family.expert_axes) {
+      std::vector<std::string> owners;
+      for (const SweepFamily& f : SweepFamilies()) {
+        if (f.expert_axes) owners.emplace_back(FamilyName(f.id));
+      }
+      for (const auto& [given, key] : {std::pair<bool, const char*>{info.has_top_k, "top_k"},
+                                       {info.has_granularity, "granularity"}}) {
+        if (given) {
+          Error(axis_line(key), prefix + "." + key,
+                absl::StrCat("only family ", absl::StrJoin(owners, ", "), " has a ", key,
+                             " axis (a moe baseline takes moe.", key, ")"));
         }
       }
     }
-    if (block.granularity.empty()) {
-      CheckGranularity(spec, block, granularity, "moe.granularity",
-                       spec.LineOf("moe.granularity", line));
-    } else {
-      for (size_t i = 0; i < block.granularity.size(); ++i) {
-        const auto [field, value_line] = spec.AxisValueAt(prefix + ".granularity", i, line);
-        CheckGranularity(spec, block, {block.granularity[i]}, field, value_line);
+    const auto check = [&](AxisRule rule, bool given, const char* key, const std::string& hint) {
+      if (rule == AxisRule::kRequired && !given) {
+        Error(info.line, absl::StrCat(prefix, ".", key),
+              absl::StrCat("family ", family, " needs a ", key, " axis", hint));
+      } else if (rule == AxisRule::kFixed && given) {
+        Error(axis_line(key), absl::StrCat(prefix, ".", key),
+              absl::StrCat("family ", family, " has a fixed ", key, "; remove this axis"));
+      } else if (rule == AxisRule::kAbsent && given) {
+        Error(axis_line(key), absl::StrCat(prefix, ".", key),
+              absl::StrCat("family ", family, " has no ", key, "; remove this axis"));
       }
+    };
+    check(sweep_family.sparsity_axis, info.has_sparsity, "sparsity", sweep_family.sparsity_hint);
+    check(sweep_family.stride_axis, info.has_stride, "stride", "");
+    const SpecError error = [this](int line, const std::string& field, const std::string& text) {
+      Error(line, field, text);
+    };
+    if (sweep_family.check_block != nullptr) {
+      sweep_family.check_block(spec, block, prefix, info.line, error);
     }
-  }
-
-  void CheckGranularity(const SweepSpec& spec, const GridBlock& block,
-                        const std::vector<int64_t>& granularity, const std::string& field,
-                        int line) {
-    for (const std::string& name : block.scales) {
-      const ScaleSpec* scale = spec.FindScale(name);
-      if (scale == nullptr) continue;
-      for (int64_t g : granularity) {
-        if (scale->d_ff % g != 0) {
-          Error(line, field,
-                absl::StrCat("granularity ", g, " does not divide d_ff ", scale->d_ff, " of scale ",
-                             name));
-        }
-      }
+    for (Family baseline : block.baselines) {
+      const SweepFamily& b = SweepFamilyOf(baseline);
+      if (b.check_as_baseline != nullptr) b.check_as_baseline(spec, block, info.line, error);
     }
   }
 

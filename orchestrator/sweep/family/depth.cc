@@ -42,6 +42,8 @@ void ModRouting(const SweepSpec& spec, ResolvedJob* job) {
 SweepFamily XmodSweepFamily() {
   SweepFamily f;
   f.id = Family::kXmod;
+  f.sparsity_axis = AxisRule::kRequired;
+  f.stride_axis = AxisRule::kRequired;
   f.points = &XmodPoints;
   f.count = &XmodCount;
   // As a baseline X-MoD adds nothing (its points are the grid's own).

@@ -74,6 +74,62 @@ absl::Status Shape(const SweepSpec& spec, const GridBlock& block, const ScaleSpe
   return MatchExperts(spec, block, scale, point, job);
 }
 
+// Every granularity divides each scale's d_ff.
+void CheckGranularity(const SweepSpec& spec, const GridBlock& block,
+                      const std::vector<int64_t>& granularity, const std::string& field, int line,
+                      const SpecError& error) {
+  for (const std::string& name : block.scales) {
+    const ScaleSpec* scale = spec.FindScale(name);
+    if (scale == nullptr) continue;
+    for (int64_t g : granularity) {
+      if (scale->d_ff % g != 0) {
+        error(line, field,
+              absl::StrCat("granularity ", g, " does not divide d_ff ", scale->d_ff, " of scale ",
+                           name));
+      }
+    }
+  }
+}
+
+// Every (sparsity, top_k) of a moe block makes a whole number of experts, and
+// every granularity divides each scale's d_ff.
+void CheckBlock(const SweepSpec& spec, const GridBlock& block, const std::string& prefix, int line,
+                const SpecError& error) {
+  const std::vector<int64_t> top_k = spec.TopKAxis(block);
+  for (size_t i = 0; i < block.sparsity.size(); ++i) {
+    const double sparsity = block.sparsity[i];
+    const auto [field, value_line] = spec.AxisValueAt(prefix + ".sparsity", i, line);
+    for (int64_t k : top_k) {
+      const double experts = double(k) / (1.0 - sparsity);
+      if (std::abs(experts - std::round(experts)) > 1e-6) {
+        error(value_line, field,
+              absl::StrCat("sparsity ", sparsity, " with top_k ", k, " needs ", experts,
+                           " experts (E = top_k / (1 - sparsity) must be a whole number)"));
+      } else if (experts > static_cast<double>(kMaxExperts)) {
+        error(value_line, field,
+              absl::StrCat("sparsity ", sparsity, " with top_k ", k, " needs ", experts,
+                           " experts, more than 2^20 = ", kMaxExperts, " (", kBoundsDoc, ")"));
+      }
+    }
+  }
+  if (block.granularity.empty()) {
+    CheckGranularity(spec, block, spec.GranularityAxis(block), "moe.granularity",
+                     spec.LineOf("moe.granularity", line), error);
+  } else {
+    for (size_t i = 0; i < block.granularity.size(); ++i) {
+      const auto [field, value_line] = spec.AxisValueAt(prefix + ".granularity", i, line);
+      CheckGranularity(spec, block, {block.granularity[i]}, field, value_line, error);
+    }
+  }
+}
+
+// A moe baseline takes the moe section's granularity.
+void CheckAsBaseline(const SweepSpec& spec, const GridBlock& block, int line,
+                     const SpecError& error) {
+  CheckGranularity(spec, block, {spec.moe.granularity}, "moe.granularity",
+                   spec.LineOf("moe.granularity", line), error);
+}
+
 void SetRoutingFields(const SweepSpec& spec, ResolvedJob* job) {
   JobFile& f = job->file;
   f.gate = spec.moe.gate;
@@ -90,6 +146,12 @@ void SetRoutingFields(const SweepSpec& spec, ResolvedJob* job) {
 SweepFamily MoeSweepFamily() {
   SweepFamily f;
   f.id = Family::kMoe;
+  f.sparsity_axis = AxisRule::kRequired;
+  f.sparsity_hint = " (1 - top_k / experts)";
+  f.stride_axis = AxisRule::kAbsent;
+  f.expert_axes = true;
+  f.check_block = &CheckBlock;
+  f.check_as_baseline = &CheckAsBaseline;
   f.points = &Points;
   f.count = &Count;
   f.baseline_points = &BaselinePoints;

@@ -6,6 +6,7 @@
 #define XMOD_ORCHESTRATOR_SWEEP_FAMILY_SWEEP_FAMILY_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,8 +34,29 @@ struct GridPoint {
   int64_t match_stride = 1;
 };
 
+// What a grid block of a family says about an axis: it must give it, it must not
+// (the family fixes it), or the family has no such axis.
+enum class AxisRule { kRequired, kFixed, kAbsent };
+
+// Where a family's checks of a sweep report: (line, field, message).
+using SpecError =
+    std::function<void(int line, const std::string& field, const std::string& message)>;
+
 struct SweepFamily {
   Family id;
+  // The grid axes a block of the family takes: sparsity and stride (with the
+  // hint a missing required sparsity axis gets), and whether it sweeps its experts
+  // per token and granularity (top_k, granularity).
+  AxisRule sparsity_axis = AxisRule::kFixed;
+  const char* sparsity_hint = "";
+  AxisRule stride_axis = AxisRule::kFixed;
+  bool expert_axes = false;
+  // Checks of the sweep file beyond the axes: of a block of the family (`prefix`
+  // names it, `line` is its line), and of a block that takes it as a baseline.
+  void (*check_block)(const SweepSpec& spec, const GridBlock& block, const std::string& prefix,
+                      int line, const SpecError& error) = nullptr;
+  void (*check_as_baseline)(const SweepSpec& spec, const GridBlock& block, int line,
+                            const SpecError& error) = nullptr;
   // The points of a block of this family, and how many (saturating at int64_t).
   std::vector<GridPoint> (*points)(const SweepSpec& spec, const GridBlock& block) = nullptr;
   int64_t (*count)(const GridBlock& block) = nullptr;
@@ -57,6 +79,8 @@ struct SweepFamily {
 
 // The sweep side of `family` (table.cc).
 const SweepFamily& SweepFamilyOf(Family family);
+// Every family's sweep side, in the table's order.
+const std::vector<SweepFamily>& SweepFamilies();
 
 // Helpers the families share (shapes.cc).
 

@@ -15,6 +15,8 @@ const std::vector<SweepFamily>& Table() {
 
 }  // namespace
 
+const std::vector<SweepFamily>& SweepFamilies() { return Table(); }
+
 const SweepFamily& SweepFamilyOf(Family family) {
   for (const SweepFamily& f : Table()) {
     if (f.id == family) return f;
