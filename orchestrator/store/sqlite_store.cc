@@ -535,14 +535,11 @@ absl::StatusOr<QueryResult> SqliteStore::JobResults(const std::string& sweep) {
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(SweepIdLocked(sweep).status());
   // The view's columns, then a moe job's granularity d_ff / d_e (NULL for the
-  // other families), read from its resolved config.
-  ASSIGN_OR_RETURN(
-      Statement * s,
-      PrepareLocked("SELECT r.*, CASE WHEN r.family = 'moe' THEN "
-                    "json_extract(j.config_json, '$.d_ff') / "
-                    "json_extract(j.config_json, '$.experts.width') END AS granularity "
-                    "FROM job_results r JOIN jobs j ON j.job_id = r.job_id "
-                    "WHERE r.sweep = ?1 ORDER BY r.train_flops, r.job_id"));
+  // other families), which migration 9 extracts from the config once.
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("SELECT r.*, f.granularity FROM job_results r "
+                                 "LEFT JOIN job_config_fields f ON f.job_id = r.job_id "
+                                 "WHERE r.sweep = ?1 ORDER BY r.train_flops, r.job_id"));
   s->Bind(1, sweep);
   return CollectLocked(s);
 }
