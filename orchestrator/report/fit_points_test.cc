@@ -44,5 +44,18 @@ TEST(FitPoints, TrunksAreNotPointsAndBranchesClusterByTheirTrunk) {
   EXPECT_EQ(points[2].d, 65536.0);  // a branch counts its whole budget, trunk part included
 }
 
+// A moe job's expansion is E / k: the number of experts over those a token uses.
+// It read E alone while a local flag (top-k loss or causal) shadowed the job's k.
+TEST(ToLawPoint, AMoeJobsExpansionIsItsExpertsOverTopK) {
+  SweepJob j = Dense("m", "run", 16384);
+  j.family = "moe";
+  j.experts = 8;
+  j.top_k = 2;
+  const LawPoint p = j.ToLawPoint();
+  EXPECT_EQ(p.expansion, 4.0);
+  EXPECT_EQ(p.stride, 1.0);
+  EXPECT_EQ(p.capacity, 1.0);
+}
+
 }  // namespace
 }  // namespace xmod

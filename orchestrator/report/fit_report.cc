@@ -192,15 +192,17 @@ LawPoint SweepJob::ToLawPoint(const PointOptions& options) const {
   // What the job trained on (whole steps), not the budget it was sized for.
   p.d = static_cast<double>(tokens_trained > 0 ? tokens_trained : tokens);
   p.loss = Loss(options.metric).value_or(0.0);
-  const bool top_k = options.metric == "val_loss" || !causal_metric();
-  p.se = (top_k ? final_val_loss_se : final_val_loss_causal_se).value_or(0.0);
+  const bool top_k_loss = options.metric == "val_loss" || !causal_metric();
+  p.se = (top_k_loss ? final_val_loss_se : final_val_loss_causal_se).value_or(0.0);
   p.context = static_cast<double>(context);
   p.layers = static_cast<double>(n_layers);
   if (experts_family()) {
     // Every token passes every layer; a moe run's sparsity is in its experts.
     p.stride = 1.0;
     p.capacity = 1.0;
-    if (family == "moe" && top_k > 0) p.expansion = double(experts) / double(top_k);
+    if (family == "moe" && top_k > 0) {
+      p.expansion = static_cast<double>(experts) / static_cast<double>(top_k);
+    }
     return p;
   }
   const bool dense = !routed();
