@@ -124,7 +124,7 @@ std::string CookieValue(const std::string& header, const std::string& name) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(SqliteStore* store,
+absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(StoreReader* store,
                                                                         Scheduler* scheduler,
                                                                         DashboardOptions options) {
   const size_t colon = options.listen.rfind(':');

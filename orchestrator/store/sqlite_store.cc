@@ -15,47 +15,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "orchestrator/store/cells.h"
+#include "orchestrator/store/statement.h"
 #include "schema/migrations.h"
 
 namespace xmod {
-
-// A prepared statement, reset before each use. Owned by the store's cache.
-class SqliteStore::Statement {
- public:
-  explicit Statement(sqlite3_stmt* stmt) : stmt_(stmt) {}
-  ~Statement() { sqlite3_finalize(stmt_); }
-
-  sqlite3_stmt* get() { return stmt_; }
-  void Reset() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  Statement& Bind(int i, int64_t v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  Statement& Bind(int i, int v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  Statement& Bind(int i, double v) {
-    sqlite3_bind_double(stmt_, i, v);
-    return *this;
-  }
-  Statement& Bind(int i, const std::string& v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Statement& Bind(int i, std::string_view v) { return Bind(i, std::string(v)); }
-  Statement& Bind(int i, const char* v) { return Bind(i, std::string(v)); }
-  Statement& BindNull(int i) {
-    sqlite3_bind_null(stmt_, i);
-    return *this;
-  }
-
- private:
-  sqlite3_stmt* stmt_;
-};
 
 namespace {
 
@@ -504,6 +468,21 @@ absl::StatusOr<QueryResult> SqliteStore::CollectLocked(Statement* statement) {
   return result;
 }
 
+absl::Status SqliteStore::EachRowLocked(Statement* statement,
+                                        const std::function<absl::Status(const Row&)>& each) {
+  sqlite3_stmt* s = statement->get();
+  const Row row(s);
+  absl::Status status;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    status = each(row);
+    if (!status.ok()) break;
+  }
+  if (status.ok() && rc != SQLITE_DONE) status = SqlError("reading rows");
+  statement->Reset();
+  return status;
+}
+
 absl::StatusOr<std::vector<StateCounts>> SqliteStore::CountStates(const std::string& sweep) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!sweep.empty()) RETURN_IF_ERROR(SweepIdLocked(sweep).status());
@@ -529,31 +508,6 @@ absl::StatusOr<std::vector<StateCounts>> SqliteStore::CountStates(const std::str
     out.back().total += AsInt(row[2]);
   }
   return out;
-}
-
-absl::StatusOr<QueryResult> SqliteStore::JobResults(const std::string& sweep) {
-  std::lock_guard<std::mutex> lock(mu_);
-  RETURN_IF_ERROR(SweepIdLocked(sweep).status());
-  // The view's columns, then a moe job's granularity d_ff / d_e (NULL for the
-  // other families), which migration 9 extracts from the config once.
-  ASSIGN_OR_RETURN(Statement * s,
-                   PrepareLocked("SELECT r.*, f.granularity FROM job_results r "
-                                 "LEFT JOIN job_config_fields f ON f.job_id = r.job_id "
-                                 "WHERE r.sweep = ?1 ORDER BY r.train_flops, r.job_id"));
-  s->Bind(1, sweep);
-  return CollectLocked(s);
-}
-
-absl::StatusOr<QueryResult> SqliteStore::JobCurve(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Statement * exists, PrepareLocked("SELECT 1 FROM jobs WHERE job_id = ?1"));
-  exists->Bind(1, job_id);
-  ASSIGN_OR_RETURN(QueryResult found, CollectLocked(exists));
-  if (found.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-  ASSIGN_OR_RETURN(Statement * s,
-                   PrepareLocked("SELECT * FROM job_curves WHERE job_id = ?1 ORDER BY step"));
-  s->Bind(1, job_id);
-  return CollectLocked(s);
 }
 
 absl::StatusOr<int64_t> SqliteStore::RecordFit(const std::string& sweep, const FitRecord& fit) {
@@ -710,15 +664,6 @@ absl::StatusOr<int64_t> SqliteStore::SetOrderKeys(
     return absl::OkStatus();
   }));
   return changed;
-}
-
-std::string SqlLiteral(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) {
-    if (c == '\'') out += '\'';
-    out += c;
-  }
-  return out + "'";
 }
 
 absl::StatusOr<QueryResult> SqliteStore::Query(const std::string& sql) {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "orchestrator/store/cells.h"
 #include "orchestrator/store/store_test_util.h"
 #include "schema/migrations.h"
 
