@@ -1,15 +1,17 @@
 // Migration 9 reads what job_results needs from each job's config, and each
 // job's highest metric step, from tables that triggers keep. The view must still
-// give exactly the rows of version 7's definition, and the store's results read
-// the granularity the old expression gave: this builds a small database with
-// every kind of job and compares the two forms cell by cell, SQLite types
-// included.
+// give exactly the rows of version 7's definition, the store's results read the
+// granularity the old expression gave, and its typed read the same values: this
+// builds a small database with every kind of job and compares the forms cell by
+// cell, SQLite types included.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <string>
 #include <variant>
 
+#include "orchestrator/store/cells.h"
 #include "orchestrator/store/sqlite_store.h"
 #include "orchestrator/store/store_test_util.h"
 #include "schema/migrations.h"
@@ -46,6 +48,51 @@ void ExpectSameRows(const QueryResult& old_rows, const QueryResult& new_rows,
           << what << ": row " << r << " (" << std::get<std::string>(old_rows.rows[r][1])
           << "), column " << old_rows.columns[c];
     }
+  }
+}
+
+// The typed read gives the display table's values: the enums by their stored
+// names, NULL as an empty optional (or 0 / "" where JobResultRow says so).
+void ExpectTypedRowsMatch(const QueryResult& table,
+                          const absl::StatusOr<std::vector<JobResultRow>>& typed,
+                          const std::string& what) {
+  ASSERT_TRUE(typed.ok()) << typed.status();
+  ASSERT_EQ(typed->size(), table.rows.size()) << what;
+  const auto cell = [&](size_t row, const std::string& name) -> const Value& {
+    const size_t c =
+        std::find(table.columns.begin(), table.columns.end(), name) - table.columns.begin();
+    EXPECT_LT(c, table.columns.size()) << name;
+    return Cell(table, row, c);
+  };
+  const auto loss = [&](size_t row, const std::string& name) -> std::optional<double> {
+    const Value& v = cell(row, name);
+    if (std::holds_alternative<std::monostate>(v)) return std::nullopt;
+    return AsReal(v);
+  };
+  for (size_t i = 0; i < typed->size(); ++i) {
+    const JobResultRow& j = (*typed)[i];
+    SCOPED_TRACE(what + ": " + j.id);
+    EXPECT_EQ(j.id, AsText(cell(i, "job_id")));
+    EXPECT_EQ(FamilyName(j.family), AsText(cell(i, "family")));
+    EXPECT_EQ(JobStateName(j.state), AsText(cell(i, "status")));
+    EXPECT_EQ(JobRoleName(j.role), AsText(cell(i, "role")));
+    EXPECT_EQ(j.config_key, AsText(cell(i, "config_key")));
+    EXPECT_EQ(j.cluster_key, AsText(cell(i, "cluster_key")));
+    EXPECT_EQ(j.matched_to, AsText(cell(i, "matched_to")));
+    EXPECT_EQ(j.experts, AsInt(cell(i, "experts")));
+    EXPECT_EQ(j.top_k, AsInt(cell(i, "top_k")));
+    EXPECT_EQ(j.granularity, AsInt(cell(i, "granularity")));
+    EXPECT_EQ(j.seed, AsInt(cell(i, "seed")));
+    EXPECT_EQ(j.tokens_trained, AsInt(cell(i, "tokens_trained")));
+    EXPECT_EQ(j.n_embedding, AsReal(cell(i, "n_params_embedding")));
+    EXPECT_EQ(j.train_flops, AsReal(cell(i, "train_flops")));
+    EXPECT_EQ(j.final_val_loss, loss(i, "final_val_loss"));
+    EXPECT_EQ(j.final_val_loss_causal, loss(i, "final_val_loss_causal"));
+    EXPECT_EQ(j.final_val_loss_se, loss(i, "final_val_loss_se"));
+    EXPECT_EQ(j.final_val_loss_causal_se, loss(i, "final_val_loss_causal_se"));
+    EXPECT_EQ(j.final_capacity, loss(i, "final_capacity"));
+    EXPECT_EQ(j.final_capacity_causal, loss(i, "final_capacity_causal"));
+    EXPECT_EQ(j.final_flops_ratio_causal, loss(i, "final_flops_ratio_causal"));
   }
 }
 
@@ -139,6 +186,7 @@ TEST(JobResultsView, GivesTheRowsOfVersionSevensDefinition) {
       ASSERT_TRUE(former.ok()) << former.status();
       ASSERT_TRUE(now.ok()) << now.status();
       ExpectSameRows(*former, *now, when + ", results of " + sweep);
+      ExpectTypedRowsMatch(*now, store->JobResultRows(sweep), when + ", typed rows of " + sweep);
     }
   };
   compare("before any metric");
