@@ -1,4 +1,4 @@
--- xmod schema version 9: a cheap job_results read.
+-- xmod schema version 9: a cheap job_results read, and a data version per sweep.
 --
 -- Version 7's view parsed each job's resolved config (about 1.5 KB of JSON) a
 -- dozen times per row, looked up eight final evaluation values per row in the
@@ -24,6 +24,12 @@
 -- values and SQLite types (store_test compares it with version 7's text on a
 -- database holding every kind of job). The new tables' value columns have no
 -- declared type, so that a value keeps the type SQLite computed for it.
+--
+-- `sweep_versions` counts the changes to what a sweep's answers show. The store
+-- raises it in the same transaction as each write to the sweep, its jobs'
+-- states, attempts, metrics and checkpoints, or its fits; the dashboard builds
+-- its ETags from it, so a poll of unchanged data costs one lookup
+-- (docs/dashboard.md). Writers other than the store do not raise it.
 --
 -- A later migration that rebuilds `jobs` or `metrics` drops their triggers with
 -- the table and must create them again.
@@ -177,6 +183,12 @@ CREATE TRIGGER metrics_summary_after_update AFTER UPDATE ON metrics BEGIN
          OR NEW.name IN ('val_loss', 'val_loss_causal', 'val_loss_se', 'val_loss_causal_se',
                          'val_capacity', 'val_capacity_causal', 'val_flops_ratio_causal'));
 END;
+
+CREATE TABLE sweep_versions (
+  sweep_id      INTEGER PRIMARY KEY REFERENCES sweeps (sweep_id),
+  data_version  INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO sweep_versions (sweep_id) SELECT sweep_id FROM sweeps;
 
 DROP VIEW job_results;
 

@@ -260,6 +260,39 @@ absl::StatusOr<std::optional<FitRow>> SqliteStore::LatestFit(const std::string& 
   return std::move(fits.front());
 }
 
+absl::StatusOr<int64_t> SqliteStore::SweepDataVersion(const std::string& sweep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("SELECT IFNULL(v.data_version, 0) FROM sweeps s LEFT JOIN "
+                                 "sweep_versions v ON v.sweep_id = s.sweep_id WHERE s.name = ?1"));
+  s->Bind(1, sweep);
+  std::optional<int64_t> version;
+  RETURN_IF_ERROR(EachRowLocked(s, [&](const Row& r) {
+    version = r.Int(0);
+    return absl::OkStatus();
+  }));
+  if (!version.has_value()) {
+    return absl::NotFoundError(absl::StrCat("no sweep named '", sweep, "'"));
+  }
+  return *version;
+}
+
+absl::StatusOr<int64_t> SqliteStore::JobDataVersion(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireJobLocked(job_id));
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("SELECT IFNULL(SUM(v.data_version), 0) FROM sweep_jobs sj "
+                                 "JOIN sweep_versions v ON v.sweep_id = sj.sweep_id "
+                                 "WHERE sj.job_id = ?1"));
+  s->Bind(1, job_id);
+  int64_t version = 0;
+  RETURN_IF_ERROR(EachRowLocked(s, [&](const Row& r) {
+    version = r.Int(0);
+    return absl::OkStatus();
+  }));
+  return version;
+}
+
 absl::StatusOr<SweepText> SqliteStore::SweepSpecText(const std::string& sweep) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Statement * s,

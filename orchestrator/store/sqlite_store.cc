@@ -339,6 +339,25 @@ absl::StatusOr<int64_t> SqliteStore::SweepIdLocked(const std::string& sweep) {
   return absl::NotFoundError(absl::StrCat("no sweep named '", sweep, "'"));
 }
 
+absl::Status SqliteStore::NoteSweepChangedLocked(int64_t sweep_id) {
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("INSERT INTO sweep_versions (sweep_id, data_version) "
+                                 "VALUES (?1, 1) ON CONFLICT (sweep_id) DO UPDATE SET "
+                                 "data_version = data_version + 1"));
+  s->Bind(1, sweep_id);
+  return WriteLocked(s, "raising the sweep's data version");
+}
+
+absl::Status SqliteStore::NoteJobChangedLocked(const std::string& job_id) {
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("INSERT INTO sweep_versions (sweep_id, data_version) "
+                                 "SELECT sweep_id, 1 FROM sweep_jobs WHERE job_id = ?1 "
+                                 "ON CONFLICT (sweep_id) DO UPDATE SET "
+                                 "data_version = data_version + 1"));
+  s->Bind(1, job_id);
+  return WriteLocked(s, "raising the data version of the job's sweeps");
+}
+
 absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
                                                       const std::vector<ResolvedJob>& jobs) {
   SubmitResult result;
@@ -427,7 +446,7 @@ absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
         ++result.linked_jobs;
       }
     }
-    return absl::OkStatus();
+    return NoteSweepChangedLocked(sweep_id);
   });
   if (!status.ok()) {
     return absl::Status(status.code(),
@@ -529,7 +548,7 @@ absl::StatusOr<int64_t> SqliteStore::RecordFit(const std::string& sweep, const F
     }
     RETURN_IF_ERROR(WriteLocked(s, "recording a fit"));
     fit_id = sqlite3_last_insert_rowid(db_);
-    return absl::OkStatus();
+    return NoteSweepChangedLocked(sweep_id);
   }));
   return fit_id;
 }
@@ -587,6 +606,7 @@ absl::StatusOr<int64_t> SqliteStore::MoveJobsLocked(const std::vector<std::strin
       unlease->Bind(1, id);
       RETURN_IF_ERROR(WriteLocked(unlease, "releasing the lease"));
     }
+    RETURN_IF_ERROR(NoteJobChangedLocked(id));
     ++moved;
   }
   return moved;
@@ -819,6 +839,7 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
       attempt->Bind(7, request_id);
     }
     RETURN_IF_ERROR(WriteLocked(attempt, "recording the attempt"));
+    RETURN_IF_ERROR(NoteJobChangedLocked(g.job_id));
     grant = std::move(g);
     return absl::OkStatus();
   }));
@@ -887,7 +908,7 @@ absl::StatusOr<JobState> SqliteStore::RenewLease(const std::string& job_id,
       RETURN_IF_ERROR(WriteLocked(a, "marking the attempt running"));
       state = JobState::kRunning;
     }
-    return absl::OkStatus();
+    return NoteJobChangedLocked(job_id);
   }));
   return state;
 }
@@ -975,7 +996,7 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
           .Bind(8, wall_time);
       RETURN_IF_ERROR(WriteLocked(insert, "inserting a metric"));
     }
-    return absl::OkStatus();
+    return NoteJobChangedLocked(job_id);
   });
 }
 
@@ -1003,7 +1024,8 @@ absl::Status SqliteStore::RecordCheckpoint(const std::string& job_id, int64_t to
                       "UPDATE SET attempt = excluded.attempt, path = excluded.path, "
                       "checksum = excluded.checksum, created_at = excluded.created_at"));
     s->Bind(1, job_id).Bind(2, step).Bind(3, path).Bind(4, checksum).Bind(5, now);
-    return WriteLocked(s, "recording a checkpoint");
+    RETURN_IF_ERROR(WriteLocked(s, "recording a checkpoint"));
+    return NoteJobChangedLocked(job_id);
   });
 }
 
@@ -1033,6 +1055,7 @@ absl::Status SqliteStore::EndAttemptLocked(const std::string& job_id, JobState f
       .Bind(4, reason)
       .Bind(5, now);
   RETURN_IF_ERROR(WriteLocked(update, "ending an attempt"));
+  RETURN_IF_ERROR(NoteJobChangedLocked(job_id));
   if (!IsActive(*to)) RETURN_IF_ERROR(CancelStrandedBranchesLocked(job_id, now));
   ASSIGN_OR_RETURN(Statement * attempt,
                    PrepareLocked("UPDATE attempts SET status = ?3, ended_at = ?4, reason = ?5 "
@@ -1079,7 +1102,10 @@ absl::Status SqliteStore::CancelStrandedBranchesLocked(const std::string& trunk_
                     "AND (SELECT p.status FROM jobs p WHERE p.job_id = ?1) IN "
                     "('succeeded', 'failed', 'cancelled')"));
   s->Bind(1, trunk_id).Bind(2, now);
-  return WriteLocked(s, "cancelling the branches of an ended trunk");
+  RETURN_IF_ERROR(WriteLocked(s, "cancelling the branches of an ended trunk"));
+  // A trunk's branches belong to the sweeps it belongs to (its id is part of
+  // their configs, so they were submitted together).
+  return sqlite3_changes(db_) > 0 ? NoteJobChangedLocked(trunk_id) : absl::OkStatus();
 }
 
 absl::StatusOr<JobState> SqliteStore::EndAttempt(const std::string& job_id, int64_t token,

@@ -101,6 +101,8 @@ class SqliteStore : public StoreReader {
   absl::StatusOr<std::vector<FitRow>> Fits(const std::string& sweep) override;
   absl::StatusOr<std::optional<FitRow>> LatestFit(const std::string& sweep,
                                                   const std::string& law) override;
+  absl::StatusOr<int64_t> SweepDataVersion(const std::string& sweep) override;
+  absl::StatusOr<int64_t> JobDataVersion(const std::string& job_id) override;
 
   // Rows of the job_curves view for one job, by step: a table for display
   // (`xmod curves`). NOT_FOUND for an unknown job.
@@ -241,6 +243,13 @@ class SqliteStore : public StoreReader {
   // Consults the fault seam, then steps a write statement to completion.
   absl::Status WriteLocked(Statement* statement, std::string_view what);
   absl::StatusOr<int64_t> SweepIdLocked(const std::string& sweep);
+  // Raise the data version (SweepDataVersion) of one sweep, or of every sweep
+  // holding the job. Every write that changes what a sweep's answers show calls
+  // one of them in its transaction: a submit, a lease, a heartbeat, metrics, a
+  // checkpoint, an attempt's end, resume and cancel, a fit. (Order keys,
+  // expiry extensions and workers are not shown, and do not.)
+  absl::Status NoteSweepChangedLocked(int64_t sweep_id);
+  absl::Status NoteJobChangedLocked(const std::string& job_id);
   // NOT_FOUND unless the job exists.
   absl::Status RequireJobLocked(const std::string& job_id);
   // The sweep's fits, newest first; with `law`, only the newest of that law.

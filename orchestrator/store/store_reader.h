@@ -52,6 +52,15 @@ class StoreReader {
   // The sweep's newest stored fit of `law`; nullopt when there is none.
   virtual absl::StatusOr<std::optional<FitRow>> LatestFit(const std::string& sweep,
                                                           const std::string& law) = 0;
+
+  // A number that grows whenever anything this reader returns about the sweep
+  // changes: its text, its jobs' states, attempts, metrics and checkpoints, its
+  // fits. Read before the data it stands for, an unchanged number means an
+  // unchanged answer. Cheap: one lookup.
+  virtual absl::StatusOr<int64_t> SweepDataVersion(const std::string& sweep) = 0;
+  // The same for what this reader returns about one job: the sum of the data
+  // versions of the sweeps holding it.
+  virtual absl::StatusOr<int64_t> JobDataVersion(const std::string& job_id) = 0;
 };
 
 }  // namespace xmod
