@@ -737,113 +737,125 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
                                                                     const std::string& request_id) {
   std::optional<LeaseGrant> grant;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
-    // The same request again (its answer was lost: the coordinator stopped after
-    // committing, or the call timed out): the lease it made, as it was, while no
-    // heartbeat has confirmed it. It is not extended, so a group that keeps asking
-    // cannot hold it past its TTL.
     if (!request_id.empty()) {
-      ASSIGN_OR_RETURN(Statement * again,
-                       // From the few leased jobs (jobs_by_status), then the attempt by key.
-                       PrepareLocked("SELECT j.job_id, j.config_json, j.attempt, j.fencing_token, "
-                                     "a.resumed_from_step FROM jobs j JOIN attempts a "
-                                     "ON a.job_id = j.job_id AND a.attempt = j.attempt "
-                                     "WHERE j.status = 'leased' AND j.worker_id = ?2 "
-                                     "AND a.lease_request = ?1"));
-      again->Bind(1, request_id).Bind(2, worker_id);
-      ASSIGN_OR_RETURN(QueryResult lost, CollectLocked(again));
-      if (!lost.rows.empty()) {
-        LeaseGrant g;
-        g.job_id = AsText(Cell(lost, 0, 0));
-        g.config_json = AsText(Cell(lost, 0, 1));
-        g.attempt = AsInt(Cell(lost, 0, 2));
-        g.fencing_token = AsInt(Cell(lost, 0, 3));
-        g.resume_step = AsInt(Cell(lost, 0, 4));
-        if (g.resume_step > 0) RETURN_IF_ERROR(FindResumePointLocked(g.resume_step, &g));
-        grant = std::move(g);
-        return absl::OkStatus();
-      }
+      ASSIGN_OR_RETURN(grant, ReplayLeaseLocked(worker_id, request_id));
+      if (grant.has_value()) return absl::OkStatus();
     }
-    // Candidates in lease order, a page at a time, until one fits the group.
-    static const std::string kPageSql = absl::StrCat(
-        "SELECT job_id, batch_tokens, context FROM jobs WHERE status = 'pending' "
-        // A branch waits until its trunk's checkpoint at its start is recorded.
-        "AND (parent_id IS NULL OR EXISTS (SELECT 1 FROM checkpoints c WHERE "
-        "c.job_id = jobs.parent_id AND c.step = jobs.start_step)) "
-        "ORDER BY ",
-        std::string(kLeaseOrderSql), " LIMIT ?1 OFFSET ?2");
-    ASSIGN_OR_RETURN(Statement * page, PrepareLocked(kPageSql));
-    // The first candidate almost always fits: a page of one, then pages of 64.
-    LeaseGrant g;
-    for (int64_t offset = 0, size = 1; g.job_id.empty(); offset += size, size = 64) {
-      page->Bind(1, size).Bind(2, offset);
-      ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(page));
-      for (const auto& row : rows.rows) {
-        if (BatchSplitsOver(AsInt(row[1]), AsInt(row[2]), group_ranks)) {
-          g.job_id = AsText(row[0]);
-          break;
-        }
-      }
-      if (static_cast<int64_t>(rows.rows.size()) < size) break;
-    }
-    if (g.job_id.empty()) return absl::OkStatus();
-    ASSIGN_OR_RETURN(Statement * pick,
-                     PrepareLocked("SELECT config_json, attempt FROM jobs WHERE job_id = ?1"));
-    pick->Bind(1, g.job_id);
-    ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(pick));
-    g.config_json = AsText(Cell(rows, 0, 0));
-    g.attempt = AsInt(Cell(rows, 0, 1)) + 1;
-
-    ASSIGN_OR_RETURN(Statement * bump,
-                     PrepareLocked("UPDATE counters SET value = value + 1 "
-                                   "WHERE name = 'fencing_token' RETURNING value"));
-    RETURN_IF_ERROR(FaultLocked("fencing token"));
-    ASSIGN_OR_RETURN(QueryResult token, CollectLocked(bump));
-    g.fencing_token = AsInt(Cell(token, 0, 0));
-
-    RETURN_IF_ERROR(FindResumePointLocked(/*step=*/-1, &g));
-    // The latest attempt wins: rows past the resume point are redone by this one.
-    ASSIGN_OR_RETURN(Statement * trim,
-                     PrepareLocked("DELETE FROM metrics WHERE job_id = ?1 AND step > ?2"));
-    trim->Bind(1, g.job_id).Bind(2, g.resume_step);
-    RETURN_IF_ERROR(WriteLocked(trim, "trimming metrics"));
-
-    if (!IsLegalTransition(JobState::kPending, JobState::kLeased)) {
-      return absl::InternalError("state machine forbids leasing");
-    }
-    ASSIGN_OR_RETURN(Statement * lease,
-                     PrepareLocked("UPDATE jobs SET status = 'leased', attempt = ?2, "
-                                   "fencing_token = ?3, worker_id = ?4, lease_expires_at = ?5, "
-                                   "last_step = ?6, status_reason = NULL, updated_at = ?7 "
-                                   "WHERE job_id = ?1 AND status = 'pending'"));
-    lease->Bind(1, g.job_id)
-        .Bind(2, g.attempt)
-        .Bind(3, g.fencing_token)
-        .Bind(4, worker_id)
-        .Bind(5, now + ttl)
-        .Bind(6, g.resume_step)
-        .Bind(7, now);
-    RETURN_IF_ERROR(WriteLocked(lease, "leasing a job"));
-    ASSIGN_OR_RETURN(Statement * attempt,
-                     PrepareLocked("INSERT INTO attempts (job_id, attempt, worker_id, "
-                                   "fencing_token, status, resumed_from_step, started_at, "
-                                   "lease_request) VALUES (?1, ?2, ?3, ?4, 'leased', ?5, ?6, ?7)"));
-    attempt->Bind(1, g.job_id)
-        .Bind(2, g.attempt)
-        .Bind(3, worker_id)
-        .Bind(4, g.fencing_token)
-        .Bind(5, g.resume_step)
-        .Bind(6, now);
-    if (request_id.empty()) {
-      attempt->BindNull(7);
-    } else {
-      attempt->Bind(7, request_id);
-    }
-    RETURN_IF_ERROR(WriteLocked(attempt, "recording the attempt"));
-    RETURN_IF_ERROR(NoteJobChangedLocked(g.job_id));
-    grant = std::move(g);
+    ASSIGN_OR_RETURN(std::string job_id, PickJobLocked(group_ranks));
+    if (job_id.empty()) return absl::OkStatus();
+    ASSIGN_OR_RETURN(grant, GrantLeaseLocked(job_id, worker_id, now, ttl, request_id));
     return absl::OkStatus();
   }));
   return grant;
+}
+
+absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::ReplayLeaseLocked(
+    const std::string& worker_id, const std::string& request_id) {
+  // The same request again (its answer was lost: the coordinator stopped after
+  // committing, or the call timed out): the lease it made, as it was, while no
+  // heartbeat has confirmed it. It is not extended, so a group that keeps asking
+  // cannot hold it past its TTL.
+  ASSIGN_OR_RETURN(Statement * again,
+                   // From the few leased jobs (jobs_by_status), then the attempt by key.
+                   PrepareLocked("SELECT j.job_id, j.config_json, j.attempt, j.fencing_token, "
+                                 "a.resumed_from_step FROM jobs j JOIN attempts a "
+                                 "ON a.job_id = j.job_id AND a.attempt = j.attempt "
+                                 "WHERE j.status = 'leased' AND j.worker_id = ?2 "
+                                 "AND a.lease_request = ?1"));
+  again->Bind(1, request_id).Bind(2, worker_id);
+  ASSIGN_OR_RETURN(QueryResult lost, CollectLocked(again));
+  if (lost.rows.empty()) return std::nullopt;
+  LeaseGrant g;
+  g.job_id = AsText(Cell(lost, 0, 0));
+  g.config_json = AsText(Cell(lost, 0, 1));
+  g.attempt = AsInt(Cell(lost, 0, 2));
+  g.fencing_token = AsInt(Cell(lost, 0, 3));
+  g.resume_step = AsInt(Cell(lost, 0, 4));
+  if (g.resume_step > 0) RETURN_IF_ERROR(FindResumePointLocked(g.resume_step, &g));
+  return g;
+}
+
+absl::StatusOr<std::string> SqliteStore::PickJobLocked(int64_t group_ranks) {
+  // Candidates in lease order, a page at a time, until one fits the group.
+  static const std::string kPageSql = absl::StrCat(
+      "SELECT job_id, batch_tokens, context FROM jobs WHERE status = 'pending' "
+      // A branch waits until its trunk's checkpoint at its start is recorded.
+      "AND (parent_id IS NULL OR EXISTS (SELECT 1 FROM checkpoints c WHERE "
+      "c.job_id = jobs.parent_id AND c.step = jobs.start_step)) "
+      "ORDER BY ",
+      std::string(kLeaseOrderSql), " LIMIT ?1 OFFSET ?2");
+  ASSIGN_OR_RETURN(Statement * page, PrepareLocked(kPageSql));
+  // The first candidate almost always fits: a page of one, then pages of 64.
+  for (int64_t offset = 0, size = 1;; offset += size, size = 64) {
+    page->Bind(1, size).Bind(2, offset);
+    ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(page));
+    for (const auto& row : rows.rows) {
+      if (BatchSplitsOver(AsInt(row[1]), AsInt(row[2]), group_ranks)) return AsText(row[0]);
+    }
+    if (static_cast<int64_t>(rows.rows.size()) < size) return std::string();
+  }
+}
+
+absl::StatusOr<LeaseGrant> SqliteStore::GrantLeaseLocked(const std::string& job_id,
+                                                         const std::string& worker_id, double now,
+                                                         double ttl,
+                                                         const std::string& request_id) {
+  LeaseGrant g;
+  g.job_id = job_id;
+  ASSIGN_OR_RETURN(Statement * pick,
+                   PrepareLocked("SELECT config_json, attempt FROM jobs WHERE job_id = ?1"));
+  pick->Bind(1, g.job_id);
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(pick));
+  g.config_json = AsText(Cell(rows, 0, 0));
+  g.attempt = AsInt(Cell(rows, 0, 1)) + 1;
+
+  ASSIGN_OR_RETURN(Statement * bump, PrepareLocked("UPDATE counters SET value = value + 1 "
+                                                   "WHERE name = 'fencing_token' RETURNING value"));
+  RETURN_IF_ERROR(FaultLocked("fencing token"));
+  ASSIGN_OR_RETURN(QueryResult token, CollectLocked(bump));
+  g.fencing_token = AsInt(Cell(token, 0, 0));
+
+  RETURN_IF_ERROR(FindResumePointLocked(/*step=*/-1, &g));
+  // The latest attempt wins: rows past the resume point are redone by this one.
+  ASSIGN_OR_RETURN(Statement * trim,
+                   PrepareLocked("DELETE FROM metrics WHERE job_id = ?1 AND step > ?2"));
+  trim->Bind(1, g.job_id).Bind(2, g.resume_step);
+  RETURN_IF_ERROR(WriteLocked(trim, "trimming metrics"));
+
+  if (!IsLegalTransition(JobState::kPending, JobState::kLeased)) {
+    return absl::InternalError("state machine forbids leasing");
+  }
+  ASSIGN_OR_RETURN(Statement * lease,
+                   PrepareLocked("UPDATE jobs SET status = 'leased', attempt = ?2, "
+                                 "fencing_token = ?3, worker_id = ?4, lease_expires_at = ?5, "
+                                 "last_step = ?6, status_reason = NULL, updated_at = ?7 "
+                                 "WHERE job_id = ?1 AND status = 'pending'"));
+  lease->Bind(1, g.job_id)
+      .Bind(2, g.attempt)
+      .Bind(3, g.fencing_token)
+      .Bind(4, worker_id)
+      .Bind(5, now + ttl)
+      .Bind(6, g.resume_step)
+      .Bind(7, now);
+  RETURN_IF_ERROR(WriteLocked(lease, "leasing a job"));
+  ASSIGN_OR_RETURN(Statement * attempt,
+                   PrepareLocked("INSERT INTO attempts (job_id, attempt, worker_id, "
+                                 "fencing_token, status, resumed_from_step, started_at, "
+                                 "lease_request) VALUES (?1, ?2, ?3, ?4, 'leased', ?5, ?6, ?7)"));
+  attempt->Bind(1, g.job_id)
+      .Bind(2, g.attempt)
+      .Bind(3, worker_id)
+      .Bind(4, g.fencing_token)
+      .Bind(5, g.resume_step)
+      .Bind(6, now);
+  if (request_id.empty()) {
+    attempt->BindNull(7);
+  } else {
+    attempt->Bind(7, request_id);
+  }
+  RETURN_IF_ERROR(WriteLocked(attempt, "recording the attempt"));
+  RETURN_IF_ERROR(NoteJobChangedLocked(g.job_id));
+  return g;
 }
 
 absl::StatusOr<JobState> SqliteStore::CheckFenceLocked(const std::string& job_id, int64_t token,

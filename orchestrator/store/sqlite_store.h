@@ -281,6 +281,18 @@ class SqliteStore : public StoreReader {
   // way) without recording the checkpoint a branch starts from: they could never
   // be leased. The reason names the trunk, its state and the step.
   absl::Status CancelStrandedBranchesLocked(const std::string& trunk_id, double now);
+  // The three steps of LeaseNextJob. The lease `request_id` made for the worker
+  // and no heartbeat has confirmed, as it was; nullopt when there is none.
+  absl::StatusOr<std::optional<LeaseGrant>> ReplayLeaseLocked(const std::string& worker_id,
+                                                              const std::string& request_id);
+  // The first leasable job in lease order whose batch splits over `group_ranks`;
+  // "" when there is none.
+  absl::StatusOr<std::string> PickJobLocked(int64_t group_ranks);
+  // Leases `job_id` (pending) to the worker: the next attempt, a new fencing
+  // token, the resume point, the metric rows past it deleted, the attempt row.
+  absl::StatusOr<LeaseGrant> GrantLeaseLocked(const std::string& job_id,
+                                              const std::string& worker_id, double now, double ttl,
+                                              const std::string& request_id);
   // Where g->job_id resumes: its newest checkpoint (or, with step >= 0, the one at
   // that step), else a cooldown branch's trunk checkpoint at its start; fills
   // resume_step, resume_checkpoint and resume_ranks (the writing group's ranks, 0
