@@ -6,6 +6,8 @@
 //        metric row of the job for last_step (through SqliteStore::Query, on the
 //        store's own connection);
 //   new: SqliteStore::JobResults as it is now.
+// It also times the typed read of the same rows (SqliteStore::JobResultRows, what
+// the reports, /api/compare and the law-driven order read), for information.
 // The file holds bench/grid-10k.yaml with every job trained to step S (default
 // 1,000): train_loss and lr every 10 steps, and every 100 steps an evaluation
 // (val_loss and its standard error; the routed families add their causal values
@@ -126,7 +128,7 @@ int Main(int argc, char** argv) {
       Since(t0), path.c_str());
 
   const std::string former = FormerResultsRead();
-  std::vector<double> t_old, t_new;
+  std::vector<double> t_old, t_new, t_typed;
   bool same = true;
   for (int r = 0; r < rounds; ++r) {
     t0 = std::chrono::steady_clock::now();
@@ -135,6 +137,10 @@ int Main(int argc, char** argv) {
     t0 = std::chrono::steady_clock::now();
     absl::StatusOr<QueryResult> new_rows = (*store)->JobResults(kSweep);
     t_new.push_back(Since(t0));
+    t0 = std::chrono::steady_clock::now();
+    const bool typed = (*store)->JobResultRows(kSweep).ok();
+    t_typed.push_back(Since(t0));
+    same &= typed;
     if (!old_rows.ok() || !new_rows.ok()) {
       std::fprintf(stderr, "%s\n",
                    (!old_rows.ok() ? old_rows.status() : new_rows.status()).ToString().c_str());
@@ -152,6 +158,7 @@ int Main(int argc, char** argv) {
       "job table of a 10,000-job sweep: old %.3f s | new %.3f s (medians of %d rounds) | "
       "old / new %s\n",
       Median(t_old), median_new, rounds, bench::Paired(t_old, t_new).Text().c_str());
+  std::printf("typed rows (JobResultRows): %.3f s (median)\n", Median(t_typed));
   std::printf("same rows: %s; new read under %.1f s: %s\n", same ? "yes" : "NO", kTargetSeconds,
               median_new <= kTargetSeconds ? "yes" : "NO");
   store->reset();
