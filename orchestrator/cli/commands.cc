@@ -477,7 +477,7 @@ absl::Status Results(const Flags& f, std::ostream& out) {
     if (f.by_config && f.baselines) {
       return absl::InvalidArgumentError("give --by-config or --baselines, not both");
     }
-    ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store.get(), f.sweep));
+    ASSIGN_OR_RETURN(std::vector<JobResultRow> jobs, store->JobResultRows(f.sweep));
     PrintResult(f.by_config ? ReplicateTable(jobs) : BaselineComparison(jobs), format, out);
     return absl::OkStatus();
   }

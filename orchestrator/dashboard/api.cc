@@ -8,60 +8,41 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "orchestrator/report/output.h"
-#include "orchestrator/report/report.h"
 #include "orchestrator/report/views.h"
 #include "orchestrator/scheduler/progress.h"
 
 namespace xmod {
 namespace {
 
-double AsNumber(const Value& v) {
-  if (const auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
-  if (const auto* d = std::get_if<double>(&v)) return *d;
-  return std::numeric_limits<double>::quiet_NaN();
-}
-
-int Column(const QueryResult& t, const std::string& name) {
-  for (size_t i = 0; i < t.columns.size(); ++i) {
-    if (t.columns[i] == name) return static_cast<int>(i);
-  }
-  return -1;
-}
-
 // A stored JSON text as JSON (the text itself when it does not parse).
-nlohmann::json ParsedOrText(const Value& v) {
-  const auto* s = std::get_if<std::string>(&v);
-  if (s == nullptr) return nullptr;
-  nlohmann::json parsed = nlohmann::json::parse(*s, nullptr, /*allow_exceptions=*/false);
-  return parsed.is_discarded() ? nlohmann::json(*s) : parsed;
+nlohmann::json ParsedOrText(const std::string& text) {
+  nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_discarded() ? nlohmann::json(text) : parsed;
 }
 
-// NOT_FOUND unless the store has a sweep named `sweep`.
-absl::Status RequireSweep(SqliteStore* store, const std::string& sweep) {
-  ASSIGN_OR_RETURN(
-      QueryResult found,
-      store->Query(absl::StrCat("SELECT 1 FROM sweeps WHERE name = ", SqlLiteral(sweep))));
-  if (found.rows.empty()) return absl::NotFoundError(absl::StrCat("no sweep '", sweep, "'"));
-  return absl::OkStatus();
+template <typename T>
+nlohmann::json OrNull(const std::optional<T>& v) {
+  return v.has_value() ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+nlohmann::json FailureJson(const FailedJobRow& f) {
+  return {
+      {"sweep", f.sweep},  {"job_id", f.job_id},     {"family", std::string(FamilyName(f.family))},
+      {"scale", f.scale},  {"attempts", f.attempts}, {"updated_at", f.updated_at},
+      {"reason", f.reason}};
 }
 
 }  // namespace
 
-absl::StatusOr<nlohmann::json> SweepsJson(SqliteStore* store, Scheduler* scheduler, double now) {
+absl::StatusOr<nlohmann::json> SweepsJson(StoreReader* store, Scheduler* scheduler, double now) {
   ASSIGN_OR_RETURN(std::vector<SweepSummary> sweeps, scheduler->Status(""));
   nlohmann::json out = ResultJson(StatusTable(sweeps, now));
-  ASSIGN_OR_RETURN(QueryResult failed,
-                   store->Query("SELECT s.name AS sweep, j.job_id, j.family, j.scale, "
-                                "j.attempt AS attempts, j.updated_at, j.status_reason AS reason "
-                                "FROM jobs j JOIN sweep_jobs sj ON sj.job_id = j.job_id "
-                                "JOIN sweeps s ON s.sweep_id = sj.sweep_id "
-                                "WHERE j.status = 'failed' ORDER BY j.updated_at DESC, j.job_id"));
-  const nlohmann::json failures = ResultJson(failed);
+  ASSIGN_OR_RETURN(std::vector<FailedJobRow> failures, store->FailedJobs());
   for (nlohmann::json& row : out) {
     const std::string sweep = row.value("sweep", "");
     row["failures"] = nlohmann::json::array();
-    for (const nlohmann::json& f : failures) {
-      if (f.value("sweep", "") == sweep) row["failures"].push_back(f);
+    for (const FailedJobRow& f : failures) {
+      if (f.sweep == sweep) row["failures"].push_back(FailureJson(f));
     }
     row["in_flight"] = nlohmann::json::array();
     if (row.value("leased", 0) + row.value("running", 0) == 0) continue;
@@ -73,24 +54,20 @@ absl::StatusOr<nlohmann::json> SweepsJson(SqliteStore* store, Scheduler* schedul
                           {"steps", j.steps}};
       // The rate over the attempt's reported training steps: the span of its
       // train-loss rows (startup and evaluations before the first one excluded).
-      ASSIGN_OR_RETURN(
-          QueryResult span,
-          store->Query(absl::StrCat("SELECT MAX(step) - MIN(step), MAX(tokens) - MIN(tokens), "
-                                    "MAX(wall_time) - MIN(wall_time) FROM metrics WHERE job_id = ",
-                                    SqlLiteral(j.job_id),
-                                    " AND name = 'train_loss' AND attempt = ", j.attempt)));
-      const double steps = AsNumber(span.rows[0][0]), tokens = AsNumber(span.rows[0][1]),
-                   seconds = AsNumber(span.rows[0][2]);
-      const bool measured = std::isfinite(seconds) && seconds > 0 && steps > 0;
-      f["steps_per_s"] = measured ? nlohmann::json(steps / seconds) : nullptr;
-      f["tokens_per_s"] = measured ? nlohmann::json(tokens / seconds) : nullptr;
+      ASSIGN_OR_RETURN(std::optional<TrainSpanRow> span, store->TrainSpan(j.job_id, j.attempt));
+      const bool measured =
+          span.has_value() && std::isfinite(span->seconds) && span->seconds > 0 && span->steps > 0;
+      f["steps_per_s"] =
+          measured ? nlohmann::json(static_cast<double>(span->steps) / span->seconds) : nullptr;
+      f["tokens_per_s"] =
+          measured ? nlohmann::json(static_cast<double>(span->tokens) / span->seconds) : nullptr;
       row["in_flight"].push_back(std::move(f));
     }
   }
   return out;
 }
 
-absl::StatusOr<nlohmann::json> JobsJson(SqliteStore* store, Scheduler* scheduler,
+absl::StatusOr<nlohmann::json> JobsJson(StoreReader* store, Scheduler* scheduler,
                                         const std::string& sweep) {
   ASSIGN_OR_RETURN(QueryResult rows, ResultsTable(store, sweep));
   ASSIGN_OR_RETURN(std::vector<JobProgressRow> progress, scheduler->Jobs(sweep));
@@ -178,41 +155,46 @@ std::vector<size_t> ThinCurveRows(const std::vector<double>& steps,
 
 namespace {
 
-// One job's curve (the job_curves view) as {rows, returned, thinned, columns},
-// thinned by ThinCurveRows to at most `max_points` rows; `wanted` names the
-// columns to return (empty: all but job_id).
-nlohmann::json CurveColumns(const QueryResult& curve, size_t max_points,
+// The columns of the job_curves view (job_id aside), each as a number or none.
+using CurveField = std::optional<double> (*)(const CurvePoint&);
+const std::pair<const char*, CurveField> kCurveColumns[] = {
+    {"step", [](const CurvePoint& p) { return std::optional<double>(p.step); }},
+    {"tokens", [](const CurvePoint& p) { return std::optional<double>(p.tokens); }},
+    {"flops", [](const CurvePoint& p) { return std::optional<double>(p.flops); }},
+    {"train_loss", [](const CurvePoint& p) { return p.train_loss; }},
+    {"val_loss", [](const CurvePoint& p) { return p.val_loss; }},
+    {"val_loss_causal", [](const CurvePoint& p) { return p.val_loss_causal; }},
+    {"lr", [](const CurvePoint& p) { return p.lr; }},
+    {"grad_norm", [](const CurvePoint& p) { return p.grad_norm; }},
+};
+
+// One job's curve as {rows, returned, thinned, columns}, thinned by ThinCurveRows
+// to at most `max_points` rows; `wanted` names the columns to return (empty: all).
+nlohmann::json CurveColumns(const std::vector<CurvePoint>& curve, size_t max_points,
                             const std::vector<std::string>& wanted) {
-  const int step = Column(curve, "step"), train = Column(curve, "train_loss");
-  const int evals[] = {Column(curve, "val_loss"), Column(curve, "val_loss_causal")};
+  constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> steps, train_loss;
   std::vector<bool> keep;
-  for (const auto& row : curve.rows) {
-    steps.push_back(step >= 0 ? AsNumber(row[step]) : 0.0);
-    train_loss.push_back(train >= 0 ? AsNumber(row[train])
-                                    : std::numeric_limits<double>::quiet_NaN());
-    bool eval = false;
-    for (int c : evals) eval = eval || (c >= 0 && std::isfinite(AsNumber(row[c])));
-    keep.push_back(eval);
+  for (const CurvePoint& p : curve) {
+    steps.push_back(static_cast<double>(p.step));
+    train_loss.push_back(p.train_loss.value_or(kNone));
+    keep.push_back(p.val_loss.has_value() || p.val_loss_causal.has_value());
   }
   const std::vector<size_t> rows = ThinCurveRows(steps, train_loss, keep, max_points);
   nlohmann::json columns = nlohmann::json::object();
-  for (size_t c = 0; c < curve.columns.size(); ++c) {
-    if (curve.columns[c] == "job_id") continue;
-    if (!wanted.empty() &&
-        std::find(wanted.begin(), wanted.end(), curve.columns[c]) == wanted.end()) {
-      continue;
-    }
+  for (const auto& [name, field] : kCurveColumns) {
+    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), name) == wanted.end()) continue;
     nlohmann::json values = nlohmann::json::array();
     for (size_t i : rows) {
-      const double v = AsNumber(curve.rows[i][c]);
-      values.push_back(std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr));
+      const std::optional<double> v = field(curve[i]);
+      values.push_back(v.has_value() && std::isfinite(*v) ? nlohmann::json(*v)
+                                                          : nlohmann::json(nullptr));
     }
-    columns[curve.columns[c]] = std::move(values);
+    columns[name] = std::move(values);
   }
-  return nlohmann::json{{"rows", curve.rows.size()},
+  return nlohmann::json{{"rows", curve.size()},
                         {"returned", rows.size()},
-                        {"thinned", rows.size() < curve.rows.size()},
+                        {"thinned", rows.size() < curve.size()},
                         {"columns", std::move(columns)}};
 }
 
@@ -225,30 +207,25 @@ absl::Status CheckMaxPoints(int64_t max_points) {
 
 }  // namespace
 
-absl::StatusOr<nlohmann::json> CurvesJson(SqliteStore* store, const std::string& job,
+absl::StatusOr<nlohmann::json> CurvesJson(StoreReader* store, const std::string& job,
                                           int64_t max_points) {
   RETURN_IF_ERROR(CheckMaxPoints(max_points));
-  ASSIGN_OR_RETURN(QueryResult curve, store->JobCurve(job));
+  ASSIGN_OR_RETURN(std::vector<CurvePoint> curve, store->CurvePoints(job));
   nlohmann::json out = CurveColumns(curve, static_cast<size_t>(max_points), {});
   out["job_id"] = job;
   return out;
 }
 
-absl::StatusOr<nlohmann::json> SweepCurvesJson(SqliteStore* store, const std::string& sweep,
+absl::StatusOr<nlohmann::json> SweepCurvesJson(StoreReader* store, const std::string& sweep,
                                                int64_t max_points) {
   RETURN_IF_ERROR(CheckMaxPoints(max_points));
-  RETURN_IF_ERROR(RequireSweep(store, sweep));
-  ASSIGN_OR_RETURN(QueryResult jobs,
-                   store->Query(absl::StrCat(
-                       "SELECT j.job_id FROM jobs j JOIN sweep_jobs sj ON sj.job_id = j.job_id "
-                       "JOIN sweeps s ON s.sweep_id = sj.sweep_id WHERE s.name = ",
-                       SqlLiteral(sweep),
-                       " AND j.status IN ('succeeded', 'running', 'leased') ORDER BY j.job_id")));
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> ids,
+      store->SweepJobIds(sweep, {JobState::kSucceeded, JobState::kRunning, JobState::kLeased}));
   nlohmann::json curves = nlohmann::json::array();
-  for (const auto& row : jobs.rows) {
-    const std::string id = std::get<std::string>(row[0]);
-    ASSIGN_OR_RETURN(QueryResult curve, store->JobCurve(id));
-    if (curve.rows.empty()) continue;
+  for (const std::string& id : ids) {
+    ASSIGN_OR_RETURN(std::vector<CurvePoint> curve, store->CurvePoints(id));
+    if (curve.empty()) continue;
     nlohmann::json c =
         CurveColumns(curve, static_cast<size_t>(max_points),
                      {"step", "tokens", "flops", "train_loss", "val_loss", "val_loss_causal"});
@@ -258,66 +235,65 @@ absl::StatusOr<nlohmann::json> SweepCurvesJson(SqliteStore* store, const std::st
   return nlohmann::json{{"sweep", sweep}, {"jobs", std::move(curves)}};
 }
 
-absl::StatusOr<nlohmann::json> JobJson(SqliteStore* store, const std::string& job) {
-  const std::string id = SqlLiteral(job);
-  ASSIGN_OR_RETURN(QueryResult result,
-                   store->Query(absl::StrCat(
-                       "SELECT r.*, j.config_json FROM job_results r JOIN jobs j ON j.job_id = "
-                       "r.job_id WHERE r.job_id = ",
-                       id, " LIMIT 1")));
-  // Every job belongs to a sweep, so no results row means no such job.
-  if (result.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", job, "'"));
-  ASSIGN_OR_RETURN(QueryResult attempts,
-                   store->Query(absl::StrCat("SELECT attempt, worker_id, status, "
-                                             "resumed_from_step, started_at, ended_at, reason "
-                                             "FROM attempts WHERE job_id = ",
-                                             id, " ORDER BY attempt")));
-  ASSIGN_OR_RETURN(QueryResult checkpoints,
-                   store->Query(absl::StrCat("SELECT step, attempt, path, checksum, created_at "
-                                             "FROM checkpoints WHERE job_id = ",
-                                             id, " ORDER BY step")));
+absl::StatusOr<nlohmann::json> JobJson(StoreReader* store, const std::string& job) {
+  ASSIGN_OR_RETURN(JobRecord record, store->JobDetail(job));
+  nlohmann::json attempts = nlohmann::json::array();
+  for (const AttemptRow& a : record.attempts) {
+    attempts.push_back({{"attempt", a.attempt},
+                        {"worker_id", OrNull(a.worker_id)},
+                        {"status", a.status},
+                        {"resumed_from_step", a.resumed_from_step},
+                        {"started_at", a.started_at},
+                        {"ended_at", OrNull(a.ended_at)},
+                        {"reason", OrNull(a.reason)}});
+  }
+  nlohmann::json checkpoints = nlohmann::json::array();
+  for (const CheckpointRow& c : record.checkpoints) {
+    checkpoints.push_back({{"step", c.step},
+                           {"attempt", c.attempt},
+                           {"path", c.path},
+                           {"checksum", c.checksum},
+                           {"created_at", c.created_at}});
+  }
   nlohmann::json out = nlohmann::json::object();
   out["job_id"] = job;
-  const int c = Column(result, "config_json");
-  out["config"] = ParsedOrText(result.rows[0][c]);
-  result.columns.erase(result.columns.begin() + c);
-  result.rows[0].erase(result.rows[0].begin() + c);
-  out["result"] = ResultJson(result)[0];
-  out["attempts"] = ResultJson(attempts);
-  out["checkpoints"] = ResultJson(checkpoints);
+  out["config"] = ParsedOrText(record.config_json);
+  out["result"] = ResultJson(record.result)[0];
+  out["attempts"] = std::move(attempts);
+  out["checkpoints"] = std::move(checkpoints);
   return out;
 }
 
-absl::StatusOr<nlohmann::json> FitsJson(SqliteStore* store, const std::string& sweep) {
-  RETURN_IF_ERROR(RequireSweep(store, sweep));
-  const std::string name = SqlLiteral(sweep);
-  ASSIGN_OR_RETURN(QueryResult fits,
-                   store->Query(absl::StrCat(
-                       "SELECT f.fit_id, f.law, f.method, f.n_points, f.points_hash, f.objective, "
-                       "f.rmse, f.holdout_scale, f.created_at, f.params_json, f.result_json "
-                       "FROM fits f JOIN sweeps s ON s.sweep_id = f.sweep_id WHERE s.name = ",
-                       name, " ORDER BY f.fit_id DESC")));
-  const int params = Column(fits, "params_json"), report = Column(fits, "result_json");
-  nlohmann::json out = ResultJson(fits);
-  for (size_t i = 0; i < fits.rows.size(); ++i) {
-    nlohmann::json& row = out[i];
-    row.erase("params_json");
-    row.erase("result_json");
-    row["params"] = ParsedOrText(fits.rows[i][params]);
-    const nlohmann::json stored = ParsedOrText(fits.rows[i][report]);
+absl::StatusOr<nlohmann::json> FitsJson(StoreReader* store, const std::string& sweep) {
+  ASSIGN_OR_RETURN(std::vector<FitRow> fits, store->Fits(sweep));
+  nlohmann::json out = nlohmann::json::array();
+  for (const FitRow& f : fits) {
+    nlohmann::json row = {{"fit_id", f.fit_id},
+                          {"law", f.law},
+                          {"method", f.method},
+                          {"n_points", f.n_points},
+                          {"points_hash", f.points_hash},
+                          {"objective", f.objective},
+                          {"rmse", f.rmse},
+                          {"holdout_scale", OrNull(f.holdout_scale)},
+                          {"created_at", f.created_at},
+                          {"params", ParsedOrText(f.params_json)}};
+    const nlohmann::json stored = ParsedOrText(f.result_json);
     // The stored report's intervals, bound flags and hold-out, where it has them.
     for (const char* key : {"intervals", "on_bound", "holdout", "bootstrap", "stages", "fitted"}) {
       if (stored.is_object() && stored.contains(key)) row[key] = stored[key];
     }
+    out.push_back(std::move(row));
   }
   return out;
 }
 
-absl::StatusOr<nlohmann::json> CompareJson(SqliteStore* store, const std::string& sweep) {
-  ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store, sweep));
-  std::vector<SweepJob> done;
-  for (const SweepJob& j : jobs) {
-    if (j.status == "succeeded" && j.final_val_loss.has_value() && j.role != "trunk") {
+absl::StatusOr<nlohmann::json> CompareJson(StoreReader* store, const std::string& sweep) {
+  ASSIGN_OR_RETURN(std::vector<JobResultRow> jobs, store->JobResultRows(sweep));
+  std::vector<JobResultRow> done;
+  for (const JobResultRow& j : jobs) {
+    if (j.state == JobState::kSucceeded && j.final_val_loss.has_value() &&
+        j.role != JobRole::kTrunk) {
       done.push_back(j);
     }
   }
@@ -335,17 +311,13 @@ absl::StatusOr<nlohmann::json> CompareJson(SqliteStore* store, const std::string
   out["law_lines"] = nlohmann::json::array();
   out["isoflop"] = nlohmann::json::array();
   // The newest stored dense-law fit (xmod fit --law dense) draws the law.
-  ASSIGN_OR_RETURN(QueryResult fit,
-                   store->Query(absl::StrCat(
-                       "SELECT f.fit_id, f.params_json FROM fits f JOIN sweeps s ON s.sweep_id "
-                       "= f.sweep_id WHERE s.name = ",
-                       SqlLiteral(sweep), " AND f.law = 'dense' ORDER BY f.fit_id DESC LIMIT 1")));
-  if (fit.rows.empty()) {
+  ASSIGN_OR_RETURN(std::optional<FitRow> fit, store->LatestFit(sweep, "dense"));
+  if (!fit.has_value()) {
     out["law_missing"] = "no stored dense fit (run xmod fit --law dense)";
     return out;
   }
-  const int64_t fit_id = static_cast<int64_t>(AsNumber(fit.rows[0][0]));
-  const nlohmann::json params = ParsedOrText(fit.rows[0][1]);
+  const int64_t fit_id = fit->fit_id;
+  const nlohmann::json params = ParsedOrText(fit->params_json);
   double e = 0, a = 0, b = 0, alpha = 0, beta = 0;
   for (auto [key, value] : {std::pair<const char*, double*>{"E", &e},
                             {"A", &a},

@@ -1,6 +1,7 @@
-// The dashboard's JSON endpoints (docs/dashboard.md), as functions of the store so
-// that the HTTP server, `xmod dashboard` and the tests share them. Names and units
-// are those of `xmod status` and `xmod results --format json`.
+// The dashboard's JSON endpoints (docs/dashboard.md), as functions of the store's
+// named reads (store_reader.h) so that the HTTP server, `xmod dashboard` and the
+// tests share them. Names and units are those of `xmod status` and
+// `xmod results --format json`.
 #ifndef XMOD_ORCHESTRATOR_DASHBOARD_API_H_
 #define XMOD_ORCHESTRATOR_DASHBOARD_API_H_
 
@@ -11,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "orchestrator/scheduler/scheduler.h"
-#include "orchestrator/store/sqlite_store.h"
+#include "orchestrator/store/store_reader.h"
 
 namespace xmod {
 
@@ -21,25 +22,25 @@ namespace xmod {
 // reason) and `in_flight` (job_id, family, scale, status, attempt, step, steps,
 // steps_per_s and tokens_per_s over the attempt's reported training steps; null
 // before two are reported).
-absl::StatusOr<nlohmann::json> SweepsJson(SqliteStore* store, Scheduler* scheduler, double now);
+absl::StatusOr<nlohmann::json> SweepsJson(StoreReader* store, Scheduler* scheduler, double now);
 
 // /api/jobs?sweep=: `xmod results --sweep S --format json`, each row with the
 // job's live `step` (the newest reported) added. NOT_FOUND for an unknown sweep.
-absl::StatusOr<nlohmann::json> JobsJson(SqliteStore* store, Scheduler* scheduler,
+absl::StatusOr<nlohmann::json> JobsJson(StoreReader* store, Scheduler* scheduler,
                                         const std::string& sweep);
 
 // /api/curves?job=&max_points=: the job's curve (the job_curves view: step,
 // tokens, flops, train_loss, val_loss, val_loss_causal, lr, grad_norm) as one
 // array per column, thinned to at most `max_points` rows (0: all) by
 // ThinCurveRows. NOT_FOUND for an unknown job.
-absl::StatusOr<nlohmann::json> CurvesJson(SqliteStore* store, const std::string& job,
+absl::StatusOr<nlohmann::json> CurvesJson(StoreReader* store, const std::string& job,
                                           int64_t max_points);
 
 // /api/curves?sweep=&max_points=: the curves of the sweep's succeeded and
 // in-flight jobs, {sweep, jobs: [{job_id, rows, returned, thinned, columns}]},
 // columns step, tokens, flops, train_loss, val_loss, val_loss_causal, each curve
 // thinned as CurvesJson does. NOT_FOUND for an unknown sweep.
-absl::StatusOr<nlohmann::json> SweepCurvesJson(SqliteStore* store, const std::string& sweep,
+absl::StatusOr<nlohmann::json> SweepCurvesJson(StoreReader* store, const std::string& sweep,
                                                int64_t max_points);
 
 // /api/compare?sweep=: the comparison views (orchestrator/report/views.h) over the
@@ -48,16 +49,16 @@ absl::StatusOr<nlohmann::json> SweepCurvesJson(SqliteStore* store, const std::st
 // params) the law's loss against training FLOPs at each dense N (law_lines) and
 // its isoFLOP profiles (isoflop); `law_missing` says why there is no law.
 // NOT_FOUND for an unknown sweep.
-absl::StatusOr<nlohmann::json> CompareJson(SqliteStore* store, const std::string& sweep);
+absl::StatusOr<nlohmann::json> CompareJson(StoreReader* store, const std::string& sweep);
 
 // /api/job?id=: the job's results row, its attempts, its checkpoints and its
 // resolved config (the job file). NOT_FOUND for an unknown job.
-absl::StatusOr<nlohmann::json> JobJson(SqliteStore* store, const std::string& job);
+absl::StatusOr<nlohmann::json> JobJson(StoreReader* store, const std::string& job);
 
 // /api/fits?sweep=: every stored fit of the sweep, newest first: law, method,
 // points, parameters, objective, rmse, intervals and bound flags (the stored
 // report). NOT_FOUND for an unknown sweep.
-absl::StatusOr<nlohmann::json> FitsJson(SqliteStore* store, const std::string& sweep);
+absl::StatusOr<nlohmann::json> FitsJson(StoreReader* store, const std::string& sweep);
 
 // The rows of a curve to keep so that at most `max_points` remain: every row with
 // a validation loss (an evaluation; few), the first and the last row, and among

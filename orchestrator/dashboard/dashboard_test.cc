@@ -2,9 +2,11 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "nlohmann/json.hpp"
@@ -34,7 +36,8 @@ class DashboardTest : public ::testing::Test {
     store_ = db_->store();
     scheduler_ = std::make_unique<Scheduler>(store_, SchedulerOptions{});
     ASSERT_TRUE(scheduler_->Submit(SmokeYaml(), "smoke.yaml").ok());
-    const std::string worker = scheduler_->RegisterWorker("host", 1, "").value();
+    worker_ = scheduler_->RegisterWorker("host", 1, "").value();
+    const std::string& worker = worker_;
     done_ = *scheduler_->Lease(worker)->grant;
     const int64_t steps = nlohmann::json::parse(done_.config_json).at("steps").get<int64_t>();
     std::vector<ReportedMetric> metrics;
@@ -68,9 +71,10 @@ class DashboardTest : public ::testing::Test {
     options.now = [this] { return clock_.Now(); };
     Start(options);
   }
-  void Start(const DashboardOptions& options) {
+  void Start(const DashboardOptions& options, StoreReader* reader = nullptr) {
     server_.reset();
-    auto started = DashboardServer::Start(store_, scheduler_.get(), options);
+    auto started =
+        DashboardServer::Start(reader != nullptr ? reader : store_, scheduler_.get(), options);
     ASSERT_TRUE(started.ok()) << started.status();
     server_ = *std::move(started);
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
@@ -95,6 +99,7 @@ class DashboardTest : public ::testing::Test {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DashboardServer> server_;
   std::unique_ptr<httplib::Client> client_;
+  std::string worker_;
   LeaseGrant done_, flying_;
 };
 
@@ -377,6 +382,137 @@ TEST_F(DashboardTest, PollingWithETagsCostsNothingUntilTheDataChanges) {
   ASSERT_TRUE(changed);
   EXPECT_EQ(changed->status, 200);
   EXPECT_NE(changed->get_header_value("ETag"), etag);
+}
+
+// The store's reads, passed through and counted (the dashboard's seam).
+class CountingReader : public StoreReader {
+ public:
+  explicit CountingReader(StoreReader* store) : store_(store) {}
+  // Reads other than the data versions.
+  int reads() const { return reads_; }
+
+  absl::StatusOr<QueryResult> JobResults(const std::string& sweep) override {
+    ++reads_;
+    return store_->JobResults(sweep);
+  }
+  absl::StatusOr<std::vector<JobResultRow>> JobResultRows(const std::string& sweep) override {
+    ++reads_;
+    return store_->JobResultRows(sweep);
+  }
+  absl::StatusOr<std::vector<CurvePoint>> CurvePoints(const std::string& job_id) override {
+    ++reads_;
+    return store_->CurvePoints(job_id);
+  }
+  absl::StatusOr<std::vector<std::string>> SweepJobIds(
+      const std::string& sweep, const std::vector<JobState>& states) override {
+    ++reads_;
+    return store_->SweepJobIds(sweep, states);
+  }
+  absl::StatusOr<std::vector<FailedJobRow>> FailedJobs() override {
+    ++reads_;
+    return store_->FailedJobs();
+  }
+  absl::StatusOr<std::optional<TrainSpanRow>> TrainSpan(const std::string& job_id,
+                                                        int64_t attempt) override {
+    ++reads_;
+    return store_->TrainSpan(job_id, attempt);
+  }
+  absl::StatusOr<JobRecord> JobDetail(const std::string& job_id) override {
+    ++reads_;
+    return store_->JobDetail(job_id);
+  }
+  absl::StatusOr<std::vector<FitRow>> Fits(const std::string& sweep) override {
+    ++reads_;
+    return store_->Fits(sweep);
+  }
+  absl::StatusOr<std::optional<FitRow>> LatestFit(const std::string& sweep,
+                                                  const std::string& law) override {
+    ++reads_;
+    return store_->LatestFit(sweep, law);
+  }
+  absl::StatusOr<int64_t> SweepDataVersion(const std::string& sweep) override {
+    return store_->SweepDataVersion(sweep);
+  }
+  absl::StatusOr<int64_t> JobDataVersion(const std::string& job_id) override {
+    return store_->JobDataVersion(job_id);
+  }
+
+ private:
+  StoreReader* store_;
+  std::atomic<int> reads_{0};
+};
+
+// An unchanged poll costs one lookup: with the ETag it was given, each
+// versioned endpoint answers 304 without reading (so without computing) its
+// answer. A metric, a heartbeat, a state change or a fit gives a new tag.
+TEST_F(DashboardTest, AnUnchangedPollIsA304ThatComputesNothing) {
+  CountingReader reader(store_);
+  DashboardOptions options;
+  options.listen = "127.0.0.1:0";
+  options.now = [this] { return clock_.Now(); };
+  Start(options, &reader);
+  const std::vector<std::string> urls = {"/api/jobs?sweep=smoke",
+                                         "/api/compare?sweep=smoke",
+                                         "/api/fits?sweep=smoke",
+                                         "/api/curves?sweep=smoke",
+                                         "/api/job?id=" + flying_.job_id,
+                                         "/api/curves?job=" + flying_.job_id,
+                                         "/api/curves?job=" + done_.job_id + "&max_points=50"};
+  std::map<std::string, std::string> tags;
+  const auto poll_all = [&] {
+    for (const std::string& url : urls) {
+      auto res = client_->Get(url.c_str(), {{"If-None-Match", tags[url]}});
+      ASSERT_TRUE(res) << url;
+      ASSERT_TRUE(res->status == 200 || res->status == 304) << url << ": " << res->status;
+      if (res->status == 200) EXPECT_NE(res->get_header_value("ETag"), tags[url]) << url;
+      tags[url] = res->get_header_value("ETag");
+    }
+  };
+  poll_all();
+  const auto unchanged = [&](const std::string& when) {
+    const int reads = reader.reads();
+    for (const std::string& url : urls) {
+      auto res = client_->Get(url.c_str(), {{"If-None-Match", tags[url]}});
+      ASSERT_TRUE(res) << url;
+      EXPECT_EQ(res->status, 304) << when << ": " << url;
+      EXPECT_TRUE(res->body.empty());
+      EXPECT_EQ(res->get_header_value("ETag"), tags[url]);
+    }
+    EXPECT_EQ(reader.reads(), reads) << when << ": a 304 read more than the data version";
+  };
+  const auto changed = [&](const std::string& what) {
+    const int reads = reader.reads();
+    for (const std::string& url : urls) {
+      auto res = client_->Get(url.c_str(), {{"If-None-Match", tags[url]}});
+      ASSERT_TRUE(res) << url;
+      EXPECT_EQ(res->status, 200) << "after " << what << ": " << url;
+      EXPECT_NE(res->get_header_value("ETag"), tags[url]) << "after " << what << ": " << url;
+      tags[url] = res->get_header_value("ETag");
+    }
+    EXPECT_GT(reader.reads(), reads);
+    unchanged("after " + what);
+  };
+  unchanged("at first");
+  ASSERT_TRUE(scheduler_
+                  ->ReportMetrics(flying_.job_id, flying_.fencing_token,
+                                  {{"train_loss", 8, 4.4, 8 * 1024, 8e6}})
+                  .ok());
+  changed("a metric");
+  ASSERT_TRUE(scheduler_->Heartbeat(worker_, flying_.job_id, flying_.fencing_token, 8).ok());
+  changed("a heartbeat");
+  ASSERT_TRUE(
+      scheduler_->Fail(flying_.job_id, flying_.fencing_token, AttemptEnd::kFatalError, "boom", 8)
+          .ok());
+  changed("a state change");
+  FitRecord fit;
+  fit.law = "dense";
+  fit.params_json = fit.result_json = "{}";
+  ASSERT_TRUE(store_->RecordFit("smoke", fit).ok());
+  changed("a fit");
+  // The JSON answers without a version still carry a tag of their content.
+  auto sweeps = client_->Get("/api/sweeps");
+  ASSERT_TRUE(sweeps);
+  EXPECT_FALSE(sweeps->get_header_value("ETag").empty());
 }
 
 // Read-only: nothing but GET; the pages are served from the binary.

@@ -8,11 +8,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/id.h"
+#include "common/status_macros.h"
 #include "orchestrator/dashboard/api.h"
 #include "orchestrator/dashboard/assets.h"
 #include "orchestrator/service/server.h"
@@ -94,18 +97,113 @@ void SendTagged(const httplib::Request& req, httplib::Response& res, const std::
   res.set_content(body, type.c_str());
 }
 
+// One JSON endpoint. `answer` computes the body; INVALID_ARGUMENT (a missing or
+// malformed parameter) is a 400 and NOT_FOUND a 404. `version`, when set, is the
+// store's data version of what the answer shows (store_reader.h): it is read
+// before the answer, so a tag never claims data newer than its body, and a
+// client that already has the answer for this version gets a 304 without the
+// answer being computed. Without `version` (or when it fails: a malformed
+// request, an unknown sweep) the tag is a hash of the body.
+struct JsonRoute {
+  const char* path;
+  std::function<absl::StatusOr<int64_t>(const httplib::Request&)> version;
+  std::function<absl::StatusOr<nlohmann::json>(const httplib::Request&)> answer;
+};
+
+// The value of `name`, or INVALID_ARGUMENT saying what the endpoint needs.
+absl::StatusOr<std::string> Param(const httplib::Request& req, const char* name) {
+  if (!req.has_param(name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(req.path, " needs ?", name, "=", std::string(name) == "id" ? "JOB" : "NAME"));
+  }
+  return req.get_param_value(name);
+}
+
 // A JSON answer with its ETag, gzipped here over 1 KB; the content type carries a
 // charset, which keeps cpp-httplib from compressing it again with brotli at its
 // slowest setting (seconds per megabyte: it stalled the 10,000-job page).
-void SendJson(const httplib::Request& req, httplib::Response& res,
-              const absl::StatusOr<nlohmann::json>& body) {
+// `server` tells this process's tags from another's (a restarted or upgraded
+// server has other answers for the same data).
+void ServeJson(const JsonRoute& route, const std::string& server, const httplib::Request& req,
+               httplib::Response& res) {
+  std::string etag;
+  if (route.version) {
+    if (absl::StatusOr<int64_t> version = route.version(req); version.ok()) {
+      etag = absl::StrCat("\"", HexId(req.target), "-", *version, "-", server, "\"");
+      if (req.get_header_value("If-None-Match") == etag) {
+        SendTagged(req, res, etag, "", "", [] { return std::string(); });
+        return;
+      }
+    }
+  }
+  const absl::StatusOr<nlohmann::json> body = route.answer(req);
   if (!body.ok()) {
     SendError(res, HttpCode(body.status()), std::string(body.status().message()));
     return;
   }
   const std::string text = body->dump();
-  SendTagged(req, res, absl::StrCat("\"", HexId(text), "\""), "application/json; charset=utf-8",
-             text, [&text] { return text.size() > 1024 ? Gzip(text) : std::string(); });
+  if (etag.empty()) etag = absl::StrCat("\"", HexId(text), "\"");
+  SendTagged(req, res, etag, "application/json; charset=utf-8", text,
+             [&text] { return text.size() > 1024 ? Gzip(text) : std::string(); });
+}
+
+// The JSON endpoints of api.h (docs/dashboard.md). /api/sweeps has no version:
+// its elapsed times and ETAs move with the clock.
+std::vector<JsonRoute> JsonRoutes(StoreReader* store, Scheduler* scheduler,
+                                  std::function<double()> now) {
+  const auto sweep_version = [store](const httplib::Request& req) -> absl::StatusOr<int64_t> {
+    ASSIGN_OR_RETURN(std::string sweep, Param(req, "sweep"));
+    return store->SweepDataVersion(sweep);
+  };
+  return {
+      {"/api/sweeps", nullptr,
+       [store, scheduler, now](const httplib::Request&) {
+         return SweepsJson(store, scheduler, now());
+       }},
+      {"/api/jobs", sweep_version,
+       [store, scheduler](const httplib::Request& req) -> absl::StatusOr<nlohmann::json> {
+         ASSIGN_OR_RETURN(std::string sweep, Param(req, "sweep"));
+         return JobsJson(store, scheduler, sweep);
+       }},
+      {"/api/job",
+       [store](const httplib::Request& req) -> absl::StatusOr<int64_t> {
+         ASSIGN_OR_RETURN(std::string job, Param(req, "id"));
+         return store->JobDataVersion(job);
+       },
+       [store](const httplib::Request& req) -> absl::StatusOr<nlohmann::json> {
+         ASSIGN_OR_RETURN(std::string job, Param(req, "id"));
+         return JobJson(store, job);
+       }},
+      {"/api/curves",
+       [store, sweep_version](const httplib::Request& req) -> absl::StatusOr<int64_t> {
+         if (req.has_param("job")) return store->JobDataVersion(req.get_param_value("job"));
+         return sweep_version(req);
+       },
+       [store](const httplib::Request& req) -> absl::StatusOr<nlohmann::json> {
+         const bool by_job = req.has_param("job"), by_sweep = req.has_param("sweep");
+         if (by_job == by_sweep) {
+           return absl::InvalidArgumentError("/api/curves needs one of ?job=JOB and ?sweep=NAME");
+         }
+         // A whole sweep's curves come thinner by default: hundreds of them share a page.
+         int64_t max_points = by_job ? 2000 : 200;
+         if (req.has_param("max_points") &&
+             !absl::SimpleAtoi(req.get_param_value("max_points"), &max_points)) {
+           return absl::InvalidArgumentError("max_points: expected an integer");
+         }
+         return by_job ? CurvesJson(store, req.get_param_value("job"), max_points)
+                       : SweepCurvesJson(store, req.get_param_value("sweep"), max_points);
+       }},
+      {"/api/compare", sweep_version,
+       [store](const httplib::Request& req) -> absl::StatusOr<nlohmann::json> {
+         ASSIGN_OR_RETURN(std::string sweep, Param(req, "sweep"));
+         return CompareJson(store, sweep);
+       }},
+      {"/api/fits", sweep_version,
+       [store](const httplib::Request& req) -> absl::StatusOr<nlohmann::json> {
+         ASSIGN_OR_RETURN(std::string sweep, Param(req, "sweep"));
+         return FitsJson(store, sweep);
+       }},
+  };
 }
 
 std::string CookieValue(const std::string& header, const std::string& name) {
@@ -122,40 +220,25 @@ std::string CookieValue(const std::string& header, const std::string& name) {
   return "";
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(SqliteStore* store,
-                                                                        Scheduler* scheduler,
-                                                                        DashboardOptions options) {
-  const size_t colon = options.listen.rfind(':');
+// HOST and PORT of "HOST:PORT" ("[::1]:8080" gives ::1); INVALID_ARGUMENT otherwise.
+absl::StatusOr<std::pair<std::string, int>> ParseListen(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
   int port = -1;
-  if (colon == std::string::npos || !absl::SimpleAtoi(options.listen.substr(colon + 1), &port) ||
+  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
       port < 0 || port > 65535 || colon == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--http ", options.listen, ": expected HOST:PORT (e.g. 127.0.0.1:8080)"));
+        absl::StrCat("--http ", listen, ": expected HOST:PORT (e.g. 127.0.0.1:8080)"));
   }
-  std::string host = options.listen.substr(0, colon);
+  std::string host = listen.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  if (!IsLoopbackAddress(options.listen) && options.token.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--http ", options.listen,
-                     ": not a loopback address, so the dashboard needs an operator token "
-                     "(--token-file); or listen on 127.0.0.1 and tunnel"));
-  }
-  if (!options.now) {
-    options.now = [] {
-      return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-    };
-  }
-  std::unique_ptr<DashboardServer> d(new DashboardServer());
-  d->server_ = std::make_unique<httplib::Server>();
-  httplib::Server& s = *d->server_;
-  const std::string token = options.token;
+  return std::make_pair(host, port);
+}
 
-  // The token gate, before any route: the header or the login cookie.
+// The token gate, before any route: the header or the login cookie. No gate
+// without a token.
+void InstallTokenGate(httplib::Server& s, const std::string& token) {
   s.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
     if (token.empty() || req.path == "/login") return httplib::Server::HandlerResponse::Unhandled;
     const std::string header = req.get_header_value("Authorization");
@@ -184,48 +267,15 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(SqliteSt
                    absl::StrCat(kCookie, "=", given, "; Path=/; HttpOnly; SameSite=Strict"));
     res.set_redirect("/");
   });
+}
 
-  s.Get("/api/sweeps",
-        [store, scheduler, now = options.now](const httplib::Request& req, httplib::Response& res) {
-          SendJson(req, res, SweepsJson(store, scheduler, now()));
-        });
-  s.Get("/api/jobs", [store, scheduler](const httplib::Request& req, httplib::Response& res) {
-    if (!req.has_param("sweep")) return SendError(res, 400, "/api/jobs needs ?sweep=NAME");
-    SendJson(req, res, JobsJson(store, scheduler, req.get_param_value("sweep")));
-  });
-  s.Get("/api/job", [store](const httplib::Request& req, httplib::Response& res) {
-    if (!req.has_param("id")) return SendError(res, 400, "/api/job needs ?id=JOB");
-    SendJson(req, res, JobJson(store, req.get_param_value("id")));
-  });
-  s.Get("/api/curves", [store](const httplib::Request& req, httplib::Response& res) {
-    const bool by_job = req.has_param("job"), by_sweep = req.has_param("sweep");
-    if (by_job == by_sweep) {
-      return SendError(res, 400, "/api/curves needs one of ?job=JOB and ?sweep=NAME");
-    }
-    // A whole sweep's curves come thinner by default: hundreds of them share a page.
-    int64_t max_points = by_job ? 2000 : 200;
-    if (req.has_param("max_points") &&
-        !absl::SimpleAtoi(req.get_param_value("max_points"), &max_points)) {
-      return SendError(res, 400, "max_points: expected an integer");
-    }
-    SendJson(req, res,
-             by_job ? CurvesJson(store, req.get_param_value("job"), max_points)
-                    : SweepCurvesJson(store, req.get_param_value("sweep"), max_points));
-  });
-  s.Get("/api/compare", [store](const httplib::Request& req, httplib::Response& res) {
-    if (!req.has_param("sweep")) return SendError(res, 400, "/api/compare needs ?sweep=NAME");
-    SendJson(req, res, CompareJson(store, req.get_param_value("sweep")));
-  });
-  s.Get("/api/fits", [store](const httplib::Request& req, httplib::Response& res) {
-    if (!req.has_param("sweep")) return SendError(res, 400, "/api/fits needs ?sweep=NAME");
-    SendJson(req, res, FitsJson(store, req.get_param_value("sweep")));
-  });
-  // The pages: the embedded files ("/" is index.html), with an ETag so that a
-  // reload costs a 304. The scripts (the chart bundle: 53 KB) are gzipped once
-  // here and sent so to clients that take gzip; cpp-httplib would otherwise
-  // brotli them on every request at its slowest setting (a quarter of a second).
-  // It still compresses the small text/* files (HTML, CSS) itself, so those go
-  // out as they are.
+// The pages: the embedded files ("/" is index.html), with an ETag so that a
+// reload costs a 304. The scripts (the chart bundle: 53 KB) are gzipped once
+// here and sent so to clients that take gzip; cpp-httplib would otherwise
+// brotli them on every request at its slowest setting (a quarter of a second).
+// It still compresses the small text/* files (HTML, CSS) itself, so those go
+// out as they are.
+void InstallPages(httplib::Server& s) {
   struct Served {
     std::string bytes, gzipped, etag, type;
   };
@@ -241,7 +291,11 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(SqliteSt
     const Served& a = it->second;
     SendTagged(req, res, a.etag, a.type, a.bytes, [&a] { return a.gzipped; });
   });
-  // Read-only: no other method does anything.
+}
+
+// Read-only: no method but GET (and HEAD) does anything; an exception in a
+// handler is a 500 that says what it was.
+void InstallRefusals(httplib::Server& s) {
   const auto refuse = [](const httplib::Request& req, httplib::Response& res) {
     SendError(res, 405, absl::StrCat(req.method, " is not allowed: the dashboard is read-only"));
   };
@@ -261,6 +315,42 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(SqliteSt
         }
         SendError(res, 500, what);
       });
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(StoreReader* store,
+                                                                        Scheduler* scheduler,
+                                                                        DashboardOptions options) {
+  ASSIGN_OR_RETURN(auto listen, ParseListen(options.listen));
+  auto [host, port] = std::move(listen);
+  if (!IsLoopbackAddress(options.listen) && options.token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http ", options.listen,
+                     ": not a loopback address, so the dashboard needs an operator token "
+                     "(--token-file); or listen on 127.0.0.1 and tunnel"));
+  }
+  if (!options.now) {
+    options.now = [] {
+      return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+  }
+  std::unique_ptr<DashboardServer> d(new DashboardServer());
+  d->server_ = std::make_unique<httplib::Server>();
+  httplib::Server& s = *d->server_;
+  InstallTokenGate(s, options.token);
+  // This process's part of the JSON answers' tags.
+  const std::string server_tag =
+      HexId(absl::StrCat(std::random_device{}(), "-", std::random_device{}(), "-", options.now()));
+  for (JsonRoute& route : JsonRoutes(store, scheduler, options.now)) {
+    s.Get(route.path, [route = std::move(route), server_tag](const httplib::Request& req,
+                                                             httplib::Response& res) {
+      ServeJson(route, server_tag, req, res);
+    });
+  }
+  InstallPages(s);
+  InstallRefusals(s);
 
   if (port == 0) {
     port = s.bind_to_any_port(host);

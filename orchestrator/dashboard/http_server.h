@@ -17,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "orchestrator/scheduler/scheduler.h"
-#include "orchestrator/store/sqlite_store.h"
+#include "orchestrator/store/store_reader.h"
 
 namespace httplib {
 class Server;
@@ -37,7 +37,7 @@ class DashboardServer {
   // Binds and starts serving on its own threads. INVALID_ARGUMENT for a malformed
   // address or a non-loopback one without a token; UNAVAILABLE when the bind fails.
   // `store` and `scheduler` are not owned and must outlive the server.
-  static absl::StatusOr<std::unique_ptr<DashboardServer>> Start(SqliteStore* store,
+  static absl::StatusOr<std::unique_ptr<DashboardServer>> Start(StoreReader* store,
                                                                 Scheduler* scheduler,
                                                                 DashboardOptions options);
   ~DashboardServer();  // stops and joins

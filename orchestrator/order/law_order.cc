@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,14 +14,11 @@
 namespace xmod {
 namespace {
 
-std::string Text(const Value& v) {
-  return std::holds_alternative<std::string>(v) ? std::get<std::string>(v) : std::string();
-}
-
 // A job whose result the dense law reads once it has run: a dense run or branch
 // end (never a cooldown trunk), as FitPoints and FitNamedLaw("dense") select.
-bool DenseLawReads(const SweepJob& j) {
-  return j.role != "trunk" && (j.family == "dense" || j.family == "xmod") && j.ToLawPoint().dense();
+bool DenseLawReads(const JobResultRow& j) {
+  return j.role != JobRole::kTrunk && (j.family == Family::kDense || j.family == Family::kXmod) &&
+         ToLawPoint(j).dense();
 }
 
 }  // namespace
@@ -85,29 +81,17 @@ void LawDrivenOrder::Loop() {
     lock.unlock();
     // Which sweeps to refit: those of the completed jobs (or every sweep). One
     // refit per sweep however many of its jobs finished meanwhile.
-    std::set<std::string> names;
-    std::string sql;
-    if (all) {
-      sql = "SELECT name FROM sweeps";
-    } else if (!completed.empty()) {
-      std::string ids;
-      for (const std::string& id : completed)
-        absl::StrAppend(&ids, ids.empty() ? "" : ",", SqlLiteral(id));
-      sql = absl::StrCat(
-          "SELECT DISTINCT s.name FROM sweep_jobs sj JOIN sweeps s ON s.sweep_id = sj.sweep_id "
-          "WHERE sj.job_id IN (",
-          ids, ")");
-    }
-    if (!sql.empty()) {
-      absl::StatusOr<QueryResult> rows = store_->Query(sql);
-      if (rows.ok()) {
-        for (const auto& row : rows->rows) names.insert(Text(row[0]));
-      } else if (options_.log) {
-        options_.log(
-            absl::StrCat("adaptive order: finding the sweeps to refit: ", rows.status().message()));
+    absl::StatusOr<std::vector<std::string>> names =
+        all ? store_->SweepNames()
+            : store_->SweepsOf(std::vector<std::string>(completed.begin(), completed.end()));
+    if (!names.ok()) {
+      if (options_.log) {
+        options_.log(absl::StrCat("adaptive order: finding the sweeps to refit: ",
+                                  names.status().message()));
       }
+      names = std::vector<std::string>();
     }
-    for (const std::string& name : names) {
+    for (const std::string& name : *names) {
       absl::StatusOr<OrderRefit> r = Refit(name);
       if (!options_.log) continue;
       if (!r.ok()) {
@@ -126,17 +110,11 @@ void LawDrivenOrder::Loop() {
 
 absl::StatusOr<OrderRefit> LawDrivenOrder::Refit(const std::string& sweep) {
   OrderRefit out;
-  ASSIGN_OR_RETURN(QueryResult spec_rows,
-                   store_->Query(absl::StrCat("SELECT spec_yaml, source FROM sweeps WHERE name = ",
-                                              SqlLiteral(sweep))));
-  if (spec_rows.rows.empty()) {
-    return absl::NotFoundError(absl::StrCat("no sweep named '", sweep, "'"));
-  }
-  ASSIGN_OR_RETURN(SweepSpec spec,
-                   ParseSweepSpec(Text(spec_rows.rows[0][0]), Text(spec_rows.rows[0][1])));
+  ASSIGN_OR_RETURN(SweepText text, store_->SweepSpecText(sweep));
+  ASSIGN_OR_RETURN(SweepSpec spec, ParseSweepSpec(text.yaml, text.source));
   if (!spec.resources.adaptive_order) return out;
   out.adaptive_sweep = true;
-  ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store_, sweep));
+  ASSIGN_OR_RETURN(std::vector<JobResultRow> jobs, store_->JobResultRows(sweep));
 
   std::vector<LawPoint> points;
   for (const LawPoint& x : FitPoints(jobs)) {
@@ -144,11 +122,11 @@ absl::StatusOr<OrderRefit> LawDrivenOrder::Refit(const std::string& sweep) {
   }
   std::vector<OrderCandidate> candidates;
   double largest_n = 0.0;
-  for (const SweepJob& j : jobs) {
+  for (const JobResultRow& j : jobs) {
     if (!DenseLawReads(j)) continue;
-    largest_n = std::max(largest_n, j.ToLawPoint().n);
-    if (j.status != "pending" || !(j.train_flops > 0)) continue;
-    candidates.push_back({j.id, j.ToLawPoint(), j.train_flops});
+    largest_n = std::max(largest_n, ToLawPoint(j).n);
+    if (j.state != JobState::kPending || !(j.train_flops > 0)) continue;
+    candidates.push_back({j.id, ToLawPoint(j), j.train_flops});
   }
   out.points = static_cast<int>(points.size());
   out.candidates = static_cast<int>(candidates.size());

@@ -29,9 +29,9 @@ std::string Fixture(const std::string& name) {
 
 // Chinchilla's law (Hoffmann et al. 2022) with 0.5% multiplicative noise per job,
 // fixed by the job id, so that the test's losses do not depend on the order.
-double SyntheticLoss(const SweepJob& j) {
+double SyntheticLoss(const JobResultRow& j) {
   const std::vector<double> p = {std::log(406.4), std::log(410.7), std::log(1.69), 0.34, 0.28};
-  const LawPoint x = j.ToLawPoint();
+  const LawPoint x = ToLawPoint(j);
   std::mt19937_64 rng(std::hash<std::string>()(j.id));
   std::normal_distribution<double> noise(0.0, 0.005);
   return std::exp(DenseLaw::LogLoss(p.data(), x) + noise(rng));
@@ -58,12 +58,12 @@ class LawOrderTest : public ::testing::Test {
     db_.reset();
   }
 
-  std::map<std::string, SweepJob> Jobs(const std::string& sweep) {
-    std::map<std::string, SweepJob> by_id;
-    absl::StatusOr<std::vector<SweepJob>> jobs = LoadSweepJobs(store_, sweep);
+  std::map<std::string, JobResultRow> Jobs(const std::string& sweep) {
+    std::map<std::string, JobResultRow> by_id;
+    absl::StatusOr<std::vector<JobResultRow>> jobs = store_->JobResultRows(sweep);
     EXPECT_TRUE(jobs.ok()) << jobs.status();
     if (jobs.ok()) {
-      for (SweepJob& j : *jobs) by_id[j.id] = j;
+      for (JobResultRow& j : *jobs) by_id[j.id] = j;
     }
     return by_id;
   }
@@ -106,29 +106,29 @@ class LawOrderTest : public ::testing::Test {
 TEST_F(LawOrderTest, CompletionsRefitTheLawAndTheNextLeaseIsItsPick) {
   ASSERT_TRUE(scheduler_->Submit(Fixture("adaptive.yaml"), "adaptive.yaml").ok());
   const std::string worker = scheduler_->RegisterWorker("host", 1, "").value();
-  std::map<std::string, SweepJob> jobs = Jobs("adaptive");
+  std::map<std::string, JobResultRow> jobs = Jobs("adaptive");
   ASSERT_EQ(jobs.size(), 27u);
   int steered = 0, not_cheapest = 0, leased = 0;
   while (true) {
     order_->Drain();
-    std::map<std::string, SweepJob> now = Jobs("adaptive");
+    std::map<std::string, JobResultRow> now = Jobs("adaptive");
     std::map<std::string, std::optional<double>> keys = Keys();
     absl::StatusOr<OrderRefit> r = order_->Refit("adaptive");  // what the refitter computed
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_TRUE(r->adaptive_sweep);
     std::vector<double> pending_dense_flops, dense_keys;
-    const SweepJob* cheapest = nullptr;
+    const JobResultRow* cheapest = nullptr;
     for (const auto& [id, j] : now) {
-      if (j.status != "pending") continue;
+      if (j.state != JobState::kPending) continue;
       if (cheapest == nullptr || j.train_flops < cheapest->train_flops) cheapest = &j;
-      if (j.family == "dense") {
+      if (j.family == Family::kDense) {
         pending_dense_flops.push_back(j.train_flops);
         if (r->steered) {
           ASSERT_TRUE(keys[id].has_value()) << id;
           dense_keys.push_back(*keys[id]);
         }
       }
-      if (j.family != "dense" || !r->steered) {
+      if (j.family != Family::kDense || !r->steered) {
         EXPECT_FALSE(keys[id].has_value()) << id;
       }
     }
@@ -148,7 +148,7 @@ TEST_F(LawOrderTest, CompletionsRefitTheLawAndTheNextLeaseIsItsPick) {
       }
       // The lease takes the law's pick unless a cheaper job of another family
       // holds an earlier place (the X-MoD jobs keep their own).
-      if (now.at(g.job_id).family == "dense") {
+      if (now.at(g.job_id).family == Family::kDense) {
         EXPECT_EQ(g.job_id, r->order.front());
       } else {
         EXPECT_LE(now.at(g.job_id).train_flops, *keys[r->order.front()] * (1 + 1e-9));
@@ -178,10 +178,10 @@ TEST_F(LawOrderTest, KeysAreWrittenOnlyOnPendingJobs) {
   ASSERT_TRUE(scheduler_->Submit(Fixture("adaptive.yaml"), "adaptive.yaml").ok());
   const std::string worker = scheduler_->RegisterWorker("host", 1, "").value();
   const LeaseGrant g = *scheduler_->Lease(worker)->grant;
-  std::map<std::string, SweepJob> jobs = Jobs("adaptive");
+  std::map<std::string, JobResultRow> jobs = Jobs("adaptive");
   std::string other;
   for (const auto& [id, j] : jobs) {
-    if (id != g.job_id && j.family == "dense") other = id;
+    if (id != g.job_id && j.family == Family::kDense) other = id;
   }
   auto changed = store_->SetOrderKeys({{g.job_id, 1.0}, {other, 1.0}});
   ASSERT_TRUE(changed.ok()) << changed.status();

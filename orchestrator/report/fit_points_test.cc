@@ -9,15 +9,15 @@
 namespace xmod {
 namespace {
 
-SweepJob Dense(const std::string& id, const std::string& role, int64_t tokens) {
-  SweepJob j;
+JobResultRow Dense(const std::string& id, JobRole role, int64_t tokens) {
+  JobResultRow j;
   j.id = id;
-  j.family = "dense";
+  j.family = Family::kDense;
   j.scale = "micro";
-  j.status = "succeeded";
+  j.state = JobState::kSucceeded;
   j.role = role;
   j.config_key = "config-" + id;
-  j.cluster_key = role == "branch" ? "trunk-config" : j.config_key;
+  j.cluster_key = role == JobRole::kBranch ? "trunk-config" : j.config_key;
   j.tokens = tokens;
   j.tokens_trained = tokens;
   j.context = 32;
@@ -27,9 +27,10 @@ SweepJob Dense(const std::string& id, const std::string& role, int64_t tokens) {
 }
 
 TEST(FitPoints, TrunksAreNotPointsAndBranchesClusterByTheirTrunk) {
-  const std::vector<SweepJob> jobs = {Dense("t", "trunk", 52224), Dense("b1", "branch", 16384),
-                                      Dense("b2", "branch", 32768), Dense("b4", "branch", 65536),
-                                      Dense("r", "run", 16384)};
+  const std::vector<JobResultRow> jobs = {
+      Dense("t", JobRole::kTrunk, 52224), Dense("b1", JobRole::kBranch, 16384),
+      Dense("b2", JobRole::kBranch, 32768), Dense("b4", JobRole::kBranch, 65536),
+      Dense("r", JobRole::kRun, 16384)};
   const std::vector<LawPoint> points = FitPoints(jobs, PointOptions{});
   ASSERT_EQ(points.size(), 4u);
   for (const LawPoint& p : points) {
@@ -42,6 +43,19 @@ TEST(FitPoints, TrunksAreNotPointsAndBranchesClusterByTheirTrunk) {
     }
   }
   EXPECT_EQ(points[2].d, 65536.0);  // a branch counts its whole budget, trunk part included
+}
+
+// A moe job's expansion is E / k: the number of experts over those a token uses.
+// It read E alone while a local flag (top-k loss or causal) shadowed the job's k.
+TEST(ToLawPoint, AMoeJobsExpansionIsItsExpertsOverTopK) {
+  JobResultRow j = Dense("m", JobRole::kRun, 16384);
+  j.family = Family::kMoe;
+  j.experts = 8;
+  j.top_k = 2;
+  const LawPoint p = ToLawPoint(j);
+  EXPECT_EQ(p.expansion, 4.0);
+  EXPECT_EQ(p.stride, 1.0);
+  EXPECT_EQ(p.capacity, 1.0);
 }
 
 }  // namespace

@@ -24,26 +24,6 @@ namespace xmod {
 
 namespace {
 
-const Value* Cell(const QueryResult& t, const std::vector<Value>& row, const std::string& name) {
-  for (size_t i = 0; i < t.columns.size(); ++i) {
-    if (t.columns[i] == name) return &row[i];
-  }
-  return nullptr;
-}
-
-double Number(const Value* v) {
-  if (v == nullptr) return 0.0;
-  if (const auto* i = std::get_if<int64_t>(v)) return static_cast<double>(*i);
-  if (const auto* d = std::get_if<double>(v)) return *d;
-  return 0.0;
-}
-
-std::string Text(const Value* v) {
-  if (v == nullptr) return "";
-  if (const auto* s = std::get_if<std::string>(v)) return *s;
-  return "";
-}
-
 std::string Percent(double confidence, bool low) {
   const double tail = (1.0 - confidence) / 2.0 * 100.0;
   return fmt::format("{:g}%", low ? tail : 100.0 - tail);
@@ -173,53 +153,41 @@ QueryResult ReportCsv(const LawReport& r) {
 
 }  // namespace
 
-bool SweepJob::MatchedXmodPoint(double* sparsity, int64_t* stride) const {
-  double s = 0.0;
-  long long k = 0;
-  if (std::sscanf(matched_to.c_str(), "xmod sparsity %lf stride %lld", &s, &k) != 2) return false;
-  *sparsity = s;
-  *stride = static_cast<int64_t>(k);
-  return true;
-}
-
-std::optional<double> SweepJob::Loss(const std::string& metric) const {
-  if (metric == "val_loss" || !causal_metric()) return final_val_loss;
-  return final_val_loss_causal;
-}
-
-LawPoint SweepJob::ToLawPoint(const PointOptions& options) const {
+LawPoint ToLawPoint(const JobResultRow& j, const PointOptions& options) {
   LawPoint p;
-  p.id = id;
-  p.scale = scale;
-  p.config = config_key;
-  p.cluster = cluster_key;
-  p.family = family;
-  const double extra = options.total_params ? n_embedding : 0.0;
-  p.n = n_active + extra;
-  p.n_total = n_total + extra;
+  p.id = j.id;
+  p.scale = j.scale;
+  p.config = j.config_key;
+  p.cluster = j.cluster_key;
+  p.family = std::string(FamilyName(j.family));
+  const double extra = options.total_params ? j.n_embedding : 0.0;
+  p.n = j.n_active + extra;
+  p.n_total = j.n_total + extra;
   // What the job trained on (whole steps), not the budget it was sized for.
-  p.d = static_cast<double>(tokens_trained > 0 ? tokens_trained : tokens);
-  p.loss = Loss(options.metric).value_or(0.0);
-  const bool top_k = options.metric == "val_loss" || !causal_metric();
-  p.se = (top_k ? final_val_loss_se : final_val_loss_causal_se).value_or(0.0);
-  p.context = static_cast<double>(context);
-  p.layers = static_cast<double>(n_layers);
-  if (experts_family()) {
+  p.d = static_cast<double>(j.tokens_trained > 0 ? j.tokens_trained : j.tokens);
+  p.loss = j.Loss(options.metric).value_or(0.0);
+  const bool top_k_loss = options.metric == "val_loss" || !j.causal_metric();
+  p.se = (top_k_loss ? j.final_val_loss_se : j.final_val_loss_causal_se).value_or(0.0);
+  p.context = static_cast<double>(j.context);
+  p.layers = static_cast<double>(j.n_layers);
+  if (j.experts_family()) {
     // Every token passes every layer; a moe run's sparsity is in its experts.
     p.stride = 1.0;
     p.capacity = 1.0;
-    if (family == "moe" && top_k > 0) p.expansion = double(experts) / double(top_k);
+    if (j.family == Family::kMoe && j.top_k > 0) {
+      p.expansion = static_cast<double>(j.experts) / static_cast<double>(j.top_k);
+    }
     return p;
   }
-  const bool dense = !routed();
-  p.stride = dense ? 1.0 : static_cast<double>(stride);
-  p.capacity =
-      dense ? 1.0
-            : static_cast<double>(RoutedTokens(capacity, context)) / static_cast<double>(context);
+  const bool dense = !j.routed();
+  p.stride = dense ? 1.0 : static_cast<double>(j.stride);
+  p.capacity = dense ? 1.0
+                     : static_cast<double>(RoutedTokens(j.capacity, j.context)) /
+                           static_cast<double>(j.context);
   return p;
 }
 
-absl::StatusOr<QueryResult> ResultsTable(SqliteStore* store, const std::string& sweep) {
+absl::StatusOr<QueryResult> ResultsTable(StoreReader* store, const std::string& sweep) {
   ASSIGN_OR_RETURN(QueryResult rows, store->JobResults(sweep));
   // The configuration key is for grouping (--by-config), not for reading.
   for (size_t c = 0; c < rows.columns.size(); ++c) {
@@ -231,87 +199,42 @@ absl::StatusOr<QueryResult> ResultsTable(SqliteStore* store, const std::string& 
   return rows;
 }
 
-absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const std::string& sweep) {
-  ASSIGN_OR_RETURN(QueryResult t, store->JobResults(sweep));
-  std::vector<SweepJob> jobs;
-  auto optional = [&](const std::vector<Value>& row, const char* name) -> std::optional<double> {
-    const Value* v = Cell(t, row, name);
-    if (v == nullptr || std::holds_alternative<std::monostate>(*v)) return std::nullopt;
-    return Number(v);
-  };
-  for (const auto& row : t.rows) {
-    SweepJob j;
-    j.id = Text(Cell(t, row, "job_id"));
-    j.family = Text(Cell(t, row, "family"));
-    j.scale = Text(Cell(t, row, "scale"));
-    j.status = Text(Cell(t, row, "status"));
-    j.budget_kind = Text(Cell(t, row, "budget_kind"));
-    j.config_key = Text(Cell(t, row, "config_key"));
-    j.role = Text(Cell(t, row, "role"));
-    j.cluster_key = Text(Cell(t, row, "cluster_key"));
-    j.matched_to = Text(Cell(t, row, "matched_to"));
-    j.experts = static_cast<int64_t>(Number(Cell(t, row, "experts")));
-    j.top_k = static_cast<int64_t>(Number(Cell(t, row, "top_k")));
-    j.granularity = static_cast<int64_t>(Number(Cell(t, row, "granularity")));
-    j.budget_value = Number(Cell(t, row, "budget_value"));
-    j.sparsity = Number(Cell(t, row, "sparsity"));
-    j.capacity = Number(Cell(t, row, "capacity"));
-    j.stride = static_cast<int64_t>(Number(Cell(t, row, "stride")));
-    j.context = static_cast<int64_t>(Number(Cell(t, row, "context")));
-    j.tokens = static_cast<int64_t>(Number(Cell(t, row, "tokens")));
-    j.tokens_trained = static_cast<int64_t>(Number(Cell(t, row, "tokens_trained")));
-    j.n_layers = static_cast<int64_t>(Number(Cell(t, row, "n_layers")));
-    j.seed = static_cast<int64_t>(Number(Cell(t, row, "seed")));
-    j.n_total = Number(Cell(t, row, "n_params_total"));
-    j.n_active = Number(Cell(t, row, "n_params_active"));
-    j.n_embedding = Number(Cell(t, row, "n_params_embedding"));
-    j.flops_per_token = Number(Cell(t, row, "flops_per_token"));
-    j.train_flops = Number(Cell(t, row, "train_flops"));
-    j.final_val_loss = optional(row, "final_val_loss");
-    j.final_val_loss_causal = optional(row, "final_val_loss_causal");
-    j.final_val_loss_se = optional(row, "final_val_loss_se");
-    j.final_val_loss_causal_se = optional(row, "final_val_loss_causal_se");
-    j.final_capacity = optional(row, "final_capacity");
-    j.final_capacity_causal = optional(row, "final_capacity_causal");
-    j.final_flops_ratio_causal = optional(row, "final_flops_ratio_causal");
-    jobs.push_back(std::move(j));
-  }
-  return jobs;
-}
-
-std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs, const PointOptions& options) {
+std::vector<LawPoint> FitPoints(const std::vector<JobResultRow>& jobs,
+                                const PointOptions& options) {
   const LawSpec* law = FindLaw(options.law);
   const std::vector<std::string> families =
       law != nullptr ? law->families : std::vector<std::string>{};
   std::vector<LawPoint> points;
-  for (const SweepJob& j : jobs) {
-    if (j.status != "succeeded" || !j.Loss(options.metric).has_value()) continue;
-    if (j.role == "trunk") continue;  // its loss is taken before any cooldown
-    if (std::count(families.begin(), families.end(), j.family) == 0) continue;
-    points.push_back(j.ToLawPoint(options));
+  for (const JobResultRow& j : jobs) {
+    if (j.state != JobState::kSucceeded || !j.Loss(options.metric).has_value()) continue;
+    if (j.role == JobRole::kTrunk) continue;  // its loss is taken before any cooldown
+    if (std::count(families.begin(), families.end(), std::string(FamilyName(j.family))) == 0) {
+      continue;
+    }
+    points.push_back(ToLawPoint(j, options));
   }
   return points;
 }
 
-QueryResult BaselineComparison(const std::vector<SweepJob>& jobs) {
+QueryResult BaselineComparison(const std::vector<JobResultRow>& jobs) {
   QueryResult t;
   t.columns = {"baseline",   "family",       "scale",       "context", "seed",
                "experts",    "matched_to",   "matched_job", "loss",    "matched_loss",
                "loss_ratio", "params_ratio", "flops_ratio"};
-  for (const SweepJob& b : jobs) {
+  for (const JobResultRow& b : jobs) {
     if (!b.experts_family() || b.matched_to.empty()) continue;
     double sparsity = 0.0;
     int64_t stride = 0;
     const bool xmod = b.MatchedXmodPoint(&sparsity, &stride);
-    const SweepJob* match = nullptr;
-    for (const SweepJob& j : jobs) {
+    const JobResultRow* match = nullptr;
+    for (const JobResultRow& j : jobs) {
       if (j.scale != b.scale || j.context != b.context || j.seed != b.seed ||
           j.budget_kind != b.budget_kind || j.budget_value != b.budget_value) {
         continue;
       }
-      const bool hit =
-          xmod ? j.family == "xmod" && j.stride == stride && std::abs(j.sparsity - sparsity) < 1e-9
-               : !j.routed();
+      const bool hit = xmod ? j.family == Family::kXmod && j.stride == stride &&
+                                  std::abs(j.sparsity - sparsity) < 1e-9
+                            : !j.routed();
       if (hit) {
         match = &j;
         break;
@@ -319,16 +242,18 @@ QueryResult BaselineComparison(const std::vector<SweepJob>& jobs) {
     }
     std::vector<Value> row = {
         b.id,
-        b.family,
+        std::string(FamilyName(b.family)),
         b.scale,
         b.context,
         b.seed,
         fmt::format("{}{}", b.experts,
-                    b.family == "moe" ? fmt::format(" top-{}", b.top_k) : std::string()),
+                    b.family == Family::kMoe ? fmt::format(" top-{}", b.top_k) : std::string()),
         b.matched_to};
-    const std::optional<double> loss = b.status == "succeeded" ? b.Loss("auto") : std::nullopt;
-    const std::optional<double> other =
-        match != nullptr && match->status == "succeeded" ? match->Loss("auto") : std::nullopt;
+    const std::optional<double> loss =
+        b.state == JobState::kSucceeded ? b.Loss("auto") : std::nullopt;
+    const std::optional<double> other = match != nullptr && match->state == JobState::kSucceeded
+                                            ? match->Loss("auto")
+                                            : std::nullopt;
     const double loss_value = loss.value_or(0.0), other_value = other.value_or(0.0);
     row.push_back(match != nullptr ? Value(match->id) : Value());
     row.push_back(loss.has_value() ? Value(loss_value) : Value());
@@ -342,15 +267,15 @@ QueryResult BaselineComparison(const std::vector<SweepJob>& jobs) {
   return t;
 }
 
-QueryResult ReplicateTable(const std::vector<SweepJob>& jobs) {
+QueryResult ReplicateTable(const std::vector<JobResultRow>& jobs) {
   struct Group {
-    const SweepJob* first = nullptr;
+    const JobResultRow* first = nullptr;
     std::vector<double> losses, ses;
     int jobs = 0;
   };
   std::map<std::string, Group> groups;
   std::vector<std::string> order;
-  for (const SweepJob& j : jobs) {
+  for (const JobResultRow& j : jobs) {
     const std::string key = j.config_key.empty() ? j.id : j.config_key;
     Group& g = groups[key];
     if (g.first == nullptr) {
@@ -359,7 +284,7 @@ QueryResult ReplicateTable(const std::vector<SweepJob>& jobs) {
     }
     ++g.jobs;
     const std::optional<double> loss = j.Loss("auto");
-    if (j.status == "succeeded" && loss.has_value()) {
+    if (j.state == JobState::kSucceeded && loss.has_value()) {
       g.losses.push_back(*loss);
       const std::optional<double> se =
           j.causal_metric() ? j.final_val_loss_causal_se : j.final_val_loss_se;
@@ -372,10 +297,16 @@ QueryResult ReplicateTable(const std::vector<SweepJob>& jobs) {
                "seed_sd",     "seed_sd_pct",  "mean_eval_se"};
   for (const std::string& key : order) {
     const Group& g = groups[key];
-    const SweepJob& j = *g.first;
-    std::vector<Value> row{j.family,       j.scale,         j.sparsity,
-                           j.stride,       j.context,       j.budget_kind,
-                           j.budget_value, int64_t{g.jobs}, static_cast<int64_t>(g.losses.size())};
+    const JobResultRow& j = *g.first;
+    std::vector<Value> row{std::string(FamilyName(j.family)),
+                           j.scale,
+                           j.sparsity,
+                           j.stride,
+                           j.context,
+                           j.budget_kind,
+                           j.budget_value,
+                           int64_t{g.jobs},
+                           static_cast<int64_t>(g.losses.size())};
     if (g.losses.empty()) {
       row.resize(row.size() + 4);  // no mean, sd, sd % or SE
     } else {
@@ -454,10 +385,10 @@ absl::StatusOr<std::map<std::string, double>> CheckFitOptions(const FitCommandOp
 // The moe law has no granularity term, so it reads the MoE runs of one granularity: --granularity
 // G, or the only one the sweep's finished MoE runs have. Several without --granularity is an error
 // that lists them.
-absl::Status KeepOneGranularity(const FitCommandOptions& o, std::vector<SweepJob>* jobs) {
+absl::Status KeepOneGranularity(const FitCommandOptions& o, std::vector<JobResultRow>* jobs) {
   std::set<int64_t> seen;
-  for (const SweepJob& j : *jobs) {
-    if (j.family == "moe" && j.status == "succeeded") seen.insert(j.granularity);
+  for (const JobResultRow& j : *jobs) {
+    if (j.family == Family::kMoe && j.state == JobState::kSucceeded) seen.insert(j.granularity);
   }
   if (o.granularity == 0) {
     if (seen.size() <= 1) return absl::OkStatus();
@@ -471,9 +402,9 @@ absl::Status KeepOneGranularity(const FitCommandOptions& o, std::vector<SweepJob
         "--granularity {}: no finished MoE run of sweep '{}' has it (they have: {})", o.granularity,
         o.sweep, seen.empty() ? std::string("none") : fmt::format("{}", fmt::join(seen, ", "))));
   }
-  std::vector<SweepJob> kept;
-  for (SweepJob& j : *jobs) {
-    if (j.family != "moe" || j.granularity == o.granularity) kept.push_back(std::move(j));
+  std::vector<JobResultRow> kept;
+  for (JobResultRow& j : *jobs) {
+    if (j.family != Family::kMoe || j.granularity == o.granularity) kept.push_back(std::move(j));
   }
   *jobs = std::move(kept);
   return absl::OkStatus();
@@ -502,7 +433,7 @@ absl::StatusOr<std::vector<LawPoint>> LoadFitPoints(const FitCommandOptions& o,
     SqliteStore::Options store_options;
     store_options.path = o.db;
     ASSIGN_OR_RETURN(*store_out, SqliteStore::Open(store_options));
-    ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store_out->get(), o.sweep));
+    ASSIGN_OR_RETURN(std::vector<JobResultRow> jobs, (*store_out)->JobResultRows(o.sweep));
     if (o.law == "moe") RETURN_IF_ERROR(KeepOneGranularity(o, &jobs));
     points = FitPoints(jobs, point_options);
     if (points.empty()) {

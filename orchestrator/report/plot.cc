@@ -78,23 +78,23 @@ absl::Status RunGnuplot(const std::string& gnuplot, const fs::path& dir,
 }
 
 // The configuration a job belongs to, for colours and legends.
-std::string ConfigLabel(const SweepJob& j) {
+std::string ConfigLabel(const JobResultRow& j) {
   if (!j.routed()) return "dense";
-  if (j.family == "mod") return fmt::format("MoD (ρ={:g}, s={})", j.capacity, j.stride);
-  if (j.family == "moe") return fmt::format("MoE E={} k={}", j.experts, j.top_k);
-  if (j.family == "deco") return fmt::format("DECO E={}", j.experts);
+  if (j.family == Family::kMod) return fmt::format("MoD (ρ={:g}, s={})", j.capacity, j.stride);
+  if (j.family == Family::kMoe) return fmt::format("MoE E={} k={}", j.experts, j.top_k);
+  if (j.family == Family::kDeco) return fmt::format("DECO E={}", j.experts);
   return fmt::format("X-MoD ρ={:g} s={}", j.capacity, j.stride);
 }
 
 // A stable order of configurations: dense, MoD, then X-MoD by capacity and stride.
-std::vector<std::string> ConfigOrder(const std::vector<SweepJob>& jobs) {
+std::vector<std::string> ConfigOrder(const std::vector<JobResultRow>& jobs) {
   std::map<std::tuple<int, double, int64_t>, std::string> ordered;
-  for (const SweepJob& j : jobs) {
-    const int kind = !j.routed()          ? 0
-                     : j.family == "mod"  ? 1
-                     : j.family == "moe"  ? 3
-                     : j.family == "deco" ? 4
-                                          : 2;
+  for (const JobResultRow& j : jobs) {
+    const int kind = !j.routed()                 ? 0
+                     : j.family == Family::kMod  ? 1
+                     : j.family == Family::kMoe  ? 3
+                     : j.family == Family::kDeco ? 4
+                                                 : 2;
     const int64_t second = kind >= 3 ? j.experts * 1000 + j.top_k : j.stride;
     ordered[{kind, kind == 0 || kind >= 3 ? 0.0 : -j.capacity, kind == 0 ? 0 : second}] =
         ConfigLabel(j);
@@ -167,10 +167,11 @@ std::string LogYAxis(double lo, double hi) {
 
 // A law's points among the finished runs, or none when its runs span several
 // granularities (no law has a granularity term; `xmod fit --granularity` picks one).
-std::vector<LawPoint> PlotPoints(const LawSpec& law, const std::vector<SweepJob>& done) {
+std::vector<LawPoint> PlotPoints(const LawSpec& law, const std::vector<JobResultRow>& done) {
   std::set<int64_t> granularities;
-  for (const SweepJob& j : done) {
-    const bool read = std::count(law.families.begin(), law.families.end(), j.family) > 0;
+  for (const JobResultRow& j : done) {
+    const std::string family(FamilyName(j.family));
+    const bool read = std::count(law.families.begin(), law.families.end(), family) > 0;
     if (read && j.granularity != 0) granularities.insert(j.granularity);
   }
   if (granularities.size() > 1) return {};
@@ -236,7 +237,7 @@ std::string IsoFlopPlots(const Plotter& plot, const std::vector<IsoFlopProfile>&
 class PlotRun {
  public:
   PlotRun(const PlotCommandOptions& options, std::string gnuplot_path, SqliteStore* sweep_store,
-          std::vector<SweepJob> succeeded)
+          std::vector<JobResultRow> succeeded)
       : o(options),
         gnuplot(std::move(gnuplot_path)),
         store(sweep_store),
@@ -263,7 +264,7 @@ class PlotRun {
   std::optional<std::string> gnuplot;
   SqliteStore* store;
   Plotter plot;
-  std::vector<SweepJob> done;
+  std::vector<JobResultRow> done;
   std::vector<std::string> configs;
   std::vector<LawPoint> points;
   AnalysisOptions options;
@@ -283,12 +284,13 @@ absl::Status PlotRun::LossVsTokens() {
   std::set<std::string> titled;
   int block = 0;
   double y_lo = 1e300, y_hi = 0.0;
-  std::vector<SweepJob> ordered = done;
-  std::stable_sort(ordered.begin(), ordered.end(), [&](const SweepJob& a, const SweepJob& b) {
-    return std::find(configs.begin(), configs.end(), ConfigLabel(a)) <
-           std::find(configs.begin(), configs.end(), ConfigLabel(b));
-  });
-  for (const SweepJob& j : ordered) {
+  std::vector<JobResultRow> ordered = done;
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [&](const JobResultRow& a, const JobResultRow& b) {
+                     return std::find(configs.begin(), configs.end(), ConfigLabel(a)) <
+                            std::find(configs.begin(), configs.end(), ConfigLabel(b));
+                   });
+  for (const JobResultRow& j : ordered) {
     ASSIGN_OR_RETURN(QueryResult curve, store->JobCurve(j.id));
     size_t tokens_col = 0, val_col = 0;
     for (size_t c = 0; c < curve.columns.size(); ++c) {
@@ -339,7 +341,7 @@ absl::Status PlotRun::LossVsFlops() {
   absl::StatusOr<LawReport> dense = FitNamedLaw(points, options);
   std::ofstream data(plot.File("final.dat"));
   data << "# train_flops final_val_loss config_index job_id\n";
-  for (const SweepJob& j : done) {
+  for (const JobResultRow& j : done) {
     const std::string label = ConfigLabel(j);
     data << fmt::format("{:.9g} {:.9g} {} {}\n", j.train_flops, *j.final_val_loss,
                         std::find(configs.begin(), configs.end(), label) - configs.begin(), j.id);
@@ -353,7 +355,7 @@ absl::Status PlotRun::LossVsFlops() {
         left.empty() ? "" : ", \\\n     ", k, kColours[k % kNumColours], Quote(configs[k]));
   }
   double y_lo = 1e300, y_hi = 0.0;
-  for (const SweepJob& j : done) {
+  for (const JobResultRow& j : done) {
     y_lo = std::min(y_lo, *j.final_val_loss);
     y_hi = std::max(y_hi, *j.final_val_loss);
   }
@@ -436,8 +438,8 @@ absl::Status PlotRun::PredictedVsObserved() {
     std::ofstream data(plot.File("predicted.dat"));
     data << "# observed predicted config_index held_out job_id\n";
     double lo = 1e300, hi = 0;
-    std::map<std::string, const SweepJob*> by_id;
-    for (const SweepJob& j : done) by_id[j.id] = &j;
+    std::map<std::string, const JobResultRow*> by_id;
+    for (const JobResultRow& j : done) by_id[j.id] = &j;
     auto row = [&](const LawPoint& p, double predicted, int held) {
       const std::string label = ConfigLabel(*by_id.at(p.id));
       lo = std::min({lo, p.loss, predicted});
@@ -577,10 +579,10 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
   store_options.path = o.db;
   store_options.read_only = true;
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(store_options));
-  ASSIGN_OR_RETURN(std::vector<SweepJob> jobs, LoadSweepJobs(store.get(), o.sweep));
-  std::vector<SweepJob> done;
-  for (const SweepJob& j : jobs) {
-    if (j.status == "succeeded" && j.final_val_loss.has_value()) done.push_back(j);
+  ASSIGN_OR_RETURN(std::vector<JobResultRow> jobs, store->JobResultRows(o.sweep));
+  std::vector<JobResultRow> done;
+  for (const JobResultRow& j : jobs) {
+    if (j.state == JobState::kSucceeded && j.final_val_loss.has_value()) done.push_back(j);
   }
   if (done.empty()) {
     return absl::InvalidArgumentError(

@@ -49,7 +49,6 @@ struct PlotCommandOptions {
 
 absl::Status RunPlotCommand(const PlotCommandOptions& options, std::ostream& out);
 
-// One job of a sweep as the job_results view gives it.
 // Which number of a job a law reads.
 struct PointOptions {
   // auto: routed families (xmod, mod) by val_loss_causal, dense by val_loss (the
@@ -61,49 +60,19 @@ struct PointOptions {
   std::string law = "dense";
 };
 
-struct SweepJob {
-  std::string id, family, scale, status, budget_kind, config_key;
-  // "run", "trunk" (a cooldown trunk: never a law point) or "branch"; the
-  // bootstrap's cluster (a branch's trunk configuration, else config_key).
-  std::string role = "run", cluster_key;
-  std::string matched_to;          // a sized baseline: what it was sized against
-  int64_t experts = 0, top_k = 0;  // moe, deco
-  int64_t granularity = 0;         // moe: d_ff / d_e (0 for the other families)
-  double sparsity = 0.0, capacity = 1.0, budget_value = 0.0;
-  int64_t stride = 1, context = 0, tokens = 0, tokens_trained = 0, n_layers = 0, seed = 0;
-  double n_total = 0.0, n_active = 0.0, n_embedding = 0.0, flops_per_token = 0.0, train_flops = 0.0;
-  std::optional<double> final_val_loss, final_val_loss_causal, final_val_loss_se,
-      final_val_loss_causal_se, final_capacity, final_capacity_causal, final_flops_ratio_causal;
-  // Not the dense model (an X-MoD, MoD, MoE or DECO run).
-  bool routed() const { return !IsDenseRun(family, stride); }
-  // A token-choice expert baseline (moe, deco): every token passes every layer, so
-  // its trained routing is already causal and it has only the top-k losses.
-  bool experts_family() const { return family == "moe" || family == "deco"; }
-  // Whether its laws and plots read the threshold-routed (causal) losses.
-  bool causal_metric() const { return routed() && !experts_family(); }
-  // A baseline sized against an X-MoD point ("xmod sparsity S stride s"): true
-  // with that point's sparsity and stride; false when sized against the dense
-  // model or not a sized baseline.
-  bool MatchedXmodPoint(double* sparsity, int64_t* stride) const;
-  // The loss `metric` selects (see PointOptions), if the job has it.
-  std::optional<double> Loss(const std::string& metric) const;
-  // The law's view of this job (capacity as k/T, stride 1 for dense runs, D the
-  // tokens trained, the loss the metric selects and its standard error; a moe job
-  // has capacity 1, stride 1 and its expansion E/k).
-  LawPoint ToLawPoint(const PointOptions& options = {}) const;
-};
+// The law's view of a job (capacity as k/T, stride 1 for dense runs, D the
+// tokens trained, the loss the metric selects and its standard error, 0 when the
+// job has none; a moe job has capacity 1, stride 1 and its expansion E/k).
+LawPoint ToLawPoint(const JobResultRow& job, const PointOptions& options = {});
 
 // `xmod results`: the job_results rows of `sweep` (NOT_FOUND for no such sweep) without
 // the grouping key config_key. The dashboard's /api/jobs serves the same.
-absl::StatusOr<QueryResult> ResultsTable(SqliteStore* store, const std::string& sweep);
-
-// Every job of `sweep`; NOT_FOUND when there is no such sweep.
-absl::StatusOr<std::vector<SweepJob>> LoadSweepJobs(SqliteStore* store, const std::string& sweep);
+absl::StatusOr<QueryResult> ResultsTable(StoreReader* store, const std::string& sweep);
 
 // One row per configuration (a job's config without its seed): its seeds, the
 // mean of the fitted loss (val_loss_causal for routed runs), the seed-to-seed
 // standard deviation and the mean evaluation standard error.
-QueryResult ReplicateTable(const std::vector<SweepJob>& jobs);
+QueryResult ReplicateTable(const std::vector<JobResultRow>& jobs);
 
 // Each sized baseline (moe, deco) beside the job it was sized against: the X-MoD
 // job of its sizing (same scale, context, budget and seed), or the dense job for
@@ -112,12 +81,12 @@ QueryResult ReplicateTable(const std::vector<SweepJob>& jobs);
 // final losses (top-k for the baselines and the dense model, causal for X-MoD, as
 // the laws read them), loss_ratio, params_ratio (total) and flops_ratio (training
 // FLOPs per token). A baseline whose matched job has no loss yet has empty cells.
-QueryResult BaselineComparison(const std::vector<SweepJob>& jobs);
+QueryResult BaselineComparison(const std::vector<JobResultRow>& jobs);
 
 // The points a law is fitted to: succeeded jobs of the law's families with a
 // final val_loss (MoD baselines use a different gate and DECO a different router;
 // neither is a point of any law).
-std::vector<LawPoint> FitPoints(const std::vector<SweepJob>& jobs,
+std::vector<LawPoint> FitPoints(const std::vector<JobResultRow>& jobs,
                                 const PointOptions& options = {});
 
 }  // namespace xmod

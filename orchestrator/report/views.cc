@@ -13,9 +13,9 @@ namespace {
 
 // (N, training FLOPs per token) of each dense scale among `done`, the mean over
 // its contexts, by ascending N.
-std::vector<std::pair<double, double>> DenseFlopsPerToken(const std::vector<SweepJob>& done) {
+std::vector<std::pair<double, double>> DenseFlopsPerToken(const std::vector<JobResultRow>& done) {
   std::map<double, std::pair<double, int>> per_n;
-  for (const SweepJob& j : done) {
+  for (const JobResultRow& j : done) {
     if (j.routed()) continue;
     per_n[j.n_active].first += j.flops_per_token;
     per_n[j.n_active].second += 1;
@@ -77,27 +77,27 @@ LossAt DenseLoss(double e, double a, double b, double alpha, double beta) {
   return [=](double n, double d) { return e + a / std::pow(n, alpha) + b / std::pow(d, beta); };
 }
 
-DenseLawView DenseLawViews(const LossAt& law, const std::vector<SweepJob>& done) {
+DenseLawView DenseLawViews(const LossAt& law, const std::vector<JobResultRow>& done) {
   const std::vector<std::pair<double, double>> nf = DenseFlopsPerToken(done);
   if (nf.empty()) return {};
   double c_min = 1e300, c_max = 0.0;
-  for (const SweepJob& j : done) {
+  for (const JobResultRow& j : done) {
     c_min = std::min(c_min, j.train_flops);
     c_max = std::max(c_max, j.train_flops);
   }
   return {DenseLawLines(law, nf, c_min, c_max), IsoFlopProfiles(law, nf, c_min, c_max)};
 }
 
-std::vector<RelativeToDensePoint> RelativeToDense(const std::vector<SweepJob>& done) {
+std::vector<RelativeToDensePoint> RelativeToDense(const std::vector<JobResultRow>& done) {
   using Key = std::tuple<std::string, int64_t, std::string, double, int64_t>;
-  std::map<Key, const SweepJob*> dense;
-  for (const SweepJob& j : done) {
+  std::map<Key, const JobResultRow*> dense;
+  for (const JobResultRow& j : done) {
     if (!j.routed() && j.final_val_loss.has_value()) {
       dense[{j.scale, j.context, j.budget_kind, j.budget_value, j.seed}] = &j;
     }
   }
   std::vector<RelativeToDensePoint> out;
-  for (const SweepJob& j : done) {
+  for (const JobResultRow& j : done) {
     if (!j.routed()) continue;
     auto it = dense.find({j.scale, j.context, j.budget_kind, j.budget_value, j.seed});
     const std::optional<double> loss = j.Loss("auto");
@@ -107,15 +107,15 @@ std::vector<RelativeToDensePoint> RelativeToDense(const std::vector<SweepJob>& d
     p.dense_job_id = it->second->id;
     p.sparsity = j.sparsity;
     p.stride = j.stride;
-    if (j.family == "mod") {
+    if (j.family == Family::kMod) {
       p.series = fmt::format("MoD baseline (s={})", j.stride);
-    } else if (j.family == "moe") {
+    } else if (j.family == Family::kMoe) {
       // Beside the X-MoD point it was sized against (same total parameters).
       p.series = fmt::format("MoE baseline (top-{}, at its X-MoD point's sparsity)", j.top_k);
       double matched = 0.0;
       int64_t matched_stride = 0;
       if (j.MatchedXmodPoint(&matched, &matched_stride)) p.sparsity = matched;
-    } else if (j.family == "deco") {
+    } else if (j.family == Family::kDeco) {
       p.series = "DECO baseline (at 1 - target ratio)";
     } else {
       p.series = fmt::format("X-MoD, stride s={}", j.stride);

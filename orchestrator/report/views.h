@@ -44,7 +44,7 @@ struct DenseLawView {
   std::vector<LawLine> lines;
   std::vector<IsoFlopProfile> isoflop;
 };
-DenseLawView DenseLawViews(const LossAt& law, const std::vector<SweepJob>& done);
+DenseLawView DenseLawViews(const LossAt& law, const std::vector<JobResultRow>& done);
 
 // A sparse run beside the dense run of the same scale, context, budget and seed
 // (same initialisation and batch order): 100 (L_sparse / L_dense - 1), losses as
@@ -56,7 +56,7 @@ struct RelativeToDensePoint {
   int64_t stride = 1;
   double relative_pct = 0.0;
 };
-std::vector<RelativeToDensePoint> RelativeToDense(const std::vector<SweepJob>& done);
+std::vector<RelativeToDensePoint> RelativeToDense(const std::vector<JobResultRow>& done);
 
 }  // namespace xmod
 

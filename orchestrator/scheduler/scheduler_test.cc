@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "orchestrator/scheduler/progress.h"
+#include "orchestrator/store/cells.h"
 
 namespace xmod {
 namespace {

@@ -15,47 +15,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "orchestrator/store/cells.h"
+#include "orchestrator/store/statement.h"
 #include "schema/migrations.h"
 
 namespace xmod {
-
-// A prepared statement, reset before each use. Owned by the store's cache.
-class SqliteStore::Statement {
- public:
-  explicit Statement(sqlite3_stmt* stmt) : stmt_(stmt) {}
-  ~Statement() { sqlite3_finalize(stmt_); }
-
-  sqlite3_stmt* get() { return stmt_; }
-  void Reset() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  Statement& Bind(int i, int64_t v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  Statement& Bind(int i, int v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  Statement& Bind(int i, double v) {
-    sqlite3_bind_double(stmt_, i, v);
-    return *this;
-  }
-  Statement& Bind(int i, const std::string& v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Statement& Bind(int i, std::string_view v) { return Bind(i, std::string(v)); }
-  Statement& Bind(int i, const char* v) { return Bind(i, std::string(v)); }
-  Statement& BindNull(int i) {
-    sqlite3_bind_null(stmt_, i);
-    return *this;
-  }
-
- private:
-  sqlite3_stmt* stmt_;
-};
 
 namespace {
 
@@ -375,6 +339,25 @@ absl::StatusOr<int64_t> SqliteStore::SweepIdLocked(const std::string& sweep) {
   return absl::NotFoundError(absl::StrCat("no sweep named '", sweep, "'"));
 }
 
+absl::Status SqliteStore::NoteSweepChangedLocked(int64_t sweep_id) {
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("INSERT INTO sweep_versions (sweep_id, data_version) "
+                                 "VALUES (?1, 1) ON CONFLICT (sweep_id) DO UPDATE SET "
+                                 "data_version = data_version + 1"));
+  s->Bind(1, sweep_id);
+  return WriteLocked(s, "raising the sweep's data version");
+}
+
+absl::Status SqliteStore::NoteJobChangedLocked(const std::string& job_id) {
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("INSERT INTO sweep_versions (sweep_id, data_version) "
+                                 "SELECT sweep_id, 1 FROM sweep_jobs WHERE job_id = ?1 "
+                                 "ON CONFLICT (sweep_id) DO UPDATE SET "
+                                 "data_version = data_version + 1"));
+  s->Bind(1, job_id);
+  return WriteLocked(s, "raising the data version of the job's sweeps");
+}
+
 absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
                                                       const std::vector<ResolvedJob>& jobs) {
   SubmitResult result;
@@ -463,7 +446,7 @@ absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
         ++result.linked_jobs;
       }
     }
-    return absl::OkStatus();
+    return NoteSweepChangedLocked(sweep_id);
   });
   if (!status.ok()) {
     return absl::Status(status.code(),
@@ -504,6 +487,21 @@ absl::StatusOr<QueryResult> SqliteStore::CollectLocked(Statement* statement) {
   return result;
 }
 
+absl::Status SqliteStore::EachRowLocked(Statement* statement,
+                                        const std::function<absl::Status(const Row&)>& each) {
+  sqlite3_stmt* s = statement->get();
+  const Row row(s);
+  absl::Status status;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    status = each(row);
+    if (!status.ok()) break;
+  }
+  if (status.ok() && rc != SQLITE_DONE) status = SqlError("reading rows");
+  statement->Reset();
+  return status;
+}
+
 absl::StatusOr<std::vector<StateCounts>> SqliteStore::CountStates(const std::string& sweep) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!sweep.empty()) RETURN_IF_ERROR(SweepIdLocked(sweep).status());
@@ -531,34 +529,6 @@ absl::StatusOr<std::vector<StateCounts>> SqliteStore::CountStates(const std::str
   return out;
 }
 
-absl::StatusOr<QueryResult> SqliteStore::JobResults(const std::string& sweep) {
-  std::lock_guard<std::mutex> lock(mu_);
-  RETURN_IF_ERROR(SweepIdLocked(sweep).status());
-  // The view's columns, then a moe job's granularity d_ff / d_e (NULL for the
-  // other families), read from its resolved config.
-  ASSIGN_OR_RETURN(
-      Statement * s,
-      PrepareLocked("SELECT r.*, CASE WHEN r.family = 'moe' THEN "
-                    "json_extract(j.config_json, '$.d_ff') / "
-                    "json_extract(j.config_json, '$.experts.width') END AS granularity "
-                    "FROM job_results r JOIN jobs j ON j.job_id = r.job_id "
-                    "WHERE r.sweep = ?1 ORDER BY r.train_flops, r.job_id"));
-  s->Bind(1, sweep);
-  return CollectLocked(s);
-}
-
-absl::StatusOr<QueryResult> SqliteStore::JobCurve(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Statement * exists, PrepareLocked("SELECT 1 FROM jobs WHERE job_id = ?1"));
-  exists->Bind(1, job_id);
-  ASSIGN_OR_RETURN(QueryResult found, CollectLocked(exists));
-  if (found.rows.empty()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-  ASSIGN_OR_RETURN(Statement * s,
-                   PrepareLocked("SELECT * FROM job_curves WHERE job_id = ?1 ORDER BY step"));
-  s->Bind(1, job_id);
-  return CollectLocked(s);
-}
-
 absl::StatusOr<int64_t> SqliteStore::RecordFit(const std::string& sweep, const FitRecord& fit) {
   int64_t fit_id = 0;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
@@ -578,7 +548,7 @@ absl::StatusOr<int64_t> SqliteStore::RecordFit(const std::string& sweep, const F
     }
     RETURN_IF_ERROR(WriteLocked(s, "recording a fit"));
     fit_id = sqlite3_last_insert_rowid(db_);
-    return absl::OkStatus();
+    return NoteSweepChangedLocked(sweep_id);
   }));
   return fit_id;
 }
@@ -636,6 +606,7 @@ absl::StatusOr<int64_t> SqliteStore::MoveJobsLocked(const std::vector<std::strin
       unlease->Bind(1, id);
       RETURN_IF_ERROR(WriteLocked(unlease, "releasing the lease"));
     }
+    RETURN_IF_ERROR(NoteJobChangedLocked(id));
     ++moved;
   }
   return moved;
@@ -715,15 +686,6 @@ absl::StatusOr<int64_t> SqliteStore::SetOrderKeys(
   return changed;
 }
 
-std::string SqlLiteral(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) {
-    if (c == '\'') out += '\'';
-    out += c;
-  }
-  return out + "'";
-}
-
 absl::StatusOr<QueryResult> SqliteStore::Query(const std::string& sql) {
   std::lock_guard<std::mutex> lock(mu_);
   sqlite3_stmt* raw = nullptr;
@@ -775,112 +737,125 @@ absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::LeaseNextJob(const std::s
                                                                     const std::string& request_id) {
   std::optional<LeaseGrant> grant;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
-    // The same request again (its answer was lost: the coordinator stopped after
-    // committing, or the call timed out): the lease it made, as it was, while no
-    // heartbeat has confirmed it. It is not extended, so a group that keeps asking
-    // cannot hold it past its TTL.
     if (!request_id.empty()) {
-      ASSIGN_OR_RETURN(Statement * again,
-                       // From the few leased jobs (jobs_by_status), then the attempt by key.
-                       PrepareLocked("SELECT j.job_id, j.config_json, j.attempt, j.fencing_token, "
-                                     "a.resumed_from_step FROM jobs j JOIN attempts a "
-                                     "ON a.job_id = j.job_id AND a.attempt = j.attempt "
-                                     "WHERE j.status = 'leased' AND j.worker_id = ?2 "
-                                     "AND a.lease_request = ?1"));
-      again->Bind(1, request_id).Bind(2, worker_id);
-      ASSIGN_OR_RETURN(QueryResult lost, CollectLocked(again));
-      if (!lost.rows.empty()) {
-        LeaseGrant g;
-        g.job_id = AsText(Cell(lost, 0, 0));
-        g.config_json = AsText(Cell(lost, 0, 1));
-        g.attempt = AsInt(Cell(lost, 0, 2));
-        g.fencing_token = AsInt(Cell(lost, 0, 3));
-        g.resume_step = AsInt(Cell(lost, 0, 4));
-        if (g.resume_step > 0) RETURN_IF_ERROR(FindResumePointLocked(g.resume_step, &g));
-        grant = std::move(g);
-        return absl::OkStatus();
-      }
+      ASSIGN_OR_RETURN(grant, ReplayLeaseLocked(worker_id, request_id));
+      if (grant.has_value()) return absl::OkStatus();
     }
-    // Candidates in lease order, a page at a time, until one fits the group.
-    static const std::string kPageSql = absl::StrCat(
-        "SELECT job_id, batch_tokens, context FROM jobs WHERE status = 'pending' "
-        // A branch waits until its trunk's checkpoint at its start is recorded.
-        "AND (parent_id IS NULL OR EXISTS (SELECT 1 FROM checkpoints c WHERE "
-        "c.job_id = jobs.parent_id AND c.step = jobs.start_step)) "
-        "ORDER BY ",
-        std::string(kLeaseOrderSql), " LIMIT ?1 OFFSET ?2");
-    ASSIGN_OR_RETURN(Statement * page, PrepareLocked(kPageSql));
-    // The first candidate almost always fits: a page of one, then pages of 64.
-    LeaseGrant g;
-    for (int64_t offset = 0, size = 1; g.job_id.empty(); offset += size, size = 64) {
-      page->Bind(1, size).Bind(2, offset);
-      ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(page));
-      for (const auto& row : rows.rows) {
-        if (BatchSplitsOver(AsInt(row[1]), AsInt(row[2]), group_ranks)) {
-          g.job_id = AsText(row[0]);
-          break;
-        }
-      }
-      if (static_cast<int64_t>(rows.rows.size()) < size) break;
-    }
-    if (g.job_id.empty()) return absl::OkStatus();
-    ASSIGN_OR_RETURN(Statement * pick,
-                     PrepareLocked("SELECT config_json, attempt FROM jobs WHERE job_id = ?1"));
-    pick->Bind(1, g.job_id);
-    ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(pick));
-    g.config_json = AsText(Cell(rows, 0, 0));
-    g.attempt = AsInt(Cell(rows, 0, 1)) + 1;
-
-    ASSIGN_OR_RETURN(Statement * bump,
-                     PrepareLocked("UPDATE counters SET value = value + 1 "
-                                   "WHERE name = 'fencing_token' RETURNING value"));
-    RETURN_IF_ERROR(FaultLocked("fencing token"));
-    ASSIGN_OR_RETURN(QueryResult token, CollectLocked(bump));
-    g.fencing_token = AsInt(Cell(token, 0, 0));
-
-    RETURN_IF_ERROR(FindResumePointLocked(/*step=*/-1, &g));
-    // The latest attempt wins: rows past the resume point are redone by this one.
-    ASSIGN_OR_RETURN(Statement * trim,
-                     PrepareLocked("DELETE FROM metrics WHERE job_id = ?1 AND step > ?2"));
-    trim->Bind(1, g.job_id).Bind(2, g.resume_step);
-    RETURN_IF_ERROR(WriteLocked(trim, "trimming metrics"));
-
-    if (!IsLegalTransition(JobState::kPending, JobState::kLeased)) {
-      return absl::InternalError("state machine forbids leasing");
-    }
-    ASSIGN_OR_RETURN(Statement * lease,
-                     PrepareLocked("UPDATE jobs SET status = 'leased', attempt = ?2, "
-                                   "fencing_token = ?3, worker_id = ?4, lease_expires_at = ?5, "
-                                   "last_step = ?6, status_reason = NULL, updated_at = ?7 "
-                                   "WHERE job_id = ?1 AND status = 'pending'"));
-    lease->Bind(1, g.job_id)
-        .Bind(2, g.attempt)
-        .Bind(3, g.fencing_token)
-        .Bind(4, worker_id)
-        .Bind(5, now + ttl)
-        .Bind(6, g.resume_step)
-        .Bind(7, now);
-    RETURN_IF_ERROR(WriteLocked(lease, "leasing a job"));
-    ASSIGN_OR_RETURN(Statement * attempt,
-                     PrepareLocked("INSERT INTO attempts (job_id, attempt, worker_id, "
-                                   "fencing_token, status, resumed_from_step, started_at, "
-                                   "lease_request) VALUES (?1, ?2, ?3, ?4, 'leased', ?5, ?6, ?7)"));
-    attempt->Bind(1, g.job_id)
-        .Bind(2, g.attempt)
-        .Bind(3, worker_id)
-        .Bind(4, g.fencing_token)
-        .Bind(5, g.resume_step)
-        .Bind(6, now);
-    if (request_id.empty()) {
-      attempt->BindNull(7);
-    } else {
-      attempt->Bind(7, request_id);
-    }
-    RETURN_IF_ERROR(WriteLocked(attempt, "recording the attempt"));
-    grant = std::move(g);
+    ASSIGN_OR_RETURN(std::string job_id, PickJobLocked(group_ranks));
+    if (job_id.empty()) return absl::OkStatus();
+    ASSIGN_OR_RETURN(grant, GrantLeaseLocked(job_id, worker_id, now, ttl, request_id));
     return absl::OkStatus();
   }));
   return grant;
+}
+
+absl::StatusOr<std::optional<LeaseGrant>> SqliteStore::ReplayLeaseLocked(
+    const std::string& worker_id, const std::string& request_id) {
+  // The same request again (its answer was lost: the coordinator stopped after
+  // committing, or the call timed out): the lease it made, as it was, while no
+  // heartbeat has confirmed it. It is not extended, so a group that keeps asking
+  // cannot hold it past its TTL.
+  ASSIGN_OR_RETURN(Statement * again,
+                   // From the few leased jobs (jobs_by_status), then the attempt by key.
+                   PrepareLocked("SELECT j.job_id, j.config_json, j.attempt, j.fencing_token, "
+                                 "a.resumed_from_step FROM jobs j JOIN attempts a "
+                                 "ON a.job_id = j.job_id AND a.attempt = j.attempt "
+                                 "WHERE j.status = 'leased' AND j.worker_id = ?2 "
+                                 "AND a.lease_request = ?1"));
+  again->Bind(1, request_id).Bind(2, worker_id);
+  ASSIGN_OR_RETURN(QueryResult lost, CollectLocked(again));
+  if (lost.rows.empty()) return std::nullopt;
+  LeaseGrant g;
+  g.job_id = AsText(Cell(lost, 0, 0));
+  g.config_json = AsText(Cell(lost, 0, 1));
+  g.attempt = AsInt(Cell(lost, 0, 2));
+  g.fencing_token = AsInt(Cell(lost, 0, 3));
+  g.resume_step = AsInt(Cell(lost, 0, 4));
+  if (g.resume_step > 0) RETURN_IF_ERROR(FindResumePointLocked(g.resume_step, &g));
+  return g;
+}
+
+absl::StatusOr<std::string> SqliteStore::PickJobLocked(int64_t group_ranks) {
+  // Candidates in lease order, a page at a time, until one fits the group.
+  static const std::string kPageSql = absl::StrCat(
+      "SELECT job_id, batch_tokens, context FROM jobs WHERE status = 'pending' "
+      // A branch waits until its trunk's checkpoint at its start is recorded.
+      "AND (parent_id IS NULL OR EXISTS (SELECT 1 FROM checkpoints c WHERE "
+      "c.job_id = jobs.parent_id AND c.step = jobs.start_step)) "
+      "ORDER BY ",
+      std::string(kLeaseOrderSql), " LIMIT ?1 OFFSET ?2");
+  ASSIGN_OR_RETURN(Statement * page, PrepareLocked(kPageSql));
+  // The first candidate almost always fits: a page of one, then pages of 64.
+  for (int64_t offset = 0, size = 1;; offset += size, size = 64) {
+    page->Bind(1, size).Bind(2, offset);
+    ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(page));
+    for (const auto& row : rows.rows) {
+      if (BatchSplitsOver(AsInt(row[1]), AsInt(row[2]), group_ranks)) return AsText(row[0]);
+    }
+    if (static_cast<int64_t>(rows.rows.size()) < size) return std::string();
+  }
+}
+
+absl::StatusOr<LeaseGrant> SqliteStore::GrantLeaseLocked(const std::string& job_id,
+                                                         const std::string& worker_id, double now,
+                                                         double ttl,
+                                                         const std::string& request_id) {
+  LeaseGrant g;
+  g.job_id = job_id;
+  ASSIGN_OR_RETURN(Statement * pick,
+                   PrepareLocked("SELECT config_json, attempt FROM jobs WHERE job_id = ?1"));
+  pick->Bind(1, g.job_id);
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(pick));
+  g.config_json = AsText(Cell(rows, 0, 0));
+  g.attempt = AsInt(Cell(rows, 0, 1)) + 1;
+
+  ASSIGN_OR_RETURN(Statement * bump, PrepareLocked("UPDATE counters SET value = value + 1 "
+                                                   "WHERE name = 'fencing_token' RETURNING value"));
+  RETURN_IF_ERROR(FaultLocked("fencing token"));
+  ASSIGN_OR_RETURN(QueryResult token, CollectLocked(bump));
+  g.fencing_token = AsInt(Cell(token, 0, 0));
+
+  RETURN_IF_ERROR(FindResumePointLocked(/*step=*/-1, &g));
+  // The latest attempt wins: rows past the resume point are redone by this one.
+  ASSIGN_OR_RETURN(Statement * trim,
+                   PrepareLocked("DELETE FROM metrics WHERE job_id = ?1 AND step > ?2"));
+  trim->Bind(1, g.job_id).Bind(2, g.resume_step);
+  RETURN_IF_ERROR(WriteLocked(trim, "trimming metrics"));
+
+  if (!IsLegalTransition(JobState::kPending, JobState::kLeased)) {
+    return absl::InternalError("state machine forbids leasing");
+  }
+  ASSIGN_OR_RETURN(Statement * lease,
+                   PrepareLocked("UPDATE jobs SET status = 'leased', attempt = ?2, "
+                                 "fencing_token = ?3, worker_id = ?4, lease_expires_at = ?5, "
+                                 "last_step = ?6, status_reason = NULL, updated_at = ?7 "
+                                 "WHERE job_id = ?1 AND status = 'pending'"));
+  lease->Bind(1, g.job_id)
+      .Bind(2, g.attempt)
+      .Bind(3, g.fencing_token)
+      .Bind(4, worker_id)
+      .Bind(5, now + ttl)
+      .Bind(6, g.resume_step)
+      .Bind(7, now);
+  RETURN_IF_ERROR(WriteLocked(lease, "leasing a job"));
+  ASSIGN_OR_RETURN(Statement * attempt,
+                   PrepareLocked("INSERT INTO attempts (job_id, attempt, worker_id, "
+                                 "fencing_token, status, resumed_from_step, started_at, "
+                                 "lease_request) VALUES (?1, ?2, ?3, ?4, 'leased', ?5, ?6, ?7)"));
+  attempt->Bind(1, g.job_id)
+      .Bind(2, g.attempt)
+      .Bind(3, worker_id)
+      .Bind(4, g.fencing_token)
+      .Bind(5, g.resume_step)
+      .Bind(6, now);
+  if (request_id.empty()) {
+    attempt->BindNull(7);
+  } else {
+    attempt->Bind(7, request_id);
+  }
+  RETURN_IF_ERROR(WriteLocked(attempt, "recording the attempt"));
+  RETURN_IF_ERROR(NoteJobChangedLocked(g.job_id));
+  return g;
 }
 
 absl::StatusOr<JobState> SqliteStore::CheckFenceLocked(const std::string& job_id, int64_t token,
@@ -945,7 +920,7 @@ absl::StatusOr<JobState> SqliteStore::RenewLease(const std::string& job_id,
       RETURN_IF_ERROR(WriteLocked(a, "marking the attempt running"));
       state = JobState::kRunning;
     }
-    return absl::OkStatus();
+    return NoteJobChangedLocked(job_id);
   }));
   return state;
 }
@@ -1033,7 +1008,7 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
           .Bind(8, wall_time);
       RETURN_IF_ERROR(WriteLocked(insert, "inserting a metric"));
     }
-    return absl::OkStatus();
+    return NoteJobChangedLocked(job_id);
   });
 }
 
@@ -1061,7 +1036,8 @@ absl::Status SqliteStore::RecordCheckpoint(const std::string& job_id, int64_t to
                       "UPDATE SET attempt = excluded.attempt, path = excluded.path, "
                       "checksum = excluded.checksum, created_at = excluded.created_at"));
     s->Bind(1, job_id).Bind(2, step).Bind(3, path).Bind(4, checksum).Bind(5, now);
-    return WriteLocked(s, "recording a checkpoint");
+    RETURN_IF_ERROR(WriteLocked(s, "recording a checkpoint"));
+    return NoteJobChangedLocked(job_id);
   });
 }
 
@@ -1091,6 +1067,7 @@ absl::Status SqliteStore::EndAttemptLocked(const std::string& job_id, JobState f
       .Bind(4, reason)
       .Bind(5, now);
   RETURN_IF_ERROR(WriteLocked(update, "ending an attempt"));
+  RETURN_IF_ERROR(NoteJobChangedLocked(job_id));
   if (!IsActive(*to)) RETURN_IF_ERROR(CancelStrandedBranchesLocked(job_id, now));
   ASSIGN_OR_RETURN(Statement * attempt,
                    PrepareLocked("UPDATE attempts SET status = ?3, ended_at = ?4, reason = ?5 "
@@ -1137,7 +1114,10 @@ absl::Status SqliteStore::CancelStrandedBranchesLocked(const std::string& trunk_
                     "AND (SELECT p.status FROM jobs p WHERE p.job_id = ?1) IN "
                     "('succeeded', 'failed', 'cancelled')"));
   s->Bind(1, trunk_id).Bind(2, now);
-  return WriteLocked(s, "cancelling the branches of an ended trunk");
+  RETURN_IF_ERROR(WriteLocked(s, "cancelling the branches of an ended trunk"));
+  // A trunk's branches belong to the sweeps it belongs to (its id is part of
+  // their configs, so they were submitted together).
+  return sqlite3_changes(db_) > 0 ? NoteJobChangedLocked(trunk_id) : absl::OkStatus();
 }
 
 absl::StatusOr<JobState> SqliteStore::EndAttempt(const std::string& job_id, int64_t token,

@@ -34,6 +34,7 @@
 #include "common/job_state.h"
 #include "orchestrator/rules/lease_rules.h"
 #include "orchestrator/store/rows.h"
+#include "orchestrator/store/store_reader.h"
 #include "orchestrator/store/write_faults.h"
 #include "orchestrator/sweep/expand.h"
 #include "orchestrator/sweep/spec.h"
@@ -54,11 +55,7 @@ using LeaseTokens = std::map<std::string, int64_t>;
 // anything else INTERNAL. Errors keep SQLite's message and the file's path.
 absl::StatusCode SqliteStatusCode(int sqlite_code);
 
-// `text` as an SQL string literal ('...' with inner quotes doubled), for the
-// read-only statements of SqliteStore::Query.
-std::string SqlLiteral(const std::string& text);
-
-class SqliteStore {
+class SqliteStore : public StoreReader {
  public:
   struct Options {
     std::string path;               // a file, or ":memory:"
@@ -73,7 +70,7 @@ class SqliteStore {
   // file. FAILED_PRECONDITION: the file's schema is newer than this binary, or
   // (read_only) older. INTERNAL: SQLite refused.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(Options options);
-  ~SqliteStore();
+  ~SqliteStore() override;
   SqliteStore(const SqliteStore&) = delete;
   SqliteStore& operator=(const SqliteStore&) = delete;
 
@@ -90,12 +87,34 @@ class SqliteStore {
   // NOT_FOUND for a named sweep that does not exist.
   absl::StatusOr<std::vector<StateCounts>> CountStates(const std::string& sweep);
 
-  // Rows of the job_results view for one sweep, cheapest job first, with one more
-  // column: `granularity` (d_ff / d_e) of a moe job, NULL for the other families.
-  absl::StatusOr<QueryResult> JobResults(const std::string& sweep);
+  // ---- Named reads (store_reader.h says what each returns) --------------------
+  // NOT_FOUND for an unknown sweep or job.
+  absl::StatusOr<QueryResult> JobResults(const std::string& sweep) override;
+  absl::StatusOr<std::vector<JobResultRow>> JobResultRows(const std::string& sweep) override;
+  absl::StatusOr<std::vector<CurvePoint>> CurvePoints(const std::string& job_id) override;
+  absl::StatusOr<std::vector<std::string>> SweepJobIds(
+      const std::string& sweep, const std::vector<JobState>& states) override;
+  absl::StatusOr<std::vector<FailedJobRow>> FailedJobs() override;
+  absl::StatusOr<std::optional<TrainSpanRow>> TrainSpan(const std::string& job_id,
+                                                        int64_t attempt) override;
+  absl::StatusOr<JobRecord> JobDetail(const std::string& job_id) override;
+  absl::StatusOr<std::vector<FitRow>> Fits(const std::string& sweep) override;
+  absl::StatusOr<std::optional<FitRow>> LatestFit(const std::string& sweep,
+                                                  const std::string& law) override;
+  absl::StatusOr<int64_t> SweepDataVersion(const std::string& sweep) override;
+  absl::StatusOr<int64_t> JobDataVersion(const std::string& job_id) override;
 
-  // Rows of the job_curves view for one job, by step. NOT_FOUND for an unknown job.
+  // Rows of the job_curves view for one job, by step: a table for display
+  // (`xmod curves`). NOT_FOUND for an unknown job.
   absl::StatusOr<QueryResult> JobCurve(const std::string& job_id);
+
+  // The text the sweep was last submitted with. NOT_FOUND for an unknown sweep.
+  absl::StatusOr<SweepText> SweepSpecText(const std::string& sweep);
+  // Every sweep's name, in name order.
+  absl::StatusOr<std::vector<std::string>> SweepNames();
+  // The names of the sweeps holding any of `job_ids` (unknown ids hold none), in
+  // name order.
+  absl::StatusOr<std::vector<std::string>> SweepsOf(const std::vector<std::string>& job_ids);
 
   // Appends a fit of `sweep`'s results to the `fits` table; returns its fit_id.
   // NOT_FOUND when there is no such sweep.
@@ -114,8 +133,9 @@ class SqliteStore {
   absl::StatusOr<int64_t> SetOrderKeys(
       const std::vector<std::pair<std::string, std::optional<double>>>& keys);
 
-  // Runs one read-only statement. INVALID_ARGUMENT when the statement would
-  // write, or does not parse.
+  // Runs one read-only statement of the user's (`xmod sql`; tests inspect files
+  // with it too). No code of xmod builds SQL for it: every other read is named
+  // above. INVALID_ARGUMENT when the statement would write, or does not parse.
   absl::StatusOr<QueryResult> Query(const std::string& sql);
 
   // ---- Leases (used by orchestrator/scheduler) ----------------------------------
@@ -205,6 +225,7 @@ class SqliteStore {
 
  private:
   class Statement;
+  class Row;
   explicit SqliteStore(Options options);
 
   absl::Status Init();
@@ -222,7 +243,22 @@ class SqliteStore {
   // Consults the fault seam, then steps a write statement to completion.
   absl::Status WriteLocked(Statement* statement, std::string_view what);
   absl::StatusOr<int64_t> SweepIdLocked(const std::string& sweep);
+  // Raise the data version (SweepDataVersion) of one sweep, or of every sweep
+  // holding the job. Every write that changes what a sweep's answers show calls
+  // one of them in its transaction: a submit, a lease, a heartbeat, metrics, a
+  // checkpoint, an attempt's end, resume and cancel, a fit. (Order keys,
+  // expiry extensions and workers are not shown, and do not.)
+  absl::Status NoteSweepChangedLocked(int64_t sweep_id);
+  absl::Status NoteJobChangedLocked(const std::string& job_id);
+  // NOT_FOUND unless the job exists.
+  absl::Status RequireJobLocked(const std::string& job_id);
+  // The sweep's fits, newest first; with `law`, only the newest of that law.
+  absl::StatusOr<std::vector<FitRow>> FitsLocked(const std::string& sweep, const std::string* law);
   absl::StatusOr<QueryResult> CollectLocked(Statement* statement);
+  // Steps `statement` to the end, handing each row to `row` (stops at its first
+  // error, which it returns), then resets it.
+  absl::Status EachRowLocked(Statement* statement,
+                             const std::function<absl::Status(const Row&)>& row);
   absl::StatusOr<int64_t> MoveJobsLocked(const std::vector<std::string>& job_ids,
                                          const std::vector<JobState>& from, JobState to,
                                          const std::string& reason);
@@ -245,6 +281,18 @@ class SqliteStore {
   // way) without recording the checkpoint a branch starts from: they could never
   // be leased. The reason names the trunk, its state and the step.
   absl::Status CancelStrandedBranchesLocked(const std::string& trunk_id, double now);
+  // The three steps of LeaseNextJob. The lease `request_id` made for the worker
+  // and no heartbeat has confirmed, as it was; nullopt when there is none.
+  absl::StatusOr<std::optional<LeaseGrant>> ReplayLeaseLocked(const std::string& worker_id,
+                                                              const std::string& request_id);
+  // The first leasable job in lease order whose batch splits over `group_ranks`;
+  // "" when there is none.
+  absl::StatusOr<std::string> PickJobLocked(int64_t group_ranks);
+  // Leases `job_id` (pending) to the worker: the next attempt, a new fencing
+  // token, the resume point, the metric rows past it deleted, the attempt row.
+  absl::StatusOr<LeaseGrant> GrantLeaseLocked(const std::string& job_id,
+                                              const std::string& worker_id, double now, double ttl,
+                                              const std::string& request_id);
   // Where g->job_id resumes: its newest checkpoint (or, with step >= 0, the one at
   // that step), else a cooldown branch's trunk checkpoint at its start; fills
   // resume_step, resume_checkpoint and resume_ranks (the writing group's ranks, 0

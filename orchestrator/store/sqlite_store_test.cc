@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "orchestrator/store/cells.h"
 #include "orchestrator/store/store_test_util.h"
 #include "schema/migrations.h"
 
@@ -431,6 +432,65 @@ TEST(SqliteStore, MetricsFeedTheResultsAndCurveViews) {
   EXPECT_EQ(std::get<int64_t>(curve->rows[3][1]), 4);     // step
   EXPECT_EQ(std::get<int64_t>(curve->rows[3][2]), 4096);  // tokens
   EXPECT_EQ(store->JobCurve("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+// The data version (the dashboard's ETag) rises with every write a sweep's
+// answers show, in the same transaction, and with nothing else: an unchanged
+// version means an unchanged answer.
+TEST(SqliteStore, TheDataVersionRisesWithEveryWriteASweepShowsAndWithNothingElse) {
+  auto store = OpenMemory();
+  const SweepSpec spec = Smoke();
+  ASSERT_TRUE(store->SubmitSweep(spec, Expand(spec)).ok());
+  int64_t last = store->SweepDataVersion("smoke").value();
+  EXPECT_GT(last, 0);
+  EXPECT_EQ(store->SweepDataVersion("nope").status().code(), absl::StatusCode::kNotFound);
+  const auto rose = [&](const std::string& what) {
+    const int64_t now = store->SweepDataVersion("smoke").value();
+    EXPECT_GT(now, last) << what;
+    last = now;
+  };
+  const auto same = [&](const std::string& what) {
+    EXPECT_EQ(store->SweepDataVersion("smoke").value(), last) << what;
+  };
+  ASSERT_TRUE(store->UpsertWorker("w", "host", 1, 0.0).ok());
+  same("a worker registered");
+  const LeaseGrant g = store->LeaseNextJob("w", 1, 0.0, 60.0).value().value();
+  rose("a lease");
+  const int64_t job_version = store->JobDataVersion(g.job_id).value();
+  EXPECT_EQ(job_version, last);  // the job is in one sweep
+  ASSERT_TRUE(store->RenewLease(g.job_id, "w", g.fencing_token, 1, 1.0, 60.0).ok());
+  rose("a heartbeat");
+  ASSERT_TRUE(store
+                  ->AppendFencedMetrics(g.job_id, g.fencing_token,
+                                        {{g.job_id, "train_loss", 2, 3.0, 2048, 2e6, 1, 0.0}}, 2.0)
+                  .ok());
+  rose("a metric");
+  EXPECT_GT(store->JobDataVersion(g.job_id).value(), job_version);
+  ASSERT_TRUE(store
+                  ->RecordCheckpoint(g.job_id, g.fencing_token, 2,
+                                     "runs/" + g.job_id + "/checkpoints/step_00000002", "c", 2.0)
+                  .ok());
+  rose("a checkpoint");
+  ASSERT_TRUE(store->ExtendLeases(500.0).ok());
+  same("leases extended");
+  ASSERT_TRUE(store->SetOrderKeys({{g.job_id, 1.0}}).ok());
+  same("order keys");
+  ASSERT_TRUE(store->JobResults("smoke").ok() && store->JobDetail(g.job_id).ok() &&
+              store->Fits("smoke").ok());
+  same("reads");
+  ASSERT_TRUE(
+      store->EndAttempt(g.job_id, g.fencing_token, AttemptEnd::kFatalError, 2, "x", 3.0).ok());
+  rose("a failed attempt");
+  ASSERT_EQ(store->ResumeSweep("smoke").value(), 1);
+  rose("a resume");
+  ASSERT_GT(store->Cancel("smoke").value(), 0);
+  rose("a cancel");
+  FitRecord fit;
+  fit.law = "dense";
+  fit.params_json = fit.result_json = "{}";
+  ASSERT_TRUE(store->RecordFit("smoke", fit).ok());
+  rose("a fit");
+  EXPECT_EQ(store->JobDataVersion("nope").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(SqliteStore, MetricsForAnUnknownJobAreRefusedWhole) {

@@ -51,6 +51,7 @@ class TempDatabase {
     Remove();
   }
   SqliteStore* store() { return store_.get(); }
+  std::string path() const { return path_.string(); }
   // Closes the file first (for code that must outlive the store the other way round).
   void Close() { store_.reset(); }
 
