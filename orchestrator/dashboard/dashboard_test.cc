@@ -65,7 +65,6 @@ class DashboardTest : public ::testing::Test {
     ASSERT_TRUE(store_->RecordFit("smoke", fit).ok());
     DashboardOptions options;
     options.listen = "127.0.0.1:0";
-    options.now = [this] { return clock_.Now(); };
     Start(options);
   }
   void Start(const DashboardOptions& options) {

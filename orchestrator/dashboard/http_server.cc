@@ -15,7 +15,7 @@
 #include "common/id.h"
 #include "orchestrator/dashboard/api.h"
 #include "orchestrator/dashboard/assets.h"
-#include "orchestrator/service/server.h"
+#include "orchestrator/service/auth.h"
 
 namespace xmod {
 namespace {
@@ -144,12 +144,6 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(SqliteSt
                      ": not a loopback address, so the dashboard needs an operator token "
                      "(--token-file); or listen on 127.0.0.1 and tunnel"));
   }
-  if (!options.now) {
-    options.now = [] {
-      return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-    };
-  }
   std::unique_ptr<DashboardServer> d(new DashboardServer());
   d->server_ = std::make_unique<httplib::Server>();
   httplib::Server& s = *d->server_;
@@ -185,10 +179,9 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(SqliteSt
     res.set_redirect("/");
   });
 
-  s.Get("/api/sweeps",
-        [store, scheduler, now = options.now](const httplib::Request& req, httplib::Response& res) {
-          SendJson(req, res, SweepsJson(store, scheduler, now()));
-        });
+  s.Get("/api/sweeps", [store, scheduler](const httplib::Request& req, httplib::Response& res) {
+    SendJson(req, res, SweepsJson(store, scheduler, store->clock().Now()));
+  });
   s.Get("/api/jobs", [store, scheduler](const httplib::Request& req, httplib::Response& res) {
     if (!req.has_param("sweep")) return SendError(res, 400, "/api/jobs needs ?sweep=NAME");
     SendJson(req, res, JobsJson(store, scheduler, req.get_param_value("sweep")));
