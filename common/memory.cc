@@ -14,6 +14,7 @@ struct LayerBytes {
   double work = 0;    // its backward pass's working set beyond `saved`
   double params = 0;  // 4 bytes per parameter (weights; the same again for gradients)
   double copies = 0;  // bf16 copies of its matrices under autocast
+  double eval = 0;    // its widest intermediates in an evaluation forward
 };
 
 // Which of the block's elementwise steps run as the fused CPU kernels
@@ -28,19 +29,17 @@ struct LayerBytes {
 bool FusedNorms(const MemoryConfig& c) { return !c.cuda && !(c.recompute && !c.fused_attention); }
 bool FusedSplitAndSwiglu(const MemoryConfig& c) { return FusedNorms(c) && !c.bf16; }
 
-// Saved tensors of one block's Delta on n tokens per sequence, per token
-// (docs/memory.md lists them): the residual-side fp32 tensors (block input,
-// both x·rsqrt unless the norms are fused, x + attn), the normalised inputs of
-// the two matmul groups, qkv and rotated q and k (or, fused, q, k and v), the
-// attention output copy, the SwiGLU's w13 output, silu output (not when fused)
-// and product, and the attention's own state.
-double BlockSavedPerToken(const ModelShape& s, int64_t n, const MemoryConfig& c) {
-  const double d = static_cast<double>(s.d_model), ff = static_cast<double>(s.d_ff);
-  const double h = static_cast<double>(s.n_heads);
-  const double cb = c.bf16 ? 2.0 : 4.0;  // compute dtype bytes
-  const double residual = (FusedNorms(c) ? 2.0 : 4.0) * 4.0 * d;
-  const double split_and_mlp = FusedSplitAndSwiglu(c) ? 3.0 * d + 3.0 * ff : 5.0 * d + 4.0 * ff;
-  double bytes = residual + cb * (2.0 * d + d + split_and_mlp);
+double ComputeBytes(const MemoryConfig& c) { return c.bf16 ? 2.0 : 4.0; }
+
+// The attention half of a block on n tokens per sequence, per token: its fp32
+// residual-side tensors (the block input and, unless the norm is fused,
+// x·rsqrt), the normalised input, qkv and rotated q and k (or, fused, q, k and
+// v), the output copy for the projection, and the attention's own state.
+double AttentionSavedPerToken(const ModelShape& s, int64_t n, const MemoryConfig& c) {
+  const double d = static_cast<double>(s.d_model), h = static_cast<double>(s.n_heads);
+  const double cb = ComputeBytes(c);
+  const double residual = (FusedNorms(c) ? 1.0 : 2.0) * 4.0 * d;
+  double bytes = residual + cb * (d + d + (FusedSplitAndSwiglu(c) ? 3.0 * d : 5.0 * d));
   if (c.fused_attention) {
     bytes += cb * d + 4.0 * h;  // output and log-sum-exp
   } else {
@@ -52,104 +51,249 @@ double BlockSavedPerToken(const ModelShape& s, int64_t n, const MemoryConfig& c)
   return bytes;
 }
 
-// The backward pass of a block on n tokens, beyond what it saved, per token, at
-// the wider of its two stages: the SwiGLU's (w13's output gradient, silu's and
-// the product's in the compute dtype, and fp32 residual gradients, with every
-// saved tensor still alive) and the attention's (the SwiGLU's saved tensors
-// freed; the gradients of q, k, v and the output, and on the eager path those
-// of the probabilities or the scores, one at a time).
-struct BlockBackward {
-  double mlp_stage;   // on top of every saved tensor of the block
-  double attn_stage;  // on top of the attention's saved tensors only
-  double mlp_saved;   // what the SwiGLU half saves (freed before the attention stage)
+// The attention half's backward, per token, on top of its own saved tensors (the
+// feed-forward half's are freed by then): the gradients of q, k, v and the
+// output, fp32 residual gradients, and on the eager path those of the
+// probabilities or the scores, one at a time.
+double AttentionStagePerToken(const ModelShape& s, int64_t n, const MemoryConfig& c) {
+  const double d = static_cast<double>(s.d_model);
+  double bytes = ComputeBytes(c) * 4.0 * d + 2.0 * 4.0 * d;
+  if (!c.fused_attention) bytes += 4.0 * static_cast<double>(s.n_heads) * static_cast<double>(n);
+  return bytes;
+}
+
+// The feed-forward half of one block: the dense SwiGLU, or an expert layer's MoE
+// or DECO MLP (worker/model/experts.h).
+struct FeedForward {
+  double saved = 0;     // per token: what it keeps for the backward pass
+  double stage = 0;     // per token: its backward's working set on top of every saved tensor
+  double eval = 0;      // per token: its widest intermediates in an evaluation forward
+  double work = 0;      // bytes per layer: backward transients of its weight gradients
+  double params = 0;    // its parameters
+  double matrices = 0;  // the parameters that get a bf16 copy under autocast
+  double largest = 0;   // its largest single parameter tensor
 };
-BlockBackward BlockBackwardPerToken(const ModelShape& s, int64_t n, const MemoryConfig& c) {
+
+// The SwiGLU of width f on its (already saved) input, per token: w13's output
+// and the product, and silu's output unless the fused kernel runs.
+double SwigluSaved(double f, const MemoryConfig& c) {
+  return ComputeBytes(c) * (FusedSplitAndSwiglu(c) ? 3.0 : 4.0) * f;
+}
+
+// Every feed-forward half starts the same: x + attn and (unless the norm is
+// fused) x·rsqrt in fp32, and the fp32 gradients of the residual in its backward.
+FeedForward ResidualSide(const ModelShape& s, const MemoryConfig& c) {
+  const double d = static_cast<double>(s.d_model);
+  FeedForward f;
+  f.saved = (FusedNorms(c) ? 1.0 : 2.0) * 4.0 * d;
+  f.stage = 3.0 * 4.0 * d;
+  f.eval = 8.0 * d;
+  f.params = 2.0 * d;  // the two RMSNorm weights of the block
+  return f;
+}
+
+// The dense SwiGLU of width d_ff: its normalised input (the compute-dtype copy
+// w13 keeps) and its activations; its backward holds the gradients of w13's
+// output, silu's and the product.
+FeedForward DenseFeedForward(const ModelShape& s, const MemoryConfig& c) {
   const double d = static_cast<double>(s.d_model), ff = static_cast<double>(s.d_ff);
-  const double h = static_cast<double>(s.n_heads);
-  const double cb = c.bf16 ? 2.0 : 4.0;
-  BlockBackward b;
-  b.mlp_stage = cb * 4.0 * ff + 3.0 * 4.0 * d;
-  b.attn_stage = cb * 4.0 * d + 2.0 * 4.0 * d;
-  if (!c.fused_attention) b.attn_stage += 4.0 * h * static_cast<double>(n);
-  // x + a, x·rsqrt (not when fused), the normalised input, w13's output, silu's
-  // (not when fused) and the product.
-  b.mlp_saved =
-      (FusedNorms(c) ? 1.0 : 2.0) * 4.0 * d + cb * (d + (FusedSplitAndSwiglu(c) ? 3.0 : 4.0) * ff);
-  return b;
+  const double cb = ComputeBytes(c);
+  FeedForward f = ResidualSide(s, c);
+  f.saved += cb * d + SwigluSaved(ff, c);
+  f.stage += cb * 4.0 * ff;
+  f.eval += cb * (3.0 * d + 2.0 * ff);
+  f.matrices = 3.0 * d * ff;
+  f.params += f.matrices;
+  return f;
+}
+
+// A MoE layer: E experts of width d_e, top-k, K_s shared (MoeMlp, dropless). Per
+// token it keeps the router's fp32 input and its logits and probabilities over
+// all E (12E covers each gate), the chosen experts and gates and the sort's
+// int64 indices (28k), each assignment's gathered input, hidden state (4·d_e:
+// w13's output, silu's and the product) and output before and after its gate
+// (3·d), the gates again, and the shared SwiGLU. Its backward holds the
+// gradients of the gated outputs and of the gathered inputs (an fp32 buffer of
+// all assignments and one expert's full-size slice gradient), and, per layer,
+// every expert's weight gradient before they are stacked into one tensor.
+FeedForward MoeFeedForward(const ModelShape& s, const MemoryConfig& c) {
+  const double d = static_cast<double>(s.d_model), cb = ComputeBytes(c);
+  const ExpertShape& e = s.experts;
+  const double n_e = static_cast<double>(e.experts), k = static_cast<double>(e.top_k);
+  const double width = static_cast<double>(e.width);
+  const double shared = static_cast<double>(e.shared) * width;
+  const double experts = 3.0 * d * width * n_e;  // w13 [E, d, 2·d_e] and w2 [E, d_e, d]
+  FeedForward f = ResidualSide(s, c);
+  f.saved += 4.0 * d + 12.0 * n_e + 28.0 * k + cb * k + cb * k * (3.0 * d + 4.0 * width);
+  if (shared > 0) f.saved += (c.bf16 ? cb * d : 0.0) + SwigluSaved(shared, c);
+  f.stage += cb * 2.0 * k * d + 8.0 * k * d + (shared > 0 ? cb * 4.0 * shared : 0.0);
+  f.eval += 4.0 * k * d + cb * k * (3.0 * d + 2.0 * width) + 4.0 * n_e;
+  f.work = 4.0 * experts;
+  f.matrices = experts + 3.0 * d * shared;
+  f.params += f.matrices + d * n_e;  // the router (fp32, no copy)
+  f.largest = 2.0 * d * width * n_e;
+  return f;
+}
+
+// A DECO layer: E experts of width d_e as one wide up and down projection, and a
+// SwiGLU shared expert of width d_s (DecoMlp). Per token it keeps the router's
+// fp32 input, its ReLU scores, the scaled scores, the normalised probabilities,
+// their shifted copy and log (20E), the up projection's input copy under bf16,
+// and over the E·d_e hidden units: the up projection's output, its centred
+// value and square, x·rsqrt (compute dtype), NormSiLU's scaled output and silu's
+// output (fp32: the fp32 γ promotes them) and the down projection's input.
+// Its backward holds two fp32 gradients of that width at once (and under bf16
+// a compute-dtype one besides).
+FeedForward DecoFeedForward(const ModelShape& s, const MemoryConfig& c) {
+  const double d = static_cast<double>(s.d_model), cb = ComputeBytes(c);
+  const ExpertShape& e = s.experts;
+  const double n_e = static_cast<double>(e.experts), width = static_cast<double>(e.width);
+  const double hidden = n_e * width, shared = static_cast<double>(e.shared_width);
+  FeedForward f = ResidualSide(s, c);
+  // CUDA's autocast runs the norm's square and rsqrt in fp32, which the CPU
+  // measurement does not show; the fp32 count (28 bytes) bounds that case.
+  const double per_hidden = c.bf16 && !c.cuda ? 5.0 * cb + 8.0 : 28.0;
+  f.saved += 4.0 * d + (c.bf16 ? cb * d : 0.0) + 20.0 * n_e + cb * n_e + per_hidden * hidden;
+  if (shared > 0) f.saved += (c.bf16 ? cb * d : 0.0) + SwigluSaved(shared, c);
+  f.stage += (8.0 + (c.bf16 ? 2.0 : 0.0)) * hidden + (shared > 0 ? cb * 4.0 * shared : 0.0);
+  f.eval += 3.0 * 4.0 * hidden + 4.0 * n_e;
+  f.matrices = 2.0 * d * hidden + 3.0 * d * shared;
+  f.params += f.matrices + d * n_e + n_e + width;  // router, λ and NormSiLU's γ stay fp32
+  f.largest = d * hidden;
+  return f;
+}
+
+FeedForward FeedForwardOf(const ModelShape& s, int64_t layer, const MemoryConfig& c) {
+  if (!IsExpertLayer(s, layer)) return DenseFeedForward(s, c);
+  return s.family == Family::kMoe ? MoeFeedForward(s, c) : DecoFeedForward(s, c);
 }
 
 double Shards(const MemoryConfig& c) {
   return static_cast<double>(std::max<int64_t>(1, c.optimizer_shards));
 }
 
+// One layer: the attention half and the feed-forward half on the tokens the
+// layer processes (k of them in a routed layer), and a routed layer's own
+// tensors (the router's input over the whole sequence, the gathered x, Δ).
+LayerBytes LayerCost(const ModelShape& s, int64_t l, const MemoryConfig& c) {
+  const double d = static_cast<double>(s.d_model);
+  const double rows = static_cast<double>(std::max<int64_t>(1, c.micro_batch_rows));
+  const double tokens = rows * static_cast<double>(s.context);
+  const bool routed = s.family != Family::kDense && !IsExpertFamily(s.family) && s.stride > 1 &&
+                      !IsAnchorLayer(l, s.stride);
+  const int64_t n = routed ? RoutedTokens(s.capacity, s.context) : s.context;
+  const double block_tokens = rows * static_cast<double>(n);
+  const FeedForward ff = FeedForwardOf(s, l, c);
+  const double full = (AttentionSavedPerToken(s, n, c) + ff.saved) * block_tokens +
+                      (c.fused_attention ? 0.0 : static_cast<double>(n) * n);  // causal mask
+  // Beyond the saved tensors: the wider stage of the block's backward.
+  const double stage = std::max(ff.stage, AttentionStagePerToken(s, n, c) - ff.saved);
+  const double attn_matrices = 4.0 * d * d;
+  LayerBytes layer;
+  layer.params = 4.0 * (attn_matrices + ff.params + (routed ? d + 1.0 : 0.0));
+  layer.copies = c.bf16 ? 2.0 * (attn_matrices + ff.matrices) : 0.0;
+  layer.eval = ff.eval;
+  double extra = 0;  // a routed layer's own
+  if (routed) extra = 4.0 * d * tokens + ComputeBytes(c) * d * block_tokens + 8.0 * tokens;
+  if (c.recompute) {
+    layer.saved = 4.0 * d * block_tokens + extra;
+    // The recomputed activations come back for the layer's backward.
+    layer.work = full + stage * block_tokens + ff.work;
+  } else {
+    layer.saved = full + extra;
+    layer.work = stage * block_tokens + ff.work;
+  }
+  return layer;
+}
+
+// The largest single parameter tensor, in elements: what ZeRO-1's whole-parameter
+// shards may overshoot by, and what AdamW's temporaries are sized by.
+double LargestParameter(const ModelShape& s, const MemoryConfig& c) {
+  const double d = static_cast<double>(s.d_model);
+  double largest = std::max(static_cast<double>(s.vocab_size) * d,
+                            4.0 * d * d + 3.0 * d * static_cast<double>(s.d_ff));
+  if (IsExpertFamily(s.family) && s.experts.dense_layers < s.n_layers) {
+    largest = std::max(largest, FeedForwardOf(s, s.experts.dense_layers, c).largest);
+  }
+  return largest;
+}
+
+// What the step's phases need besides the layers: the head's saved tensors, its
+// bf16 copy and its backward's working set.
+struct HeadBytes {
+  double saved = 0, copy = 0, work = 0;
+};
+HeadBytes HeadCost(const ModelShape& s, const MemoryConfig& c) {
+  const double d = static_cast<double>(s.d_model), v = static_cast<double>(s.vocab_size);
+  const double tokens = static_cast<double>(std::max<int64_t>(1, c.micro_batch_rows)) *
+                        static_cast<double>(s.context);
+  HeadBytes h;
+  h.copy = c.bf16 ? 2.0 * d * v : 0.0;
+  // The final norm (its input, x·rsqrt unless fused, the head's input) and the
+  // fp32 log-probabilities the loss keeps.
+  h.saved = ((FusedNorms(c) ? 4.0 : 8.0) * d + ComputeBytes(c) * d + 4.0 * v) * tokens;
+  // Its backward at the widest: the gradients of the log-probabilities and of
+  // the logits next to the saved log-probabilities, and (bf16) the gradient cast.
+  h.work = (8.0 * v + (c.bf16 ? 2.0 * v : 0.0)) * tokens;
+  return h;
+}
+
+// The peak over the backward pass: the head first, then the layers from the
+// last, each freeing its saved tensors and (with one micro-batch) allocating
+// its gradients as it goes.
+void WalkBackward(const ModelShape& s, const MemoryConfig& c, const std::vector<LayerBytes>& layers,
+                  const HeadBytes& head, double fixed, double grads_in_forward, MemoryEstimate* e) {
+  const double d = static_cast<double>(s.d_model), v = static_cast<double>(s.vocab_size);
+  double alive = e->activations, grads = grads_in_forward;
+  double held_copies = c.recompute ? 0.0 : e->weight_copies;
+  grads = std::max(grads, 4.0 * 2.0 * d * v);  // the head's weight gradient comes first
+  const auto consider = [e](double total) {
+    if (total > e->peak) {
+      e->peak = total;
+      e->peak_phase = "backward";
+    }
+  };
+  consider(fixed + alive + held_copies + (c.recompute ? head.copy : 0.0) + grads + head.work);
+  alive -= head.saved;
+  held_copies -= c.recompute ? 0.0 : head.copy;
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    const double layer_grads = c.micro_batches > 1 ? 0.0 : it->params;
+    const double layer_copies = c.recompute ? it->copies : 0.0;
+    consider(fixed + alive + held_copies + layer_copies + grads + layer_grads + it->work);
+    alive -= it->saved;
+    held_copies -= c.recompute ? 0.0 : it->copies;
+    grads += layer_grads;
+  }
+}
+
 }  // namespace
 
 MemoryEstimate EstimateTrainingMemory(const ModelShape& s, const MemoryConfig& c) {
-  const double d = static_cast<double>(s.d_model), v = static_cast<double>(s.vocab_size);
+  const double v = static_cast<double>(s.vocab_size);
   const double t = static_cast<double>(s.context);
-  const double rows = static_cast<double>(std::max<int64_t>(1, c.micro_batch_rows));
-  const double tokens = rows * t;  // per micro-batch
-  const double cb = c.bf16 ? 2.0 : 4.0;
-  const int64_t k = RoutedTokens(s.capacity, s.context);
-  const double layer_matrix =
-      static_cast<double>(4 * s.d_model * s.d_model + 3 * s.d_model * s.d_ff);
-
   std::vector<LayerBytes> layers;
-  for (int64_t l = 0; l < s.n_layers; ++l) {
-    const bool routed = s.family != Family::kDense && s.stride > 1 && !IsAnchorLayer(l, s.stride);
-    const int64_t n = routed ? k : s.context;
-    const double block_tokens = rows * static_cast<double>(n);
-    const double full = BlockSavedPerToken(s, n, c) * block_tokens +
-                        (c.fused_attention ? 0.0 : static_cast<double>(n) * n);  // causal mask
-    const BlockBackward back = BlockBackwardPerToken(s, n, c);
-    // Beyond the saved tensors: the wider stage of the block's backward.
-    const double stage_mlp = back.mlp_stage * block_tokens;
-    const double stage_attn = (back.attn_stage - back.mlp_saved) * block_tokens;
-    LayerBytes layer;
-    layer.params = 4.0 * (layer_matrix + 2.0 * d + (routed ? d + 1.0 : 0.0));
-    layer.copies = c.bf16 ? 2.0 * layer_matrix : 0.0;
-    double extra = 0;  // a routed layer's own: the router's input, the gathered x, Δ
-    if (routed) extra = 4.0 * d * tokens + cb * d * block_tokens + 8.0 * tokens;
-    if (c.recompute) {
-      layer.saved = 4.0 * d * block_tokens + extra;
-      // The recomputed activations come back for the layer's backward.
-      layer.work = full + std::max(stage_mlp, stage_attn);
-    } else {
-      layer.saved = full + extra;
-      layer.work = std::max(stage_mlp, stage_attn);
-    }
-    layers.push_back(layer);
-  }
+  for (int64_t l = 0; l < s.n_layers; ++l) layers.push_back(LayerCost(s, l, c));
+  const HeadBytes head = HeadCost(s, c);
 
   MemoryEstimate e;
   e.parameters = CountParams(s).all();
   const double p = static_cast<double>(e.parameters);
   e.weights = 4.0 * p;
   e.gradients = 4.0 * p;
-  const double largest_param =
-      std::max(v * d, layer_matrix);  // a whole parameter tensor, in elements
+  const double largest_param = LargestParameter(s, c);
   e.optimizer = 8.0 * (p / Shards(c) + (c.optimizer_shards > 1 ? largest_param : 0.0));
   e.optimizer = std::min(e.optimizer, 8.0 * p);
-  const double head_copy = c.bf16 ? 2.0 * d * v : 0.0;
-  // The final norm (its input, x·rsqrt unless fused, the head's input) and the
-  // fp32 log-probabilities the loss keeps.
-  const double head_saved = ((FusedNorms(c) ? 4.0 : 8.0) * d + cb * d + 4.0 * v) * tokens;
-  // Its backward at the widest: the gradients of the log-probabilities and of
-  // the logits next to the saved log-probabilities, and (bf16) the gradient cast.
-  const double head_work = (8.0 * v + (c.bf16 ? 2.0 * v : 0.0)) * tokens;
-
-  double acts = head_saved, copies = head_copy;
+  e.activations = head.saved;
+  e.weight_copies = head.copy;
   for (const LayerBytes& l : layers) {
-    acts += l.saved;
-    copies += l.copies;
+    e.activations += l.saved;
+    e.weight_copies += l.copies;
   }
-  e.activations = acts;
-  e.weight_copies = copies;
   // Gradients exist during a forward pass from the second micro-batch of a step on.
   const double grads_in_forward = c.micro_batches > 1 ? e.gradients : 0.0;
   const double fixed = e.weights + e.optimizer;
 
-  const auto consider = [&](double total, const char* phase) {
+  const auto consider = [&e](double total, const char* phase) {
     if (total > e.peak) {
       e.peak = total;
       e.peak_phase = phase;
@@ -157,41 +301,19 @@ MemoryEstimate EstimateTrainingMemory(const ModelShape& s, const MemoryConfig& c
   };
   // Forward: everything saved, every copy (with recomputation the copies of the
   // forward are dropped at its end, before the backward casts them again).
-  consider(fixed + grads_in_forward + acts + copies, "forward");
-  // Backward: the head first, then the layers from the last.
-  {
-    double alive = acts, grads = grads_in_forward, held_copies = c.recompute ? 0.0 : copies;
-    grads = std::max(grads, 4.0 * 2.0 * d * v);  // the head's weight gradient comes first
-    consider(fixed + alive + held_copies + (c.recompute ? head_copy : 0.0) + grads + head_work,
-             "backward");
-    alive -= head_saved;
-    held_copies -= c.recompute ? 0.0 : head_copy;
-    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-      const double layer_grads = c.micro_batches > 1 ? 0.0 : it->params;
-      const double layer_copies = c.recompute ? it->copies : 0.0;
-      consider(fixed + alive + held_copies + layer_copies + grads + layer_grads + it->work,
-               "backward");
-      alive -= it->saved;
-      held_copies -= c.recompute ? 0.0 : it->copies;
-      grads += layer_grads;
-    }
-  }
+  consider(fixed + grads_in_forward + e.activations + e.weight_copies, "forward");
+  WalkBackward(s, c, layers, head, fixed, grads_in_forward, &e);
   // Optimizer step: every gradient, and AdamW's temporaries (about two parameters).
   consider(e.weights + e.gradients + e.optimizer + 2.0 * 4.0 * largest_param, "optimizer");
   // Evaluation: no saved tensors; the logits in bf16 and fp32 and their
-  // log-probabilities, and one layer's widest intermediates.
-  {
-    const double eval_tokens = static_cast<double>(std::max<int64_t>(1, c.eval_rows)) * t;
-    const double ff = static_cast<double>(s.d_ff);
-    double layer = eval_tokens * (cb * (3.0 * d + 2.0 * ff) + 8.0 * d);
-    if (!c.fused_attention) {
-      layer += static_cast<double>(std::max<int64_t>(1, c.eval_rows)) *
-               static_cast<double>(s.n_heads) * t * t * 4.0 * 2.0;
-    }
-    const double logits = eval_tokens * v * ((c.bf16 ? 2.0 : 0.0) + 4.0 + 4.0);
-    consider(e.weights + e.gradients + e.optimizer + head_copy + std::max(layer, logits),
-             "evaluation");
-  }
+  // log-probabilities, or one layer's widest intermediates.
+  const double eval_rows = static_cast<double>(std::max<int64_t>(1, c.eval_rows));
+  double layer = 0;
+  for (const LayerBytes& l : layers) layer = std::max(layer, l.eval * eval_rows * t);
+  if (!c.fused_attention) layer += eval_rows * static_cast<double>(s.n_heads) * t * t * 4.0 * 2.0;
+  const double logits = eval_rows * t * v * ((c.bf16 ? 2.0 : 0.0) + 4.0 + 4.0);
+  consider(e.weights + e.gradients + e.optimizer + head.copy + std::max(layer, logits),
+           "evaluation");
   return e;
 }
 

@@ -11,16 +11,21 @@
 //                 data-parallel ranks by whole parameters, so a rank holds at most
 //                 its share plus one parameter)
 //   activations   what autograd keeps for the backward pass, per layer, from the
-//                 list of saved tensors of the block (docs/memory.md, "saved
-//                 tensors"): fp32 residual-side tensors, compute-dtype matmul
+//                 list of saved tensors of the block (docs/memory.md, "what is
+//                 counted"): fp32 residual-side tensors, compute-dtype matmul
 //                 outputs (bf16 under autocast), attention scores [H, n, n] per
 //                 sequence on the eager path and the output plus log-sum-exp on the
-//                 fused one; with recomputation only each block's inputs
+//                 fused one; with recomputation only each block's inputs. An
+//                 expert layer (moe, deco) counts its own MLP: the router's
+//                 logits and probabilities, and for moe every assignment's
+//                 gathered input, hidden state and output (top_k per token), for
+//                 deco the E·d_e hidden units of every token
 //   weight copies bf16 copies of the matrices under autocast, alive from a layer's
 //                 forward until its backward
 //   transients    the working set of the backward pass of the head (four [N, V]
-//                 buffers at once) and of one layer (its gradients in flight and,
-//                 with recomputation, its recomputed activations)
+//                 buffers at once) and of one layer (its gradients in flight,
+//                 a moe layer's expert weight gradients before they are stacked
+//                 and, with recomputation, its recomputed activations)
 // The peak is the largest total over the step's phases: the forward pass, a walk
 // over the backward pass (activations freed and gradients allocated layer by
 // layer), the optimizer step and an evaluation forward. Not counted: the CUDA

@@ -17,12 +17,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "common/token_data.h"
+#include "orchestrator/coordinator/coordinator.h"
 #include "orchestrator/dashboard/http_server.h"
 #include "orchestrator/fit/law_registry.h"
 #include "orchestrator/launch/local_run.h"
-#include "orchestrator/order/law_order.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
 #include "orchestrator/scheduler/progress.h"
@@ -311,9 +312,7 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
     Scheduler scheduler(store.get(), SchedulerOptions{});
     ASSIGN_OR_RETURN(sweeps, scheduler.Status(f.sweep, &jobs));
   }
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  PrintResult(StatusTable(sweeps, now), format, out);
+  PrintResult(StatusTable(sweeps, SystemClock().Now()), format, out);
   // The named sweep's jobs in flight, with their progress.
   const QueryResult running = InFlightTable(jobs);
   if (!running.rows.empty() && format == Format::kTable) {
@@ -339,19 +338,26 @@ absl::Status Status(const Flags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
-absl::Status Serve(const Flags& f, std::ostream& out) {
-  ServerOptions options;
-  options.listen = f.listen;
-  options.tls_cert = f.tls_cert;
-  options.tls_key = f.tls_key;
-  options.insecure = f.insecure;
+// The coordinator options `xmod serve` takes from its flags; INVALID_ARGUMENT for
+// flags that do not go together, NOT_FOUND for an unreadable token file.
+absl::StatusOr<CoordinatorOptions> ServeOptions(const Flags& f, std::ostream& out) {
+  CoordinatorOptions options;
+  options.db = f.db;
+  options.server.listen = f.listen;
+  options.server.tls_cert = f.tls_cert;
+  options.server.tls_key = f.tls_key;
+  options.server.insecure = f.insecure;
   if (!f.token_file.empty()) {
-    ASSIGN_OR_RETURN(options.token, ReadTokenFile(f.token_file));
+    ASSIGN_OR_RETURN(options.server.token, ReadTokenFile(f.token_file));
   }
   if (!f.worker_token_file.empty()) {
-    ASSIGN_OR_RETURN(options.worker_token, ReadTokenFile(f.worker_token_file));
+    ASSIGN_OR_RETURN(options.server.worker_token, ReadTokenFile(f.worker_token_file));
   }
   RETURN_IF_ERROR(CheckLeaseTtl(f.lease_ttl, "--lease-ttl"));
+  options.lease_ttl_seconds = f.lease_ttl;
+  options.max_jobs = f.max_jobs;
+  options.http = f.http;
+  options.log = [&out](const std::string& line) { out << line + "\n" << std::flush; };
   if (!f.advertise.empty() && f.address_file.empty()) {
     return absl::InvalidArgumentError(
         "--advertise names the host written to --address-file; give --address-file too");
@@ -361,92 +367,72 @@ absl::Status Serve(const Flags& f, std::ostream& out) {
     return absl::InvalidArgumentError(
         absl::StrCat("--address-file ", f.address_file, ": its folder does not exist"));
   }
-  const bool existed = std::filesystem::exists(f.db);
-  ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
-  LawDrivenOrder::Options order_options;
-  order_options.log = [&out](const std::string& line) { out << line + "\n" << std::flush; };
-  LawDrivenOrder order(store.get(), order_options);
-  SchedulerOptions scheduler_options;
-  scheduler_options.lease_ttl_seconds = f.lease_ttl;
-  scheduler_options.max_jobs = f.max_jobs;
-  scheduler_options.on_complete = [&order](const std::string& id) { order.JobCompleted(id); };
-  Scheduler scheduler(store.get(), scheduler_options);
-  absl::StatusOr<std::unique_ptr<CoordinatorServer>> started =
-      CoordinatorServer::Start(&scheduler, options);
-  if (!started.ok()) {
-    // A database this call created (e.g. the port was taken) goes again, so that a
-    // failed start leaves nothing behind.
-    store.reset();
-    if (!existed) {
-      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
-        std::error_code ignored;
-        std::filesystem::remove(f.db + suffix, ignored);
-      }
-    }
-    return started.status();
-  }
-  std::unique_ptr<CoordinatorServer> server = *std::move(started);
-  order.RefitAll();  // adaptive sweeps steer from the results the file already holds
-  std::unique_ptr<DashboardServer> dashboard;
-  if (!f.http.empty()) {
-    DashboardOptions dashboard_options;
-    dashboard_options.listen = f.http;
-    dashboard_options.token = options.token;  // the operator's, never the workers'
-    absl::StatusOr<std::unique_ptr<DashboardServer>> web =
-        DashboardServer::Start(store.get(), &scheduler, dashboard_options);
-    if (!web.ok()) {
-      server->Shutdown();
-      return web.status();
-    }
-    dashboard = *std::move(web);
-    out << "xmod serve: dashboard on http://" << dashboard->address() << "/" << std::endl;
-  }
-  // The address other machines dial: --advertise, else the listen host, else (for
-  // a wildcard listen) this machine's name.
+  return options;
+}
+
+// The address other machines dial: --advertise, else the listen host, else (for
+// a wildcard listen) this machine's name; with the bound port.
+std::string AdvertisedAddress(const Flags& f, int port) {
   std::string host = f.advertise;
-  const std::string listen_host = f.listen.substr(0, f.listen.rfind(':'));
-  if (host.empty()) host = listen_host;
+  if (host.empty()) host = f.listen.substr(0, f.listen.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "[::]") {
     char name[256] = {0};
     host = ::gethostname(name, sizeof(name) - 1) == 0 && name[0] != 0 ? name : "127.0.0.1";
   }
-  const std::string advertised = absl::StrCat(host, ":", server->port());
-  out << "xmod serve: " << f.db << " listening on " << server->listen_address()
-      << " (this machine: " << server->address() << "; lease TTL " << f.lease_ttl << " s"
-      << (options.token.empty() ? ", no token" : ", token required")
-      << (options.tls_cert.empty() ? "" : ", TLS") << ")" << std::endl;
+  return absl::StrCat(host, ":", port);
+}
+
+// Writes `address` to `path` through a rename, so a reader sees all of it or none.
+absl::Status PublishAddress(const std::string& path, const std::string& address) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream file(tmp, std::ios::trunc);
+    file << address << "\n";
+    if (!file.flush()) {
+      return absl::InternalError(absl::StrCat("--address-file ", tmp, ": cannot write"));
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(tmp, path, error);
+  if (error) {
+    return absl::InternalError(absl::StrCat("--address-file ", path, ": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
+// Removes the address file only while it holds our own address: another
+// coordinator may have published its own since.
+void WithdrawAddress(const std::string& path, const std::string& address) {
+  std::ifstream in(path);
+  std::string line;
+  if (std::getline(in, line) && line == address) std::filesystem::remove(path);
+}
+
+// xmod serve: the coordinator on a database file until SIGINT or SIGTERM.
+absl::Status Serve(const Flags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(CoordinatorOptions options, ServeOptions(f, out));
+  ASSIGN_OR_RETURN(std::unique_ptr<Coordinator> coordinator, Coordinator::Open(options));
+  RETURN_IF_ERROR(coordinator->Serve());
+  if (coordinator->dashboard() != nullptr) {
+    out << "xmod serve: dashboard on http://" << coordinator->dashboard()->address() << "/"
+        << std::endl;
+  }
+  const CoordinatorServer& server = coordinator->server();
+  const std::string advertised = AdvertisedAddress(f, server.port());
+  out << "xmod serve: " << f.db << " listening on " << server.listen_address()
+      << " (this machine: " << server.address() << "; lease TTL " << f.lease_ttl << " s"
+      << (options.server.token.empty() ? ", no token" : ", token required")
+      << (options.server.tls_cert.empty() ? "" : ", TLS") << ")" << std::endl;
   if (!f.address_file.empty()) {
-    // Written after the bind, through a rename, so a reader sees all of it or none.
-    const std::string tmp = f.address_file + ".tmp";
-    {
-      std::ofstream file(tmp, std::ios::trunc);
-      file << advertised << "\n";
-      if (!file.flush()) {
-        server->Shutdown();
-        return absl::InternalError(absl::StrCat("--address-file ", tmp, ": cannot write"));
-      }
-    }
-    std::error_code error;
-    std::filesystem::rename(tmp, f.address_file, error);
-    if (error) {
-      server->Shutdown();
-      return absl::InternalError(
-          absl::StrCat("--address-file ", f.address_file, ": ", error.message()));
-    }
+    RETURN_IF_ERROR(PublishAddress(f.address_file, advertised));
     out << "xmod serve: address " << advertised << " written to " << f.address_file << std::endl;
   }
   std::signal(SIGINT, OnServeSignal);
   std::signal(SIGTERM, OnServeSignal);
   while (!g_serve_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   out << "xmod serve: shutting down" << std::endl;
-  if (!f.address_file.empty()) {
-    // Only our own address: another coordinator may have published its own since.
-    std::ifstream in(f.address_file);
-    std::string line;
-    if (std::getline(in, line) && line == advertised) std::filesystem::remove(f.address_file);
-  }
-  dashboard.reset();
-  server->Shutdown();
+  if (!f.address_file.empty()) WithdrawAddress(f.address_file, advertised);
+  coordinator->Shutdown();
   return absl::OkStatus();
 }
 

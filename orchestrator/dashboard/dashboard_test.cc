@@ -68,7 +68,6 @@ class DashboardTest : public ::testing::Test {
     ASSERT_TRUE(store_->RecordFit("smoke", fit).ok());
     DashboardOptions options;
     options.listen = "127.0.0.1:0";
-    options.now = [this] { return clock_.Now(); };
     Start(options);
   }
   void Start(const DashboardOptions& options, StoreReader* reader = nullptr) {
@@ -388,6 +387,7 @@ TEST_F(DashboardTest, PollingWithETagsCostsNothingUntilTheDataChanges) {
 class CountingReader : public StoreReader {
  public:
   explicit CountingReader(StoreReader* store) : store_(store) {}
+  double Now() override { return store_->Now(); }
   // Reads other than the data versions.
   int reads() const { return reads_; }
 
@@ -449,7 +449,6 @@ TEST_F(DashboardTest, AnUnchangedPollIsA304ThatComputesNothing) {
   CountingReader reader(store_);
   DashboardOptions options;
   options.listen = "127.0.0.1:0";
-  options.now = [this] { return clock_.Now(); };
   Start(options, &reader);
   const std::vector<std::string> urls = {"/api/jobs?sweep=smoke",
                                          "/api/compare?sweep=smoke",

@@ -18,7 +18,7 @@
 #include "common/status_macros.h"
 #include "orchestrator/dashboard/api.h"
 #include "orchestrator/dashboard/assets.h"
-#include "orchestrator/service/server.h"
+#include "orchestrator/service/auth.h"
 
 namespace xmod {
 namespace {
@@ -149,16 +149,15 @@ void ServeJson(const JsonRoute& route, const std::string& server, const httplib:
 
 // The JSON endpoints of api.h (docs/dashboard.md). /api/sweeps has no version:
 // its elapsed times and ETAs move with the clock.
-std::vector<JsonRoute> JsonRoutes(StoreReader* store, Scheduler* scheduler,
-                                  std::function<double()> now) {
+std::vector<JsonRoute> JsonRoutes(StoreReader* store, Scheduler* scheduler) {
   const auto sweep_version = [store](const httplib::Request& req) -> absl::StatusOr<int64_t> {
     ASSIGN_OR_RETURN(std::string sweep, Param(req, "sweep"));
     return store->SweepDataVersion(sweep);
   };
   return {
       {"/api/sweeps", nullptr,
-       [store, scheduler, now](const httplib::Request&) {
-         return SweepsJson(store, scheduler, now());
+       [store, scheduler](const httplib::Request&) {
+         return SweepsJson(store, scheduler, store->Now());
        }},
       {"/api/jobs", sweep_version,
        [store, scheduler](const httplib::Request& req) -> absl::StatusOr<nlohmann::json> {
@@ -330,20 +329,14 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(StoreRea
                      ": not a loopback address, so the dashboard needs an operator token "
                      "(--token-file); or listen on 127.0.0.1 and tunnel"));
   }
-  if (!options.now) {
-    options.now = [] {
-      return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-    };
-  }
   std::unique_ptr<DashboardServer> d(new DashboardServer());
   d->server_ = std::make_unique<httplib::Server>();
   httplib::Server& s = *d->server_;
   InstallTokenGate(s, options.token);
   // This process's part of the JSON answers' tags.
   const std::string server_tag =
-      HexId(absl::StrCat(std::random_device{}(), "-", std::random_device{}(), "-", options.now()));
-  for (JsonRoute& route : JsonRoutes(store, scheduler, options.now)) {
+      HexId(absl::StrCat(std::random_device{}(), "-", std::random_device{}(), "-", store->Now()));
+  for (JsonRoute& route : JsonRoutes(store, scheduler)) {
     s.Get(route.path, [route = std::move(route), server_tag](const httplib::Request& req,
                                                              httplib::Response& res) {
       ServeJson(route, server_tag, req, res);

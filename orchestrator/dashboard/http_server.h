@@ -28,15 +28,15 @@ namespace xmod {
 struct DashboardOptions {
   std::string listen = "127.0.0.1:8080";  // host:port; port 0 picks a free one
   std::string token;                      // operator token; required off loopback
-  // The clock /api/sweeps measures elapsed time and ETA to (default: the wall clock).
-  std::function<double()> now;
 };
 
 class DashboardServer {
  public:
   // Binds and starts serving on its own threads. INVALID_ARGUMENT for a malformed
   // address or a non-loopback one without a token; UNAVAILABLE when the bind fails.
-  // `store` and `scheduler` are not owned and must outlive the server.
+  // `store` and `scheduler` are not owned and must outlive the server. Elapsed
+  // times and ETAs are measured on the store's clock (StoreReader::Now), the one
+  // the scheduler and the rows' timestamps use.
   static absl::StatusOr<std::unique_ptr<DashboardServer>> Start(StoreReader* store,
                                                                 Scheduler* scheduler,
                                                                 DashboardOptions options);

@@ -20,8 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cpus.h"
 #include "common/status_macros.h"
-#include "orchestrator/dashboard/http_server.h"
-#include "orchestrator/order/law_order.h"
+#include "orchestrator/coordinator/coordinator.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
 #include "orchestrator/scheduler/progress.h"
@@ -135,7 +134,7 @@ class LocalRun {
 
   // Parse, expand, design-check and check the ranks; nothing is written.
   absl::Status Prepare();
-  // Open the store, submit through the scheduler, start the in-process coordinator.
+  // Open the coordinator's store, submit through its scheduler, then serve.
   absl::Status StartCoordinator();
   absl::Status StartGroups();
   // Redraws progress until nothing is active or every group has exited.
@@ -163,12 +162,8 @@ class LocalRun {
   std::ostream& err;
   SweepSpec spec;
   std::string db_path;
-  std::unique_ptr<SqliteStore> store;
-  std::unique_ptr<LawDrivenOrder> order;  // the refitter of order: adaptive sweeps
-  std::unique_ptr<Scheduler> scheduler;
-  std::unique_ptr<CoordinatorServer> server;
-  std::unique_ptr<DashboardServer> dashboard;
-  std::vector<pid_t> groups;  // negated once reaped
+  std::unique_ptr<Coordinator> coordinator;  // in-process: store, order, scheduler, servers
+  std::vector<pid_t> groups;                 // negated once reaped
 };
 
 absl::Status LocalRun::Prepare() {
@@ -196,31 +191,25 @@ absl::Status LocalRun::Prepare() {
 
 absl::Status LocalRun::StartCoordinator() {
   RETURN_IF_ERROR(CheckLeaseTtl(o.lease_ttl_seconds, "--lease-ttl"));
-  SqliteStore::Options store_options;
-  store_options.path = db_path = o.db.empty() ? spec.name + ".db" : o.db;
-  ASSIGN_OR_RETURN(store, SqliteStore::Open(store_options));
-  LawDrivenOrder::Options order_options;
-  order_options.log = [this](const std::string& line) { out << line + "\n" << std::flush; };
-  order = std::make_unique<LawDrivenOrder>(store.get(), order_options);
-  SchedulerOptions scheduler_options;
-  scheduler_options.lease_ttl_seconds = o.lease_ttl_seconds;
-  scheduler_options.max_jobs = o.max_jobs;
-  scheduler_options.on_complete = [this](const std::string& id) { order->JobCompleted(id); };
-  scheduler = std::make_unique<Scheduler>(store.get(), scheduler_options);
-  ASSIGN_OR_RETURN(SubmitResult submitted,
-                   scheduler->Submit(spec.yaml_text, o.spec_path, o.allow_unidentifiable));
-  order->RefitAll();  // a resumed run steers from the results it already has
-  ServerOptions server_options;
-  server_options.listen = "127.0.0.1:0";
-  ASSIGN_OR_RETURN(server, CoordinatorServer::Start(scheduler.get(), server_options));
+  CoordinatorOptions options;
+  options.db = db_path = o.db.empty() ? spec.name + ".db" : o.db;
+  options.server.listen = "127.0.0.1:0";
+  options.lease_ttl_seconds = o.lease_ttl_seconds;
+  options.max_jobs = o.max_jobs;
+  options.http = o.http;
+  options.log = [this](const std::string& line) { out << line + "\n" << std::flush; };
+  ASSIGN_OR_RETURN(coordinator, Coordinator::Open(options));
+  // Submitted before the coordinator serves, so that its first refit (a resumed
+  // run steers from the results it already has) sees this sweep.
+  ASSIGN_OR_RETURN(
+      SubmitResult submitted,
+      coordinator->scheduler().Submit(spec.yaml_text, o.spec_path, o.allow_unidentifiable));
+  RETURN_IF_ERROR(coordinator->Serve());
   out << fmt::format("xmod run: sweep '{}' in {}: {} jobs ({} new); coordinator on {}\n", spec.name,
-                     db_path, submitted.jobs_in_spec, submitted.new_jobs, server->address());
-  if (!o.http.empty()) {
-    DashboardOptions dashboard_options;
-    dashboard_options.listen = o.http;
-    ASSIGN_OR_RETURN(dashboard,
-                     DashboardServer::Start(store.get(), scheduler.get(), dashboard_options));
-    out << fmt::format("xmod run: dashboard on http://{}/\n", dashboard->address());
+                     db_path, submitted.jobs_in_spec, submitted.new_jobs,
+                     coordinator->server().address());
+  if (coordinator->dashboard() != nullptr) {
+    out << fmt::format("xmod run: dashboard on http://{}/\n", coordinator->dashboard()->address());
   }
   return absl::OkStatus();
 }
@@ -236,9 +225,10 @@ absl::Status LocalRun::StartGroups() {
   for (int g = 0; g < o.groups; ++g) {
     std::vector<std::string> argv = GroupMpirunPrefix(o, cores);
     for (const std::string& a :
-         {worker, std::string("--coordinator"), server->address(), std::string("--run-dir"),
-          o.run_dir, std::string("--threads"), std::to_string(threads), std::string("--name"),
-          absl::StrCat("local", g), std::string("--poll-seconds"), std::string("0.5")}) {
+         {worker, std::string("--coordinator"), coordinator->server().address(),
+          std::string("--run-dir"), o.run_dir, std::string("--threads"), std::to_string(threads),
+          std::string("--name"), absl::StrCat("local", g), std::string("--poll-seconds"),
+          std::string("0.5")}) {
       argv.push_back(a);
     }
     auto pid = o.launch(argv, absl::StrCat(o.run_dir, "/logs/group-", g, ".log"));
@@ -305,7 +295,7 @@ void LocalRun::WatchProgress() {
       }
     }
     std::vector<JobProgressRow> jobs;
-    auto summary = scheduler->Status(spec.name, &jobs);
+    auto summary = coordinator->scheduler().Status(spec.name, &jobs);
     if (!summary.ok()) break;
     const FlopProgress& flops = summary->front().flops;
     if (flops_at_start < 0) flops_at_start = flops.done;
@@ -349,7 +339,7 @@ void LocalRun::StopGroups() {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  server->Shutdown();
+  coordinator->server().Shutdown();
 }
 
 // The results table with the columns a reader of `xmod run` wants first.
@@ -374,11 +364,11 @@ QueryResult RunResultsTable(const QueryResult& results) {
 }
 
 int LocalRun::Report() {
-  if (auto results = store->JobResults(spec.name); results.ok()) {
+  if (auto results = coordinator->store().JobResults(spec.name); results.ok()) {
     out << "\n";
     PrintResult(RunResultsTable(*results), Format::kTable, out);
   }
-  auto summary = scheduler->Status(spec.name);
+  auto summary = coordinator->scheduler().Status(spec.name);
   if (!summary.ok()) return Fail(summary.status());
   const StateCounts& c = summary->front().states;
   const int64_t failed = c.counts.at(JobState::kFailed) + c.counts.at(JobState::kCancelled);

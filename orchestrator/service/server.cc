@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "orchestrator/scheduler/progress.h"
+#include "orchestrator/service/auth.h"
 #include "orchestrator/service/request_bounds.h"
 #include "proto/channel.h"
 #include "xmod/v1/coordinator.grpc.pb.h"
@@ -19,14 +20,6 @@
 namespace xmod {
 
 namespace pb = ::xmod::v1;
-
-bool IsLoopbackAddress(const std::string& listen) {
-  std::string host = listen.substr(0, listen.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
 
 grpc::Status GuardRpc(const char* rpc, const std::function<grpc::Status()>& body) {
   try {
@@ -39,16 +32,6 @@ grpc::Status GuardRpc(const char* rpc, const std::function<grpc::Status()>& body
   } catch (...) {
     return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat(rpc, ": unknown exception"));
   }
-}
-
-bool TokenMatches(const std::string& header, const std::string& token) {
-  const std::string expected = "Bearer " + token;
-  // Length is not secret; the bytes are compared without an early exit.
-  unsigned char diff = header.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    diff |= static_cast<unsigned char>((i < header.size() ? header[i] : 0) ^ expected[i]);
-  }
-  return diff == 0;
 }
 
 namespace {

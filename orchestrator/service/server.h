@@ -30,15 +30,9 @@ struct ServerOptions {
   bool insecure = false;  // allow a non-loopback address without a token
 };
 
-// True for 127.0.0.0/8, localhost and [::1] addresses.
-bool IsLoopbackAddress(const std::string& listen);
-
 // Runs one handler's body so that no call ends as UNKNOWN: an allocation failure
 // becomes RESOURCE_EXHAUSTED, any other exception INTERNAL, each naming the RPC.
 grpc::Status GuardRpc(const char* rpc, const std::function<grpc::Status()>& body);
-
-// Constant-time comparison of a received "authorization" value with the expected token.
-bool TokenMatches(const std::string& header, const std::string& token);
 
 class CoordinatorServer {
  public:

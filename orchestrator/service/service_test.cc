@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "orchestrator/service/auth.h"
 #include "orchestrator/service/request_bounds.h"
 #include "orchestrator/service/server.h"
 #include "proto/channel.h"

@@ -76,6 +76,7 @@ class SqliteStore : public StoreReader {
 
   // The clock the store stamps rows with; the scheduler reads the same one.
   Clock& clock() const { return options_.clock != nullptr ? *options_.clock : system_clock_; }
+  double Now() override { return clock().Now(); }
 
   // Records the sweep (creating it, or updating its text when it changed) and
   // inserts every job not yet present, in one transaction. Jobs already present

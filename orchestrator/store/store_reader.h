@@ -22,6 +22,9 @@ namespace xmod {
 class StoreReader {
  public:
   virtual ~StoreReader() = default;
+  // The store's clock, seconds since the Unix epoch: the one its timestamps, the
+  // scheduler and the dashboard's elapsed times and ETAs use.
+  virtual double Now() = 0;
 
   // Rows of the job_results view for one sweep, cheapest job first, with one more
   // column: `granularity` (d_ff / d_e) of a moe job, NULL for the other families.

@@ -276,6 +276,19 @@ class SpecParser {
   }
 
  private:
+  // What CrossCheck needs to know of one grid block: where it is and which axes
+  // and budget it wrote.
+  struct BlockInfo {
+    int line = 1;
+    std::string prefix;
+    bool has_sparsity = false;
+    bool has_stride = false;
+    bool has_top_k = false;
+    bool has_granularity = false;
+    bool has_budget = false;
+    YAML::Node scale_axis;
+  };
+
   static int Line(const YAML::Node& node) { return node.Mark().line + 1; }
 
   void Error(int line, const std::string& field, const std::string& what) {
@@ -639,7 +652,16 @@ class SpecParser {
     block->budget_values = spec->budget_values;
     block->budget_line = KeyLine("budget");
     info.has_budget = top_budget_;
-    if (in_list && node["family"]) {
+    if (in_list) ParseBlockOwn(node, prefix, block, &info);
+    ParseBlockAxes(node, prefix, block, &info);
+    block_info_.push_back(info);
+  }
+
+  // What an entry of a `grid:` list may set for itself: its family, baselines
+  // and budget (each inherited from the top level when absent).
+  void ParseBlockOwn(const YAML::Node& node, const std::string& prefix, GridBlock* block,
+                     BlockInfo* info) {
+    if (node["family"]) {
       std::string family;
       if (String(node["family"], prefix + ".family", &family)) {
         auto parsed = ParseFamily(family);
@@ -650,17 +672,24 @@ class SpecParser {
         }
       }
     }
-    if (in_list && node["baselines"]) {
+    if (node["baselines"]) {
       block->baselines.clear();
       ParseBaselines(node["baselines"], prefix + ".baselines", &block->baselines);
     }
-    if (in_list && node["budget"]) {
+    if (node["budget"]) {
       block->budget_values.clear();
       block->budget_line = Line(node["budget"]);
       block->budget_field = prefix + ".budget";
-      info.has_budget = ParseBudget(node["budget"], prefix + ".budget", &block->budget_kind,
-                                    &block->budget_values);
+      info->has_budget = ParseBudget(node["budget"], prefix + ".budget", &block->budget_kind,
+                                     &block->budget_values);
     }
+  }
+
+  // A block's axes: scale, sparsity, stride, top_k, granularity, context (required)
+  // and seed.
+  void ParseBlockAxes(const YAML::Node& node, const std::string& prefix, GridBlock* block,
+                      BlockInfo* info_out) {
+    BlockInfo& info = *info_out;
     if (node["scale"]) {
       Axis(node["scale"], prefix + ".scale", &block->scales,
            [&](const YAML::Node& n, const std::string& f, std::string* v) {
@@ -731,7 +760,6 @@ class SpecParser {
         Error(Line(node["seed"]), prefix + ".seed", "a seed is listed twice");
       }
     }
-    block_info_.push_back(info);
   }
 
   void ParseBaselines(const YAML::Node& node, const std::string& prefix, std::vector<Family>* out) {
@@ -1141,59 +1169,54 @@ class SpecParser {
     }
   }
 
-  // Checks that need more than one section; runs only on an otherwise clean file.
-  void CrossCheck(SweepSpec* spec) {
-    if (spec->train.micro_auto && spec->resources.gpu_memory_gb <= 0) {
-      Error(Line(train_node_["micro_batch_tokens"]), "train.micro_batch_tokens",
-            "auto chooses the micro-batch from the device memory: declare it as "
-            "resources.gpu_memory_gb, or give micro_batch_tokens as a number");
-    }
-    std::vector<std::string> names;
-    for (const ScaleSpec& s : spec->scales) names.push_back(s.name);
-    for (size_t b = 0; b < spec->blocks.size(); ++b) {
-      GridBlock& block = spec->blocks[b];
-      const BlockInfo& info = block_info_[b];
-      const std::string& prefix = info.prefix;
-      if (block.scales.empty()) {
-        block.scales = names;  // no scale axis: every defined scale
-      } else {
-        for (size_t i = 0; i < block.scales.size(); ++i) {
-          const std::string& name = block.scales[i];
-          if (spec->FindScale(name) == nullptr) {
-            const YAML::Node n =
-                info.scale_axis.IsSequence() ? info.scale_axis[i] : info.scale_axis;
-            Error(Line(n),
-                  info.scale_axis.IsSequence() ? absl::StrCat(prefix, ".scale[", i, "]")
-                                               : prefix + ".scale",
-                  absl::StrCat("undefined scale '", name, "'", DidYouMean(name, names),
-                               " (defined: ", absl::StrJoin(names, ", "), ")"));
-          }
+  // One block's checks against the rest of the file: its scales exist (no scale
+  // axis means every scale), it has a budget and the axes of its family, its
+  // baselines and memory settings go together, and its batches split.
+  void CrossCheckBlock(SweepSpec* spec, const std::vector<std::string>& names,
+                       const BlockInfo& info, GridBlock* block_out) {
+    GridBlock& block = *block_out;
+    const std::string& prefix = info.prefix;
+    if (block.scales.empty()) {
+      block.scales = names;  // no scale axis: every defined scale
+    } else {
+      for (size_t i = 0; i < block.scales.size(); ++i) {
+        const std::string& name = block.scales[i];
+        if (spec->FindScale(name) == nullptr) {
+          const YAML::Node n = info.scale_axis.IsSequence() ? info.scale_axis[i] : info.scale_axis;
+          Error(Line(n),
+                info.scale_axis.IsSequence() ? absl::StrCat(prefix, ".scale[", i, "]")
+                                             : prefix + ".scale",
+                absl::StrCat("undefined scale '", name, "'", DidYouMean(name, names),
+                             " (defined: ", absl::StrJoin(names, ", "), ")"));
         }
       }
-      if (!info.has_budget) {
-        Error(prefix == "grid" ? 1 : info.line, prefix == "grid" ? "budget" : prefix + ".budget",
-              "missing; give one of tokens_per_param, flops or tokens");
-      }
-      CheckAxes(*spec, block, info);
-      if (spec->train.recompute == MemoryChoice::kOn &&
-          (IsExpertFamily(block.family) ||
-           std::any_of(block.baselines.begin(), block.baselines.end(), IsExpertFamily))) {
-        Error(Line(train_node_["recompute"]), "train.recompute",
-              "recompute: true is not available for the expert families (moe, deco) yet; use "
-              "auto (which leaves them without) or false");
-      }
-      if (!block.seeds.empty() && train_node_["seed"]) {
-        Error(
-            Line(train_node_["seed"]), "train.seed",
-            absl::StrCat("give the seed in train.seed or as the ", prefix, ".seed axis, not both"));
-      }
-      // Batch shape per (scale, context): a scale's own batch overrides the sweep's.
-      for (const std::string& scale_name : block.scales) {
-        const ScaleSpec* scale = spec->FindScale(scale_name);
-        if (scale == nullptr) continue;
-        CheckBatch(*spec, *scale, block.context);
-      }
     }
+    if (!info.has_budget) {
+      Error(prefix == "grid" ? 1 : info.line, prefix == "grid" ? "budget" : prefix + ".budget",
+            "missing; give one of tokens_per_param, flops or tokens");
+    }
+    CheckAxes(*spec, block, info);
+    if (spec->train.recompute == MemoryChoice::kOn &&
+        (IsExpertFamily(block.family) ||
+         std::any_of(block.baselines.begin(), block.baselines.end(), IsExpertFamily))) {
+      Error(Line(train_node_["recompute"]), "train.recompute",
+            "recompute: true is not available for the expert families (moe, deco) yet; use "
+            "auto (which leaves them without) or false");
+    }
+    if (!block.seeds.empty() && train_node_["seed"]) {
+      Error(Line(train_node_["seed"]), "train.seed",
+            absl::StrCat("give the seed in train.seed or as the ", prefix, ".seed axis, not both"));
+    }
+    // Batch shape per (scale, context): a scale's own batch overrides the sweep's.
+    for (const std::string& scale_name : block.scales) {
+      const ScaleSpec* scale = spec->FindScale(scale_name);
+      if (scale == nullptr) continue;
+      CheckBatch(*spec, *scale, block.context);
+    }
+  }
+
+  // The synthetic vocabulary's bound, and every scale's dense model countable.
+  void CrossCheckSizes(SweepSpec* spec) {
     if (spec->data.vocab_size > 0 && spec->data.synthetic && spec->data.vocab_size > 65536) {
       Error(spec->LineOf("data.vocab_size", KeyLine("data")), "data.vocab_size",
             "the synthetic source supports at most 65536");
@@ -1215,6 +1238,21 @@ class SpecParser {
                            size.message()));
       }
     }
+  }
+
+  // Checks that need more than one section; runs only on an otherwise clean file.
+  void CrossCheck(SweepSpec* spec) {
+    if (spec->train.micro_auto && spec->resources.gpu_memory_gb <= 0) {
+      Error(Line(train_node_["micro_batch_tokens"]), "train.micro_batch_tokens",
+            "auto chooses the micro-batch from the device memory: declare it as "
+            "resources.gpu_memory_gb, or give micro_batch_tokens as a number");
+    }
+    std::vector<std::string> names;
+    for (const ScaleSpec& s : spec->scales) names.push_back(s.name);
+    for (size_t b = 0; b < spec->blocks.size(); ++b) {
+      CrossCheckBlock(spec, names, block_info_[b], &spec->blocks[b]);
+    }
+    CrossCheckSizes(spec);
     if (grid_is_map_ && spec->blocks.size() == 1) {
       // One block: the top-level fields hold it (and code may edit them).
       GridBlock& b = spec->blocks[0];
@@ -1318,17 +1356,6 @@ class SpecParser {
       }
     }
   }
-
-  struct BlockInfo {
-    int line = 1;
-    std::string prefix;
-    bool has_sparsity = false;
-    bool has_stride = false;
-    bool has_top_k = false;
-    bool has_granularity = false;
-    bool has_budget = false;
-    YAML::Node scale_axis;
-  };
 
   std::string source_;
   std::vector<std::string> errors_;

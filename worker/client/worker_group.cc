@@ -95,6 +95,103 @@ absl::Status GaveUp(const GrpcCoordinatorClient& client, const WorkerGroupOption
       "recorded checkpoint once its lease runs out"));
 }
 
+// Registers rank 0's group with the coordinator and returns its worker id, or
+// "" when the group was asked to stop meanwhile. On any failure the other ranks
+// have been told to exit.
+absl::StatusOr<std::string> RegisterGroup(const WorkerGroupOptions& o, Communicator& comm,
+                                          GrpcCoordinatorClient& client) {
+  pb::RegisterWorkerRequest reg;
+  reg.set_host(HostName());
+  reg.set_ranks(comm.size());
+  reg.set_name(o.name);
+  pb::RegisterWorkerResponse registered;
+  grpc::Status s = client.Register(reg, &registered);
+  if (!s.ok()) {
+    RETURN_IF_ERROR(BroadcastExit(comm));
+    if (g_stop_requested) return std::string();
+    if (client.GaveUp()) return GaveUp(client, o);
+    return FromGrpc(s, "RegisterWorker");
+  }
+  const std::string worker_id = registered.worker_id();
+  RETURN_IF_ERROR(client.UseLeaseTtl(registered.lease_ttl_seconds()));
+  std::string why = "--threads";
+  const int threads =
+      o.threads > 0 ? o.threads : DefaultThreadsPerRank(LocalRanks(comm.size()), &why);
+  std::cerr << comm.Where() << ": worker group " << worker_id << " (" << comm.size()
+            << " ranks) registered with " << client.address() << "; " << threads
+            << " LibTorch threads per rank (" << why << ")\n";
+  return worker_id;
+}
+
+// The trainer's options for one lease: its hooks report through `session`.
+TrainerOptions LeaseTrainerOptions(const WorkerGroupOptions& o, const JobFile& job,
+                                   const pb::LeaseJobResponse& lease, JobSession& session) {
+  TrainerOptions t = TrainerOptionsFor(o, job, lease.resume_step());
+  t.preempt = [&session] { return session.ShouldStop(); };
+  t.abandon = [&session] { return session.ShouldAbandon(); };
+  t.confirm_checkpoint = [&session] { return session.ConfirmLease(); };
+  t.fencing_token = lease.fencing_token();
+  t.fault_checkpoint_written = FaultStopAtCheckpoint();
+  t.on_metrics = [&session](const std::vector<Metric>& m) { session.OnMetrics(m); };
+  t.on_checkpoint = [&session](int64_t step, const std::string& path) {
+    return session.OnCheckpoint(step, path);
+  };
+  t.on_step = [&session](int64_t step) { session.OnStep(step); };
+  return t;
+}
+
+// Trains one leased job on every rank and reports its end. A job file that does
+// not parse, a job this worker cannot run and data that does not open end the
+// attempt here, before anything is broadcast (the other ranks still wait for a
+// command). Errors are the broadcast's only.
+absl::Status TrainLease(const WorkerGroupOptions& o, Communicator& comm,
+                        GrpcCoordinatorClient& client, const JobSessionOptions& session_options,
+                        const std::string& worker_id, const pb::LeaseJobResponse& lease) {
+  JobSession session(client, session_options, worker_id, lease.job_id(), lease.fencing_token(),
+                     lease.resume_step());
+  auto job = ParseJobFile(lease.job_json(), absl::StrCat("job file of ", lease.job_id()));
+  if (!job.ok()) {
+    std::cerr << comm.Where() << ": " << job.status().message() << "\n";
+    session.Refuse(job.status());  // no retry can fix the job's own file
+    return absl::OkStatus();
+  }
+  if (absl::Status can = CheckWorkerCanRun(*job); !can.ok()) {
+    std::cerr << comm.Where() << ": " << can.message() << "\n";
+    session.Refuse(can);
+    return absl::OkStatus();
+  }
+  auto data = OpenJobData(*job);
+  if (!data.ok()) {
+    session.Finish(absl::InternalError(absl::StrCat(comm.Where(), ": ", data.status().message())));
+    return absl::OkStatus();
+  }
+  std::string bytes =
+      EncodeGroupCommand({GroupCommand::Kind::kTrain, lease.resume_step(), lease.job_json()});
+  RETURN_IF_ERROR(comm.Broadcast(&bytes, 0));
+  session.StartHeartbeat(lease.lease_ttl_seconds());
+  const TrainerOptions t = LeaseTrainerOptions(o, *job, lease, session);
+  std::cerr << comm.Where() << ": job " << job->id << " attempt " << lease.attempt()
+            << (lease.resume_step() > 0 ? absl::StrCat(" from step ", lease.resume_step()) : "")
+            << "\n";
+  if (lease.resume_ranks() > 0 && lease.resume_ranks() != comm.size()) {
+    // The batch is split over the ranks, not sized by them: the same run goes on,
+    // equal up to the order of floating-point reductions.
+    std::cerr << comm.Where() << ": job " << job->id << ": elastic resume: its checkpoint at "
+              << "step " << lease.resume_step() << " was written by a group of "
+              << lease.resume_ranks() << " rank(s); it continues on " << comm.size() << "\n";
+  }
+  absl::StatusOr<TrainResult> result = Train(*job, **data, comm, t);
+  session.StopHeartbeat();
+  session.Finish(result);
+  if (!result.ok()) {
+    // The other ranks may be waiting in a collective this rank left: end the
+    // world (the failure is recorded; the job is retried elsewhere).
+    std::cerr << comm.Where() << ": " << result.status().message() << "; ending the group\n";
+    comm.Abort(1);
+  }
+  return absl::OkStatus();
+}
+
 // Rank 0: decides what the group does next and tells the other ranks.
 absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
   absl::StatusOr<std::string> address = FirstAddress(o, comm.Where());
@@ -110,26 +207,8 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
       std::unique_ptr<GrpcCoordinatorClient> made,
       GrpcCoordinatorClient::Create(channel_options, comm.Where(), &g_stop_requested, reach));
   GrpcCoordinatorClient& client = *made;
-  pb::RegisterWorkerRequest reg;
-  reg.set_host(HostName());
-  reg.set_ranks(comm.size());
-  reg.set_name(o.name);
-  pb::RegisterWorkerResponse registered;
-  grpc::Status s = client.Register(reg, &registered);
-  if (!s.ok()) {
-    RETURN_IF_ERROR(BroadcastExit(comm));
-    if (g_stop_requested) return absl::OkStatus();
-    if (client.GaveUp()) return GaveUp(client, o);
-    return FromGrpc(s, "RegisterWorker");
-  }
-  const std::string worker_id = registered.worker_id();
-  RETURN_IF_ERROR(client.UseLeaseTtl(registered.lease_ttl_seconds()));
-  std::string why = "--threads";
-  const int threads =
-      o.threads > 0 ? o.threads : DefaultThreadsPerRank(LocalRanks(comm.size()), &why);
-  std::cerr << comm.Where() << ": worker group " << worker_id << " (" << comm.size()
-            << " ranks) registered with " << client.address() << "; " << threads
-            << " LibTorch threads per rank (" << why << ")\n";
+  ASSIGN_OR_RETURN(const std::string worker_id, RegisterGroup(o, comm, client));
+  if (worker_id.empty()) return absl::OkStatus();  // stopped while registering
 
   JobSessionOptions session_options;
   session_options.metrics_batch = o.metrics_batch;
@@ -142,7 +221,7 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
     // Retries of this request (inside client.Lease) carry the same id.
     req.set_request_id(absl::StrCat(++lease_requests));
     pb::LeaseJobResponse lease;
-    s = client.Lease(req, &lease);
+    const grpc::Status s = client.Lease(req, &lease);
     if (!s.ok()) {
       if (g_stop_requested) break;
       RETURN_IF_ERROR(BroadcastExit(comm));
@@ -156,61 +235,7 @@ absl::Status Lead(const WorkerGroupOptions& o, Communicator& comm) {
     }
     // A coordinator restarted with a shorter TTL tightens reconnection too.
     RETURN_IF_ERROR(client.UseLeaseTtl(lease.lease_ttl_seconds()));
-    JobSession session(client, session_options, worker_id, lease.job_id(), lease.fencing_token(),
-                       lease.resume_step());
-    // Nothing is broadcast until the job parses and its data opens: on either
-    // failure the other ranks still wait for a command, and the attempt ends here.
-    auto job = ParseJobFile(lease.job_json(), absl::StrCat("job file of ", lease.job_id()));
-    if (!job.ok()) {
-      std::cerr << comm.Where() << ": " << job.status().message() << "\n";
-      session.Refuse(job.status());  // no retry can fix the job's own file
-      continue;
-    }
-    if (absl::Status can = CheckWorkerCanRun(*job); !can.ok()) {
-      std::cerr << comm.Where() << ": " << can.message() << "\n";
-      session.Refuse(can);
-      continue;
-    }
-    auto data = OpenJobData(*job);
-    if (!data.ok()) {
-      session.Finish(
-          absl::InternalError(absl::StrCat(comm.Where(), ": ", data.status().message())));
-      continue;
-    }
-    std::string bytes =
-        EncodeGroupCommand({GroupCommand::Kind::kTrain, lease.resume_step(), lease.job_json()});
-    RETURN_IF_ERROR(comm.Broadcast(&bytes, 0));
-    session.StartHeartbeat(lease.lease_ttl_seconds());
-    TrainerOptions t = TrainerOptionsFor(o, *job, lease.resume_step());
-    t.preempt = [&] { return session.ShouldStop(); };
-    t.abandon = [&] { return session.ShouldAbandon(); };
-    t.confirm_checkpoint = [&] { return session.ConfirmLease(); };
-    t.fencing_token = lease.fencing_token();
-    t.fault_checkpoint_written = FaultStopAtCheckpoint();
-    t.on_metrics = [&](const std::vector<Metric>& m) { session.OnMetrics(m); };
-    t.on_checkpoint = [&](int64_t step, const std::string& path) {
-      return session.OnCheckpoint(step, path);
-    };
-    t.on_step = [&](int64_t step) { session.OnStep(step); };
-    std::cerr << comm.Where() << ": job " << job->id << " attempt " << lease.attempt()
-              << (lease.resume_step() > 0 ? absl::StrCat(" from step ", lease.resume_step()) : "")
-              << "\n";
-    if (lease.resume_ranks() > 0 && lease.resume_ranks() != comm.size()) {
-      // The batch is split over the ranks, not sized by them: the same run goes on,
-      // equal up to the order of floating-point reductions.
-      std::cerr << comm.Where() << ": job " << job->id << ": elastic resume: its checkpoint at "
-                << "step " << lease.resume_step() << " was written by a group of "
-                << lease.resume_ranks() << " rank(s); it continues on " << comm.size() << "\n";
-    }
-    absl::StatusOr<TrainResult> result = Train(*job, **data, comm, t);
-    session.StopHeartbeat();
-    session.Finish(result);
-    if (!result.ok()) {
-      // The other ranks may be waiting in a collective this rank left: end the
-      // world (the failure is recorded; the job is retried elsewhere).
-      std::cerr << comm.Where() << ": " << result.status().message() << "; ending the group\n";
-      comm.Abort(1);
-    }
+    RETURN_IF_ERROR(TrainLease(o, comm, client, session_options, worker_id, lease));
     if (client.GaveUp()) {
       RETURN_IF_ERROR(BroadcastExit(comm));
       return GaveUp(client, o);

@@ -1,7 +1,8 @@
 // The memory model (common/memory.h) against the bytes a real training run
 // holds, measured exactly by the counting CPU allocator (memory_meter.h), on a
-// few shapes: dense and X-MoD, eager and fused attention, with and without
-// recomputation, one micro-batch and several, fp32 and bf16.
+// few shapes: dense, X-MoD and the expert families moe and deco, eager and fused
+// attention, with and without recomputation, one micro-batch and several, fp32
+// and bf16.
 #include "common/memory.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "worker/model/experts.h"
 #include "worker/model/model.h"
 #include "worker/model/precision.h"
 #include "worker/train/memory_meter.h"
@@ -40,6 +42,7 @@ struct MemoryCase {
   int64_t micro;  // sequences per forward (of 8)
   bool recompute, bf16;
   AttentionPath path;
+  ExpertShape experts = {};  // moe and deco
 };
 void PrintTo(const MemoryCase& c, std::ostream* os) { *os << c.name; }
 
@@ -55,9 +58,18 @@ JobFile MemoryJob(const MemoryCase& c) {
   job.shape.n_layers = c.layers;
   job.shape.stride = c.stride;
   job.shape.capacity = c.capacity;
-  if (c.family != Family::kDense) {
+  job.shape.experts = c.experts;
+  if (c.family == Family::kXmod || c.family == Family::kMod) {
     job.balance_coef = 0.01;
     job.router_coef = 0.01;
+  } else if (c.family == Family::kMoe) {
+    job.gate = "softmax";
+    job.balance_coef = 0.01;
+    job.expert_training.z_coef = 1e-3;
+  } else if (c.family == Family::kDeco) {
+    job.gate = "relu";
+    job.expert_training.entropy_init = 1e-4;
+    job.expert_training.entropy_multiplier = 1.05;
   }
   job.routed_tokens = RoutedTokens(c.capacity, job.shape.context);
   job.steps = 2;
@@ -128,6 +140,9 @@ TEST_P(MemoryModel, PredictsTheMeasuredPeakOfATrainingRun) {
 }
 
 constexpr auto kEager = AttentionPath::kEager;
+// experts, top_k, width, shared, shared_width, dense_layers, target_ratio
+constexpr ExpertShape kMoeExperts{16, 4, 64, 1, 0, 0, 0.0};
+constexpr ExpertShape kDecoExperts{32, 0, 32, 0, 64, 1, 0.2};
 constexpr auto kFused = AttentionPath::kFused;
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MemoryModel,
@@ -141,7 +156,18 @@ INSTANTIATE_TEST_SUITE_P(
         MemoryCase{"XmodEager", Family::kXmod, 8, 2, 0.25, 8, false, false, kEager},
         MemoryCase{"XmodFusedRecompute", Family::kXmod, 8, 2, 0.25, 8, true, false, kFused},
         MemoryCase{"DenseEagerBf16", Family::kDense, 4, 1, 1.0, 8, false, true, kEager},
-        MemoryCase{"XmodFusedBf16", Family::kXmod, 8, 2, 0.25, 8, false, true, kFused}),
+        MemoryCase{"XmodFusedBf16", Family::kXmod, 8, 2, 0.25, 8, false, true, kFused},
+        // moe: 16 experts of width 64, top-4, one shared expert; deco: 32 experts
+        // of width 32 and a shared expert of width 64 after one dense layer.
+        MemoryCase{"MoeEager", Family::kMoe, 4, 1, 1.0, 8, false, false, kEager, kMoeExperts},
+        MemoryCase{"MoeEagerMicro2", Family::kMoe, 4, 1, 1.0, 2, false, false, kEager, kMoeExperts},
+        MemoryCase{"MoeEagerBf16", Family::kMoe, 4, 1, 1.0, 8, false, true, kEager, kMoeExperts},
+        MemoryCase{"MoeFused", Family::kMoe, 4, 1, 1.0, 8, false, false, kFused, kMoeExperts},
+        MemoryCase{"DecoEager", Family::kDeco, 4, 1, 1.0, 8, false, false, kEager, kDecoExperts},
+        MemoryCase{"DecoEagerMicro2", Family::kDeco, 4, 1, 1.0, 2, false, false, kEager,
+                   kDecoExperts},
+        MemoryCase{"DecoEagerBf16", Family::kDeco, 4, 1, 1.0, 8, false, true, kEager, kDecoExperts},
+        MemoryCase{"DecoFused", Family::kDeco, 4, 1, 1.0, 8, false, false, kFused, kDecoExperts}),
     [](const ::testing::TestParamInfo<MemoryCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
