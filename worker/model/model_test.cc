@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "worker/model/precision.h"
+#include "worker/model/routed_layer.h"
 
 namespace xmod {
 namespace {
@@ -83,7 +84,7 @@ TEST(Decoder, ARoutedLayerAtFullCapacityIsTheDenseBlockTimesTheGate) {
   Decoder model = Build(s);
   {
     torch::NoGradGuard no_grad;
-    auto layer1 = std::dynamic_pointer_cast<LayerImpl>((*model->layers)[1]);
+    auto layer1 = std::dynamic_pointer_cast<RoutedLayerImpl>((*model->layers)[1]);
     layer1->gamma.fill_(1.7);
   }
   const torch::Tensor tokens = torch::randint(0, 50, {2, 16});
@@ -91,7 +92,7 @@ TEST(Decoder, ARoutedLayerAtFullCapacityIsTheDenseBlockTimesTheGate) {
 
   torch::NoGradGuard no_grad;
   auto layer0 = std::dynamic_pointer_cast<LayerImpl>((*model->layers)[0]);
-  auto layer1 = std::dynamic_pointer_cast<LayerImpl>((*model->layers)[1]);
+  auto layer1 = std::dynamic_pointer_cast<RoutedLayerImpl>((*model->layers)[1]);
   const int64_t half = 32 / 4 / 2;
   const torch::Tensor positions = torch::arange(16, torch::kFloat64).unsqueeze(1);
   const torch::Tensor inv =
@@ -145,7 +146,7 @@ TEST(Decoder, RoutedCountsAreKPerSequenceForTopKAndThePositiveRoutersForThreshol
   EXPECT_EQ(top.routed_counts[0].item<double>(), 12.0);
   EXPECT_EQ(top.routed_counts[1].item<double>(), 12.0);
   // Threshold routing: layer 1 sees the embeddings, so its count is computable here.
-  auto layer1 = std::dynamic_pointer_cast<LayerImpl>((*model->layers)[1]);
+  auto layer1 = std::dynamic_pointer_cast<RoutedLayerImpl>((*model->layers)[1]);
   auto layer0 = std::dynamic_pointer_cast<LayerImpl>((*model->layers)[0]);
   auto threshold = model->forward(tokens, Routing::kThreshold);
   const torch::Tensor cos = model->named_buffers()["rope_cos"].unsqueeze(0);
