@@ -18,6 +18,13 @@ MlpImpl::MlpImpl(int64_t d_model, int64_t d_ff) {
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return w2(Swiglu(w13(x))); }
 
+torch::Tensor MlpImpl::Mix(const torch::Tensor& x, AuxRecord* /*aux*/) { return forward(x); }
+
+void MlpImpl::InitWeights(const InitScales& scales) {
+  w13->weight.normal_(0.0, scales.std);
+  w2->weight.normal_(0.0, scales.out_std);
+}
+
 const char* MoeGateName(MoeGate gate) {
   switch (gate) {
     case MoeGate::kSoftmax:
@@ -54,10 +61,18 @@ MoeMlpImpl::MoeMlpImpl(const MoeMlpOptions& o) : options_(o) {
   w2 = register_parameter("w2", torch::empty({o.experts(), o.width(), o.d_model()}));
   if (o.shared() > 0) shared = register_module("shared", Mlp(o.d_model(), o.shared() * o.width()));
   bias = register_buffer("bias", torch::zeros({o.experts()}));
-  // Usable alone; a Decoder re-initialises every parameter by name.
+  // Usable alone; a Decoder re-initialises every parameter (InitWeights).
   torch::NoGradGuard no_grad;
   w13.normal_(0.0, 0.02);
   w2.normal_(0.0, 0.02);
+}
+
+void MoeMlpImpl::InitWeights(const InitScales& scales) {
+  // named_parameters() order: this module's w13 and w2, then router, then shared.
+  w13.normal_(0.0, scales.std);
+  w2.normal_(0.0, scales.out_std);
+  router->weight.normal_(0.0, scales.std);
+  if (!shared.is_empty()) shared->InitWeights(scales);
 }
 
 std::pair<torch::Tensor, torch::Tensor> MoeMlpImpl::Route(const torch::Tensor& z) const {
@@ -185,6 +200,18 @@ torch::Tensor MoeMlpImpl::forward(const torch::Tensor& x, ExpertStats* stats) {
   return out.view(x.sizes());
 }
 
+torch::Tensor MoeMlpImpl::Mix(const torch::Tensor& x, AuxRecord* aux) {
+  if (aux == nullptr) return forward(x);
+  ExpertStats stats;
+  torch::Tensor out = forward(x, &stats);
+  aux->Add(kMoeBalanceLoss, stats.balance_loss);
+  aux->Add(kMoeZLoss, stats.z_loss);
+  aux->Add(kMoeRouted, stats.routed);
+  aux->Add(kMoeDropped, stats.dropped);
+  aux->Add(kExpertLoad, stats.load);
+  return out;
+}
+
 torch::Tensor NormSilu(const torch::Tensor& u, const torch::Tensor& gamma, int64_t experts,
                        double eps) {
   const int64_t width = u.size(-1) / experts;
@@ -208,6 +235,27 @@ DecoMlpImpl::DecoMlpImpl(const DecoMlpOptions& o) : options_(o) {
       "down", torch::nn::Linear(torch::nn::LinearOptions(wide, o.d_model()).bias(false)));
   norm_weight = register_parameter("norm_weight", torch::ones({o.width()}));
   if (o.shared_width() > 0) shared = register_module("shared", Mlp(o.d_model(), o.shared_width()));
+}
+
+void DecoMlpImpl::InitWeights(const InitScales& scales) {
+  // named_parameters() order: this module's λ and γ, then router, up, down, shared.
+  expert_scale.fill_(kDecoScaleInit);
+  norm_weight.fill_(1.0);
+  router->weight.normal_(0.0, scales.std);
+  up->weight.normal_(0.0, scales.std);
+  down->weight.normal_(0.0, scales.out_std);
+  if (!shared.is_empty()) shared->InitWeights(scales);
+}
+
+torch::Tensor DecoMlpImpl::Mix(const torch::Tensor& x, AuxRecord* aux) {
+  if (aux == nullptr) return forward(x);
+  ExpertStats stats;
+  torch::Tensor out = forward(x, &stats);
+  aux->Add(kDecoEntropy, stats.entropy);
+  aux->Add(kExpertLoad, stats.load);
+  aux->Add(kDecoScoreSlots,
+           torch::full({}, double(stats.tokens) * double(stats.load.size(0)), torch::kFloat64));
+  return out;
 }
 
 torch::Tensor DecoMlpImpl::forward(const torch::Tensor& x, ExpertStats* stats) {

@@ -1,8 +1,8 @@
-// Expert MLPs of the literature baselines (docs/baselines.md): a token-choice
-// top-k Mixture-of-Experts layer (moe) and DECO's ReLU-routed experts (deco).
-// Each replaces the SwiGLU MLP of a block and is called on the normed residual
-// stream. Routers run in fp32 (an autocast-off island, as X-MoD's router does);
-// the experts compute in the region's precision.
+// The channel mixers (mixer.h): the dense SwiGLU MLP, and the expert MLPs of
+// the literature baselines (docs/baselines.md), a token-choice top-k
+// Mixture-of-Experts layer (moe) and DECO's ReLU-routed experts (deco). Each is
+// called on the normed residual stream. Routers run in fp32 (an autocast-off
+// island, as X-MoD's router does); the experts compute in the region's precision.
 //
 // MoE dispatch computes only what is routed: the (token, expert) assignments are
 // sorted by expert, each expert multiplies the rows routed to it, and the outputs
@@ -14,16 +14,22 @@
 
 #include <torch/torch.h>
 
+#include <string_view>
+
 #include "common/accounting.h"
+#include "worker/model/mixer.h"
 
 namespace xmod {
 
 // SwiGLU: w2(silu(w1 x) · w3 x), with w1 and w3 fused into one matmul. The dense
-// MLP of every block, and the shared experts of moe and deco.
-class MlpImpl : public torch::nn::Module {
+// MLP of every block, and the shared experts of moe and deco. Records nothing.
+class MlpImpl : public ChannelMixerImpl {
  public:
   MlpImpl(int64_t d_model, int64_t d_ff);
   torch::Tensor forward(const torch::Tensor& x);  // [..., d] -> [..., d]
+  torch::Tensor Mix(const torch::Tensor& x, AuxRecord* aux) override;
+  // w13 from N(0, std), w2 (a residual branch's output) from N(0, out_std).
+  void InitWeights(const InitScales& scales) override;
   torch::nn::Linear w13{nullptr}, w2{nullptr};
 };
 TORCH_MODULE(Mlp);
@@ -42,7 +48,9 @@ const char* MoeGateName(MoeGate gate);
 bool ParseMoeGate(const std::string& name, MoeGate* gate);
 
 // What one expert-MLP call measured. Losses are fp32 scalars that carry gradients
-// (unweighted: the decoder applies the coefficients); counts are float64, detached.
+// (unweighted: the objectives of expert_aux.h apply the coefficients); counts are
+// float64, detached. Inside a decoder the mixers record them in its AuxRecord
+// under the names below, which expert_aux.cc reads.
 struct ExpertStats {
   torch::Tensor balance_loss;  // moe: E/(k·N²) · Σ_e (Σ_t p_te) · c_e (1 at perfect balance)
   torch::Tensor z_loss;        // moe: mean_t (logsumexp_e z_te)²
@@ -53,6 +61,15 @@ struct ExpertStats {
   torch::Tensor dropped;       // moe: assignments dropped by the capacity
   int64_t tokens = 0;          // N
 };
+
+inline constexpr std::string_view kMoeBalanceLoss = "moe_balance_loss";  // balance_loss
+inline constexpr std::string_view kMoeZLoss = "moe_z_loss";              // z_loss
+inline constexpr std::string_view kMoeRouted = "moe_routed";             // routed
+inline constexpr std::string_view kMoeDropped = "moe_dropped";           // dropped (on the host)
+inline constexpr std::string_view kDecoEntropy = "deco_entropy";         // entropy
+inline constexpr std::string_view kExpertLoad = "expert_load";           // load (moe and deco)
+// deco: N · E, the scores of the call (float64 on the host).
+inline constexpr std::string_view kDecoScoreSlots = "deco_score_slots";
 
 // The Switch/GShard balancing loss without α: E/(k·N²) · Σ_e (Σ_t p_te) · c_e for
 // routing probabilities p [N, E] and assignments per expert c [E]. It is 1 when
@@ -74,11 +91,15 @@ struct MoeMlpOptions {
   TORCH_ARG(double, capacity_factor) = 0.0;
 };
 
-class MoeMlpImpl : public torch::nn::Module {
+class MoeMlpImpl : public ChannelMixerImpl {
  public:
   explicit MoeMlpImpl(const MoeMlpOptions& options);
   // x [..., d] -> [..., d]; `stats` (optional) receives the losses and loads.
   torch::Tensor forward(const torch::Tensor& x, ExpertStats* stats = nullptr);
+  // forward, recording the stats under the kMoe* names and kExpertLoad.
+  torch::Tensor Mix(const torch::Tensor& x, AuxRecord* aux) override;
+  // w13 and router from N(0, std), w2 from N(0, out_std), then the shared expert.
+  void InitWeights(const InitScales& scales) override;
   // The gates and experts of each token, as forward chooses them: indices and
   // gates [N, k] (fp32) for logits z [N, E] (fp32).
   std::pair<torch::Tensor, torch::Tensor> Route(const torch::Tensor& z) const;
@@ -113,11 +134,16 @@ struct DecoMlpOptions {
 torch::Tensor NormSilu(const torch::Tensor& u, const torch::Tensor& gamma, int64_t experts,
                        double eps);
 
-class DecoMlpImpl : public torch::nn::Module {
+class DecoMlpImpl : public ChannelMixerImpl {
  public:
   explicit DecoMlpImpl(const DecoMlpOptions& options);
   // x [..., d] -> [..., d]: down((NormSiLU(up x) ⊙ relu(router x)·λ)) + shared(x).
   torch::Tensor forward(const torch::Tensor& x, ExpertStats* stats = nullptr);
+  // forward, recording kDecoEntropy, kExpertLoad and kDecoScoreSlots.
+  torch::Tensor Mix(const torch::Tensor& x, AuxRecord* aux) override;
+  // λ = kDecoScaleInit, γ = 1; router and up from N(0, std), down from
+  // N(0, out_std); then the shared expert.
+  void InitWeights(const InitScales& scales) override;
   const DecoMlpOptions& options() const { return options_; }
 
   torch::nn::Linear router{nullptr};  // d -> E, no bias, fp32

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "worker/model/expert_aux.h"
 #include "worker/model/model.h"
 
 namespace xmod {
@@ -193,17 +194,19 @@ DecoderOptions DecoOptions() {
 
 TEST(Deco, TheControllerMovesLogCByExactlyLogMAndNeverBelowItsFloor) {
   Decoder model(DecoOptions());
+  DecoObjective* deco = model->objective<DecoObjective>();
+  ASSERT_NE(deco, nullptr);
   const double m = 1.002, c0 = 1e-8;
-  EXPECT_EQ(model->entropy_coef(), c0);
+  EXPECT_EQ(deco->entropy_coef(), c0);
   for (int step = 1; step <= 5; ++step) {
-    model->UpdateEntropyCoef(0.5);  // above the target
-    EXPECT_NEAR(std::log(model->entropy_coef()), std::log(c0) + step * std::log(m), 1e-12);
+    deco->UpdateEntropyCoef(0.5);  // above the target
+    EXPECT_NEAR(std::log(deco->entropy_coef()), std::log(c0) + step * std::log(m), 1e-12);
   }
   for (int step = 0; step < 20; ++step) {
-    model->UpdateEntropyCoef(0.1);  // below
-    EXPECT_GE(model->entropy_coef(), c0);
+    deco->UpdateEntropyCoef(0.1);  // below
+    EXPECT_GE(deco->entropy_coef(), c0);
   }
-  EXPECT_EQ(model->entropy_coef(), c0);
+  EXPECT_EQ(deco->entropy_coef(), c0);
 }
 
 // The module holds exactly the parameters the accounting counts, per family.

@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "worker/model/precision.h"
+#include "worker/model/routed_layer.h"
 
 namespace xmod {
 namespace {
@@ -83,7 +86,7 @@ TEST(Decoder, ARoutedLayerAtFullCapacityIsTheDenseBlockTimesTheGate) {
   Decoder model = Build(s);
   {
     torch::NoGradGuard no_grad;
-    auto layer1 = std::dynamic_pointer_cast<LayerImpl>((*model->layers)[1]);
+    auto layer1 = std::dynamic_pointer_cast<RoutedLayerImpl>((*model->layers)[1]);
     layer1->gamma.fill_(1.7);
   }
   const torch::Tensor tokens = torch::randint(0, 50, {2, 16});
@@ -91,7 +94,7 @@ TEST(Decoder, ARoutedLayerAtFullCapacityIsTheDenseBlockTimesTheGate) {
 
   torch::NoGradGuard no_grad;
   auto layer0 = std::dynamic_pointer_cast<LayerImpl>((*model->layers)[0]);
-  auto layer1 = std::dynamic_pointer_cast<LayerImpl>((*model->layers)[1]);
+  auto layer1 = std::dynamic_pointer_cast<RoutedLayerImpl>((*model->layers)[1]);
   const int64_t half = 32 / 4 / 2;
   const torch::Tensor positions = torch::arange(16, torch::kFloat64).unsqueeze(1);
   const torch::Tensor inv =
@@ -145,7 +148,7 @@ TEST(Decoder, RoutedCountsAreKPerSequenceForTopKAndThePositiveRoutersForThreshol
   EXPECT_EQ(top.routed_counts[0].item<double>(), 12.0);
   EXPECT_EQ(top.routed_counts[1].item<double>(), 12.0);
   // Threshold routing: layer 1 sees the embeddings, so its count is computable here.
-  auto layer1 = std::dynamic_pointer_cast<LayerImpl>((*model->layers)[1]);
+  auto layer1 = std::dynamic_pointer_cast<RoutedLayerImpl>((*model->layers)[1]);
   auto layer0 = std::dynamic_pointer_cast<LayerImpl>((*model->layers)[0]);
   auto threshold = model->forward(tokens, Routing::kThreshold);
   const torch::Tensor cos = model->named_buffers()["rope_cos"].unsqueeze(0);
@@ -167,6 +170,61 @@ TEST(Decoder, InitDepthCountsTheRoutedLayersBetweenTwoAnchorsAsOne) {
   EXPECT_DOUBLE_EQ(depth(Family::kXmod, 4, 2), 4.0);     // 2 anchors + 2 / 1
   EXPECT_DOUBLE_EQ(depth(Family::kXmod, 7, 3), 5.0);     // 3 anchors + 4 / 2
   EXPECT_DOUBLE_EQ(depth(Family::kMod, 8, 2), 8.0);      // sigmoid-gated: each counts 1
+}
+
+// The weights are set module by module (InitWeights); they must be what the
+// earlier rule, one pass over named_parameters() choosing the scale by the
+// parameter's name, drew from the same generator state.
+void InitByName(DecoderImpl& model) {
+  torch::NoGradGuard no_grad;
+  const double std = model.options().init_std();
+  const double out_std = std / std::sqrt(2.0 * InitDepth(model.options()));
+  for (auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    if (name.find("norm") != std::string::npos && name.find("weight") != std::string::npos) {
+      p.fill_(1.0);
+    } else if (name.find("gamma") != std::string::npos) {
+      p.fill_(1.0);
+    } else if (name.find("expert_scale") != std::string::npos) {
+      p.fill_(kDecoScaleInit);
+    } else if (name.find("proj") != std::string::npos || name.find(".w2") != std::string::npos ||
+               name.find(".down.") != std::string::npos) {
+      p.normal_(0.0, out_std);
+    } else {
+      p.normal_(0.0, std);
+    }
+  }
+}
+
+TEST(Decoder, ModuleByModuleInitialisationDrawsWhatTheRuleByNameDrew) {
+  std::vector<DecoderOptions> all;
+  for (const ModelShape& s : {Shape(Family::kDense, 3, 1, 1.0), Shape(Family::kXmod, 7, 3, 0.25),
+                              Shape(Family::kMod, 4, 2, 0.5)}) {
+    all.push_back(DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context)
+                      .family(s.family)
+                      .stride(s.stride)
+                      .routed_tokens(RoutedTokens(s.capacity, s.context)));
+  }
+  all.push_back(DecoderOptions(50, 32, 4, 3, DefaultDff(32), 16)
+                    .family(Family::kMoe)
+                    .experts(ExpertShape{4, 2, 16, 1, 0, 1, 0.0}));
+  all.push_back(DecoderOptions(50, 32, 4, 3, DefaultDff(32), 16)
+                    .family(Family::kDeco)
+                    .experts(ExpertShape{4, 0, 8, 0, 24, 1, 0.2}));
+  for (const DecoderOptions& o : all) {
+    Decoder by_module(o), by_name(o);
+    torch::manual_seed(11);
+    by_module->reset_parameters();
+    torch::manual_seed(11);
+    InitByName(*by_name);
+    const auto a = by_module->named_parameters(), b = by_name->named_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(torch::equal(a[i].value(), b[i].value()))
+          << FamilyName(o.family()) << " " << a[i].key();
+    }
+  }
 }
 
 // A deep FLOP-matched X-MoD model must start with its residual stream at the scale

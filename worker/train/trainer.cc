@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cpus.h"
 #include "common/status_macros.h"
+#include "worker/model/family/family.h"
 #include "worker/model/model.h"
 #include "worker/model/precision.h"
 #include "worker/train/adamw.h"
@@ -85,7 +86,8 @@ DecoderOptions ModelOptionsFor(const JobFile& job) {
       .capacity_factor(job.expert_training.capacity_factor)
       .z_coef(job.expert_training.z_coef)
       .entropy_init(job.expert_training.entropy_init)
-      .entropy_multiplier(job.expert_training.entropy_multiplier);
+      .entropy_multiplier(job.expert_training.entropy_multiplier)
+      .bias_rate(job.expert_training.bias_rate);
 }
 
 // AdamW with weight decay on matrices only (embeddings, projections, head, routers),
@@ -222,13 +224,9 @@ class Run {
 
  private:
   struct StepStats {
-    double loss = 0.0, balance = 0.0, router = 0.0, depth = 0.0, grad_norm = 0.0;
-    // moe and deco (all expert layers, micro-batches and ranks of the step):
-    double z = 0.0, entropy = 0.0;
-    double dropped_fraction = 0.0;  // moe: assignments over capacity / all assignments
-    double activation_ratio = 0.0;  // deco: positive scores / (tokens · E)
-    double entropy_coef = 0.0;      // deco: c the step trained with
-    double load_spread = 0.0;       // mean over expert layers of max_e load / mean_e load
+    double loss = 0.0, grad_norm = 0.0;
+    // What the model reports for the step, by name, in its order (DecoderImpl::AfterStep).
+    std::vector<NamedValue> model_metrics;
   };
 
   // What rank 0 decides at each step boundary, broadcast to every rank.
@@ -424,20 +422,8 @@ class Run {
         {"grad_norm", step, stats.grad_norm, tokens, flops},
         {"tokens_per_s", step, tps, tokens, flops},
     };
-    if (job_.shape.family == Family::kMoe) {
-      metrics.push_back({"balance_loss", step, stats.balance, tokens, flops});
-      metrics.push_back({"z_loss", step, stats.z, tokens, flops});
-      metrics.push_back({"dropped_fraction", step, stats.dropped_fraction, tokens, flops});
-      metrics.push_back({"expert_load_spread", step, stats.load_spread, tokens, flops});
-    } else if (job_.shape.family == Family::kDeco) {
-      metrics.push_back({"router_entropy", step, stats.entropy, tokens, flops});
-      metrics.push_back({"entropy_coef", step, stats.entropy_coef, tokens, flops});
-      metrics.push_back({"activation_ratio", step, stats.activation_ratio, tokens, flops});
-      metrics.push_back({"expert_load_spread", step, stats.load_spread, tokens, flops});
-    } else if (job_.shape.family != Family::kDense) {
-      metrics.push_back({"balance_loss", step, stats.balance, tokens, flops});
-      metrics.push_back({"router_loss", step, stats.router, tokens, flops});
-      metrics.push_back({"depth_fraction", step, stats.depth, tokens, flops});
+    for (const NamedValue& v : stats.model_metrics) {
+      metrics.push_back({v.name, step, v.value, tokens, flops});
     }
     return metrics;
   }
@@ -552,14 +538,10 @@ class Run {
       // Gradients set to none (not zeroed) so that they take no memory during the
       // first forward of a step, on LibTorch 1.13 as on 2.x (docs/memory.md).
       for (auto& p : model_->parameters()) p.mutable_grad() = torch::Tensor();
-      // Sums over this rank's micro-batches, each weighted by its share of the global batch.
-      // On the model's device, so that NCCL can reduce it with the gradients.
-      torch::Tensor sums = torch::zeros({4}, torch::dtype(torch::kFloat64).device(device_));
-      // Expert layers: [z, entropy, dropped, assignments, positive scores, score slots],
-      // and per layer and expert the assignments before dropping (moe) and the load.
-      torch::Tensor expert_sums = torch::zeros({6}, torch::dtype(torch::kFloat64).device(device_));
-      torch::Tensor routed, load;
-      stats.entropy_coef = model_->entropy_coef();
+      // Sums over this rank's micro-batches of the cross-entropy and the model's
+      // named values, means weighted by their micro-batch's share of the global
+      // batch. On the model's device, so that NCCL can reduce them with the gradients.
+      StepTally tally(device_);
       const int64_t row0 = comm_.rank() * rows_per_rank_;
       for (int64_t r = 0; r < rows_per_rank_; r += micro_) {
         const int64_t rows = std::min(micro_, rows_per_rank_ - r);
@@ -573,11 +555,8 @@ class Run {
         out.logits = torch::Tensor();  // the loss keeps what it needs: [N, V] fewer in the backward
         const double share = double(rows) / double(job_.batch_size);
         ((ce + out.aux_loss) * share).backward();
-        sums += torch::stack({ce.detach(), out.balance_loss.detach(), out.router_loss.detach(),
-                              out.depth_fraction})
-                    .to(sums.options()) *
-                share;
-        if (!out.expert_stats.empty()) AddExpertStats(out, share, &expert_sums, &routed, &load);
+        tally.Add(AuxValue{"train_loss", ce}, share);
+        tally.Add(out.aux, share);
       }
       std::vector<torch::Tensor> grads;
       for (auto& p : model_->parameters()) {
@@ -585,16 +564,9 @@ class Run {
         grads.push_back(p.grad());
       }
       if (!sharded_) RETURN_IF_ERROR(comm_.AllReduceSum(grads));
-      std::vector<torch::Tensor> stat_list{sums, expert_sums};
-      if (routed.defined()) stat_list.push_back(routed);
-      if (load.defined()) stat_list.push_back(load);
-      RETURN_IF_ERROR(comm_.AllReduceSum(stat_list));
-      sums = sums.cpu();
-      if (load.defined()) ReadExpertStats(stat_list[1].cpu(), load.cpu(), &stats);
-      stats.loss = sums[0].item<double>();
-      stats.balance = sums[1].item<double>();
-      stats.router = sums[2].item<double>();
-      stats.depth = sums[3].item<double>();
+      std::vector<torch::Tensor> sums = tally.tensors();
+      RETURN_IF_ERROR(comm_.AllReduceSum(sums));
+      stats.loss = tally.Scalar("train_loss");
       if (sharded_) {
         // Reduce onto owners, global norm, clip, owners' update, broadcast (zero.h).
         ASSIGN_OR_RETURN(stats.grad_norm, zero_->Step(job_.grad_clip, std::isfinite(stats.loss)));
@@ -606,65 +578,15 @@ class Run {
                                                     std::numeric_limits<double>::infinity());
         if (std::isfinite(stats.loss) && std::isfinite(stats.grad_norm)) AdamWStep(*optimizer_);
       }
-      // After the update, from the step's statistics over every rank (the same on
-      // each, so the ranks stay identical): DECO's controller, MoE's bias balancing.
-      if (job_.shape.family == Family::kDeco) model_->UpdateEntropyCoef(stats.activation_ratio);
-      if (routed.defined() && job_.expert_training.bias_rate > 0) {
-        model_->UpdateExpertBias(routed, job_.expert_training.bias_rate);
-      }
+      // After the update, from the step's sums over every rank (the same on each,
+      // so the ranks stay identical): the model's step hooks (DECO's controller,
+      // MoE's bias balancing) and what it reports.
+      stats.model_metrics = model_->AfterStep(tally);
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("job ", job_.id, " step ", step, " on ",
                                               comm_.Where(), ": ", e.what_without_backtrace()));
     }
     return stats;
-  }
-
-  // Adds one micro-batch's expert statistics: the losses weighted by its share of
-  // the batch, the counts as they are.
-  static void AddExpertStats(const DecoderOutput& out, double share, torch::Tensor* sums,
-                             torch::Tensor* routed, torch::Tensor* load) {
-    // Counts stay on the device (no synchronisation per layer); `dropped` is
-    // already on the host, where MoeMlp counted what each expert computed.
-    double dropped = 0.0, slots = 0.0;
-    std::vector<torch::Tensor> routed_rows, load_rows, deco_rows;
-    for (const ExpertStats& st : out.expert_stats) {
-      load_rows.push_back(st.load);
-      if (st.routed.defined()) {
-        routed_rows.push_back(st.routed);
-        dropped += st.dropped.item<double>();
-      } else {
-        deco_rows.push_back(st.load);
-        slots += double(st.tokens) * double(st.load.size(0));
-      }
-    }
-    const auto on = [&](const torch::Tensor& t) { return t.to(sums->options()); };
-    torch::Tensor assignments = torch::zeros({}, sums->options());
-    torch::Tensor positive = torch::zeros({}, sums->options());
-    if (!routed_rows.empty()) {
-      const torch::Tensor r = on(torch::stack(routed_rows));
-      assignments = r.sum();
-      *routed = routed->defined() ? *routed + r : r;
-    }
-    if (!deco_rows.empty()) positive = on(torch::stack(deco_rows)).sum();
-    const torch::Tensor counts =
-        torch::stack({torch::full({}, dropped, sums->options()), assignments, positive,
-                      torch::full({}, slots, sums->options())});
-    *sums +=
-        torch::cat({on(torch::stack({out.z_loss.detach(), out.entropy.detach()})) * share, counts});
-    const torch::Tensor l = on(torch::stack(load_rows));
-    *load = load->defined() ? *load + l : l;
-  }
-
-  static void ReadExpertStats(const torch::Tensor& sums, const torch::Tensor& load,
-                              StepStats* stats) {
-    const auto at = [&](int64_t i) { return sums[i].item<double>(); };
-    stats->z = at(0);
-    stats->entropy = at(1);
-    stats->dropped_fraction = at(3) > 0 ? at(2) / at(3) : 0.0;
-    stats->activation_ratio = at(5) > 0 ? at(4) / at(5) : 0.0;
-    const torch::Tensor mean = load.mean(1);
-    const torch::Tensor spread = load.amax(1) / mean.clamp_min(1e-12);
-    stats->load_spread = spread.mean().item<double>();
   }
 
   // What one evaluation measured, summed over every rank's windows.
@@ -690,8 +612,9 @@ class Run {
     result->val_loss = top.loss;
     add("val_loss", top.loss);
     if (top.windows >= 2) add("val_loss_se", top.loss_se);
-    if (job_.shape.family == Family::kDense || IsExpertFamily(job_.shape.family)) {
-      // Token-choice experts route each token alone: the trained routing is causal.
+    if (!model_->family().causal_eval) {
+      // No routing, or token-choice experts that route each token alone: the
+      // trained routing is causal.
       result->val_loss_causal = top.loss;
       return absl::OkStatus();
     }
