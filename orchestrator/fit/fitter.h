@@ -118,16 +118,22 @@ struct HuberResiduals {
 
 }  // namespace fit_internal
 
-// INVALID_ARGUMENT when there are no more distinct points than free parameters, a
-// point is not Valid(), or the law finds the data degenerate (CheckPoints).
+namespace fit_internal {
+
+// One solve's result: the summed Huber objective (infinity when not finite), its
+// RMSE, whether Ceres reported convergence, and where it stopped.
+template <int kP>
+struct Outcome {
+  double objective = std::numeric_limits<double>::infinity();
+  double rmse = 0.0;
+  bool converged = false;
+  std::array<double, kP> p{};
+};
+
+// OK when every point is Valid(), the law finds the data not degenerate, and the
+// distinct inputs outnumber the free parameters.
 template <typename Law>
-absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
-                                 const FitOptions& options = {}, const FitSetup& setup = {}) {
-  constexpr int kP = Law::kParameters;
-  std::vector<int> frozen;
-  for (int k = 0; k < kP && k < static_cast<int>(setup.fixed.size()); ++k) {
-    if (setup.fixed[k].has_value()) frozen.push_back(k);
-  }
+absl::Status CheckFitInputs(const std::vector<LawPoint>& points, int free_parameters) {
   for (const LawPoint& x : points) {
     if (!x.Valid()) {
       return absl::InvalidArgumentError(
@@ -137,7 +143,6 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
     }
   }
   if (absl::Status s = Law::CheckPoints(points); !s.ok()) return s;
-  const int free_parameters = kP - static_cast<int>(frozen.size());
   // Repeated measurements at the same inputs (two seeds, or a context the law
   // ignores) do not pin down another parameter.
   std::set<std::vector<double>> distinct;
@@ -148,6 +153,15 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
         points.size(), " points give only ", distinct.size(),
         " distinct inputs (it needs at least ", free_parameters + 1, ")"));
   }
+  return absl::OkStatus();
+}
+
+// The setup's explicit starts, or every combination of the law's grid in a fixed
+// order; frozen parameters hold their values.
+template <typename Law>
+absl::StatusOr<std::vector<std::array<double, Law::kParameters>>> StartsOf(
+    const FitSetup& setup, const std::vector<int>& frozen) {
+  constexpr int kP = Law::kParameters;
   std::vector<std::array<double, kP>> starts;
   if (!setup.starts.empty()) {
     for (const std::vector<double>& s : setup.starts) {
@@ -157,8 +171,6 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
       starts.push_back(a);
     }
   } else {
-    // Every combination of the grid, in a fixed order; a frozen parameter has one
-    // value (set below).
     std::vector<std::vector<double>> grid = Law::StartGrid();
     for (int k : frozen) grid[k] = {0.0};
     for (const std::vector<double>& s : GridProduct(grid)) {
@@ -170,82 +182,108 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
   for (auto& s : starts) {
     for (int k : frozen) s[k] = *setup.fixed[k];
   }
+  return starts;
+}
 
-  struct Outcome {
-    double objective = std::numeric_limits<double>::infinity();
-    double rmse = 0.0;
-    bool converged = false;
-    std::array<double, kP> p{};
-  };
+// Solves from start(i) for i in [0, count) on the option's threads, each thread
+// owning one Problem that it re-solves from each of its starts.
+template <typename Law>
+void SolveAll(const std::vector<LawPoint>& points, const FitOptions& options,
+              const std::vector<int>& frozen, size_t count, int max_iterations, double tolerance,
+              const std::function<std::array<double, Law::kParameters>(size_t)>& start,
+              std::vector<Outcome<Law::kParameters>>* outcomes) {
+  constexpr int kP = Law::kParameters;
   const auto bounds = Law::Bounds();
-  // Runs `solve(i)` for i in [0, count) on the threads; each thread owns one Problem.
-  auto run = [&](size_t count, int max_iterations, double tolerance,
-                 const std::function<std::array<double, kP>(size_t)>& start,
-                 std::vector<Outcome>* outcomes) {
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      std::array<double, kP> p{};
-      ceres::Problem problem;
-      auto* residuals = new fit_internal::HuberResiduals<Law>(&points, options.huber_delta);
-      problem.AddResidualBlock(
-          new ceres::AutoDiffCostFunction<fit_internal::HuberResiduals<Law>, ceres::DYNAMIC, kP>(
-              residuals, static_cast<int>(points.size())),
-          nullptr, p.data());
-      for (int k = 0; k < kP; ++k) {
-        if (std::isfinite(bounds[k].first))
-          problem.SetParameterLowerBound(p.data(), k, bounds[k].first);
-        if (std::isfinite(bounds[k].second))
-          problem.SetParameterUpperBound(p.data(), k, bounds[k].second);
-      }
-      if (!frozen.empty()) problem.SetManifold(p.data(), new ceres::SubsetManifold(kP, frozen));
-      ceres::Solver::Options solver;
-      solver.linear_solver_type = ceres::DENSE_QR;
-      solver.max_num_iterations = max_iterations;
-      solver.function_tolerance = tolerance;
-      solver.gradient_tolerance = tolerance * 1e-2;
-      solver.parameter_tolerance = tolerance;
-      solver.logging_type = ceres::SILENT;
-      for (size_t i = next++; i < count; i = next++) {
-        p = start(i);
-        // Starts outside the bounds are clamped in.
-        for (int k = 0; k < kP; ++k) p[k] = std::clamp(p[k], bounds[k].first, bounds[k].second);
-        ceres::Solver::Summary summary;
-        ceres::Solve(solver, &problem, &summary);
-        Outcome& o = (*outcomes)[i];
-        const double objective = LawObjective<Law>(p.data(), points, options.huber_delta, &o.rmse);
-        o.p = p;
-        o.converged = summary.termination_type == ceres::CONVERGENCE;
-        o.objective =
-            std::isfinite(objective) ? objective : std::numeric_limits<double>::infinity();
-      }
-    };
-    const int threads = std::min<int>(
-        static_cast<int>(count),
-        options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency()));
-    if (threads <= 1) {
-      work();
-    } else {
-      std::vector<std::thread> pool;
-      for (int t = 0; t < threads; ++t) pool.emplace_back(work);
-      for (auto& t : pool) t.join();
-    }
-  };
-  // Indices of `outcomes`, best first; ties go to the earlier start, so the result
-  // does not depend on the threads.
-  auto ranked = [](const std::vector<Outcome>& outcomes) {
-    std::vector<size_t> order(outcomes.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return outcomes[a].objective < outcomes[b].objective;
-    });
-    return order;
-  };
-  auto same = [](const std::array<double, kP>& a, const std::array<double, kP>& b) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    std::array<double, kP> p{};
+    ceres::Problem problem;
+    auto* residuals = new HuberResiduals<Law>(&points, options.huber_delta);
+    problem.AddResidualBlock(
+        new ceres::AutoDiffCostFunction<HuberResiduals<Law>, ceres::DYNAMIC, kP>(
+            residuals, static_cast<int>(points.size())),
+        nullptr, p.data());
     for (int k = 0; k < kP; ++k) {
-      if (std::abs(a[k] - b[k]) > 1e-3 * (1.0 + std::abs(a[k]))) return false;
+      if (std::isfinite(bounds[k].first))
+        problem.SetParameterLowerBound(p.data(), k, bounds[k].first);
+      if (std::isfinite(bounds[k].second))
+        problem.SetParameterUpperBound(p.data(), k, bounds[k].second);
     }
-    return true;
+    if (!frozen.empty()) problem.SetManifold(p.data(), new ceres::SubsetManifold(kP, frozen));
+    ceres::Solver::Options solver;
+    solver.linear_solver_type = ceres::DENSE_QR;
+    solver.max_num_iterations = max_iterations;
+    solver.function_tolerance = tolerance;
+    solver.gradient_tolerance = tolerance * 1e-2;
+    solver.parameter_tolerance = tolerance;
+    solver.logging_type = ceres::SILENT;
+    for (size_t i = next++; i < count; i = next++) {
+      p = start(i);
+      // Starts outside the bounds are clamped in.
+      for (int k = 0; k < kP; ++k) p[k] = std::clamp(p[k], bounds[k].first, bounds[k].second);
+      ceres::Solver::Summary summary;
+      ceres::Solve(solver, &problem, &summary);
+      Outcome<kP>& o = (*outcomes)[i];
+      const double objective = LawObjective<Law>(p.data(), points, options.huber_delta, &o.rmse);
+      o.p = p;
+      o.converged = summary.termination_type == ceres::CONVERGENCE;
+      o.objective = std::isfinite(objective) ? objective : std::numeric_limits<double>::infinity();
+    }
   };
+  const int threads = std::min<int>(
+      static_cast<int>(count),
+      options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 1) {
+    work();
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back(work);
+    for (auto& t : pool) t.join();
+  }
+}
+
+// Indices of `outcomes`, best first; ties go to the earlier start, so the result
+// does not depend on the threads.
+template <int kP>
+std::vector<size_t> Ranked(const std::vector<Outcome<kP>>& outcomes) {
+  std::vector<size_t> order(outcomes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return outcomes[a].objective < outcomes[b].objective;
+  });
+  return order;
+}
+
+// Two parameter vectors within 0.1% (relative, plus absolute) in every coordinate.
+template <int kP>
+bool Same(const std::array<double, kP>& a, const std::array<double, kP>& b) {
+  for (int k = 0; k < kP; ++k) {
+    if (std::abs(a[k] - b[k]) > 1e-3 * (1.0 + std::abs(a[k]))) return false;
+  }
+  return true;
+}
+
+}  // namespace fit_internal
+
+// INVALID_ARGUMENT when there are no more distinct points than free parameters, a
+// point is not Valid(), or the law finds the data degenerate (CheckPoints).
+template <typename Law>
+absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
+                                 const FitOptions& options = {}, const FitSetup& setup = {}) {
+  constexpr int kP = Law::kParameters;
+  using Outcome = fit_internal::Outcome<kP>;
+  std::vector<int> frozen;
+  for (int k = 0; k < kP && k < static_cast<int>(setup.fixed.size()); ++k) {
+    if (setup.fixed[k].has_value()) frozen.push_back(k);
+  }
+  const int free_parameters = kP - static_cast<int>(frozen.size());
+  if (absl::Status s = fit_internal::CheckFitInputs<Law>(points, free_parameters); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::vector<std::array<double, kP>>> starts_or =
+      fit_internal::StartsOf<Law>(setup, frozen);
+  if (!starts_or.ok()) return starts_or.status();
+  const std::vector<std::array<double, kP>>& starts = *starts_or;
 
   // Scout: every start, a few iterations. When there are no more starts than the
   // polish takes, the scout is skipped and every start is solved to convergence.
@@ -253,15 +291,15 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
   std::vector<Outcome> scouted(starts.size());
   std::vector<std::array<double, kP>> leaders;
   if (scout) {
-    run(
-        starts.size(), options.scout_iterations, 1e-7, [&](size_t i) { return starts[i]; },
-        &scouted);
-    for (size_t i : ranked(scouted)) {
+    fit_internal::SolveAll<Law>(
+        points, options, frozen, starts.size(), options.scout_iterations, 1e-7,
+        [&](size_t i) { return starts[i]; }, &scouted);
+    for (size_t i : fit_internal::Ranked<kP>(scouted)) {
       if (static_cast<int>(leaders.size()) >= options.polish) break;
       const Outcome& o = scouted[i];
       if (!std::isfinite(o.objective)) break;  // the rest gave no finite loss either
       if (std::none_of(leaders.begin(), leaders.end(),
-                       [&](const auto& q) { return same(q, o.p); })) {
+                       [&](const auto& q) { return fit_internal::Same<kP>(q, o.p); })) {
         leaders.push_back(o.p);
       }
     }
@@ -270,10 +308,11 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
   }
   // Polish: tight tolerances, many iterations.
   std::vector<Outcome> outcomes(leaders.size());
-  run(
-      leaders.size(), 500, 1e-12, [&](size_t i) { return leaders[i]; }, &outcomes);
+  fit_internal::SolveAll<Law>(
+      points, options, frozen, leaders.size(), 500, 1e-12, [&](size_t i) { return leaders[i]; },
+      &outcomes);
 
-  const std::vector<size_t> order = ranked(outcomes);
+  const std::vector<size_t> order = fit_internal::Ranked<kP>(outcomes);
   if (order.empty() || !std::isfinite(outcomes[order[0]].objective)) {
     return absl::InternalError(absl::StrCat("law ", Law::Name(), ": no start gave a finite fit"));
   }
@@ -293,7 +332,7 @@ absl::StatusOr<FitResult> FitLaw(const std::vector<LawPoint>& points,
     const bool seen = std::any_of(best.optima.begin(), best.optima.end(), [&](const auto& q) {
       std::array<double, kP> a;
       std::copy(q.begin(), q.end(), a.begin());
-      return same(a, o.p);
+      return fit_internal::Same<kP>(a, o.p);
     });
     if (!seen) best.optima.emplace_back(o.p.begin(), o.p.end());
   }
