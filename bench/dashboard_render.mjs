@@ -5,7 +5,8 @@
 // curves straight into the metrics table with sqlite3 (nothing trains here): one
 // job gets 100,000 rows (train loss and learning rate every step, a validation
 // loss every 100), and 500 others, marked succeeded, 1,000 rows each (validation
-// losses in both routing modes). It serves
+// losses in both routing modes), then refreshes the metric summary as
+// schema/0009 asks of a program that writes metrics itself. It serves
 // the file with `xmod dashboard` and times, over several rounds, each page from
 // navigation (or from the click that asks for more, once the page has drawn
 // what it had) until its table or chart
@@ -48,7 +49,8 @@ execFileSync('sqlite3', [db, `
   UNION ALL SELECT o.job_id, 'val_loss', step, 3.0 + o.k / 500.0 + 5.0 / (1 + step / 100.0), step * 65536, step * 1e13, 1, 0
     FROM overlaid o, s WHERE step % 100 = 0
   UNION ALL SELECT o.job_id, 'val_loss_causal', step, 3.01 + o.k / 500.0 + 5.0 / (1 + step / 100.0), step * 65536, step * 1e13, 1, 0
-    FROM overlaid o, s WHERE step % 100 = 0;`]);
+    FROM overlaid o, s WHERE step % 100 = 0;
+  INSERT OR REPLACE INTO job_metric_summary SELECT * FROM job_metric_rollup;`]);
 
 const server = spawn(xmod, ['dashboard', '--db', db, '--http', '127.0.0.1:0'], { stdio: ['ignore', 'pipe', 'inherit'] });
 const base = await new Promise((resolve) => {

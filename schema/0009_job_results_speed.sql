@@ -13,12 +13,15 @@
 --   the job is inserted, from the helper view `job_config_extract` (version 7's
 --   expressions); the jobs already present are filled below.
 -- * `job_metric_summary` holds each job's highest metric step and its final
---   evaluation values, one row per job. Triggers on `metrics` keep it: an
---   inserted row raises the step; a written or deleted evaluation row copies the
---   job's finals again from the helper view `job_metric_finals` (version 7's
---   subqueries, one seek each). Deleting or moving a row at or above the step
---   (the trim of a new lease) sets it to NULL, meaning "not known": the view then
---   reads the metrics as before, and the next inserted row recomputes it.
+--   evaluation values (NULL where the job has none). Metrics are the hot path
+--   (every report of every worker), so no trigger fires per metric row; the
+--   store keeps the summary in the transaction of each metric batch (the step
+--   rises to the batch's highest; an evaluation row copies the finals again from
+--   the helper view `job_metric_finals`, version 7's subqueries, one seek each)
+--   and of each lease that trims metrics (the whole row again, from
+--   `job_metric_rollup`). A program that writes metrics itself must refresh the
+--   summary afterwards, with
+--     INSERT OR REPLACE INTO job_metric_summary SELECT * FROM job_metric_rollup;
 --
 -- The view keeps every column of version 7, in the same order, with the same
 -- values and SQLite types (store_test compares it with version 7's text on a
@@ -31,11 +34,11 @@
 -- its ETags from it, so a poll of unchanged data costs one lookup
 -- (docs/dashboard.md). Writers other than the store do not raise it.
 --
--- A later migration that rebuilds `jobs` or `metrics` drops their triggers with
--- the table and must create them again.
+-- A later migration that rebuilds `jobs` drops its trigger with the table and
+-- must create it again.
 
 -- What job_results reads out of a job's config, with version 7's expressions.
--- Read by the fill and the trigger below, not by job_results.
+-- Read by the fill and the trigger below; job_results does not read it.
 CREATE VIEW job_config_extract AS
 SELECT
   j.job_id,
@@ -65,7 +68,8 @@ SELECT
 FROM jobs j;
 
 -- The final values of a job's evaluations, with version 7's subqueries (one
--- index seek each). Read by the fill and the triggers below, not by job_results.
+-- index seek each). The store reads it after a batch with evaluations; the view
+-- below builds on it; job_results does not read it.
 CREATE VIEW job_metric_finals AS
 SELECT
   j.job_id,
@@ -101,87 +105,33 @@ CREATE TABLE job_config_fields (
 );
 INSERT INTO job_config_fields SELECT * FROM job_config_extract;
 
--- One row per job.
-CREATE TABLE job_metric_summary (
-  job_id     TEXT PRIMARY KEY REFERENCES jobs (job_id),
-  last_step  INTEGER,  -- NULL: not known (no metric yet, or one deleted at or above it)
-  final_val_loss, best_val_loss, final_val_loss_causal, final_val_loss_se,
-  final_val_loss_causal_se, final_capacity, final_capacity_causal, final_flops_ratio_causal
-) WITHOUT ROWID;
-INSERT INTO job_metric_summary
-SELECT j.job_id, (SELECT MAX(m.step) FROM metrics m WHERE m.job_id = j.job_id),
+-- Each job's highest metric step and final evaluation values, as version 7's
+-- view computed them (the step by reading all the job's metric rows). Read by
+-- the fill below and by the store after a trim; job_results does not read it.
+CREATE VIEW job_metric_rollup AS
+SELECT j.job_id, (SELECT MAX(m.step) FROM metrics m WHERE m.job_id = j.job_id) AS last_step,
        f.final_val_loss, f.best_val_loss, f.final_val_loss_causal, f.final_val_loss_se,
        f.final_val_loss_causal_se, f.final_capacity, f.final_capacity_causal,
        f.final_flops_ratio_causal
 FROM jobs j JOIN job_metric_finals f ON f.job_id = j.job_id;
 
+-- At most one row per job; none (or NULLs) for a job without metrics.
+CREATE TABLE job_metric_summary (
+  job_id     TEXT PRIMARY KEY REFERENCES jobs (job_id),
+  last_step  INTEGER,
+  final_val_loss, best_val_loss, final_val_loss_causal, final_val_loss_se,
+  final_val_loss_causal_se, final_capacity, final_capacity_causal, final_flops_ratio_causal
+) WITHOUT ROWID;
+INSERT INTO job_metric_summary
+SELECT * FROM job_metric_rollup WHERE job_id IN (SELECT DISTINCT job_id FROM metrics);
+
 CREATE TRIGGER jobs_add_fields AFTER INSERT ON jobs BEGIN
   INSERT INTO job_config_fields SELECT * FROM job_config_extract WHERE job_id = NEW.job_id;
-  INSERT INTO job_metric_summary (job_id) VALUES (NEW.job_id);
   -- Branches inserted before their trunk (the store inserts trunks first; another
   -- writer need not) get their cluster key now.
   UPDATE job_config_fields SET cluster_key =
     (SELECT e.cluster_key FROM job_config_extract e WHERE e.job_id = job_config_fields.job_id)
   WHERE job_id IN (SELECT b.job_id FROM jobs b WHERE b.parent_id = NEW.job_id);
-END;
-
--- Fires for every metric row: one lookup, and a write only when the step rises.
-CREATE TRIGGER metrics_raise_last_step AFTER INSERT ON metrics BEGIN
-  UPDATE job_metric_summary SET last_step = CASE
-      WHEN last_step IS NULL THEN (SELECT MAX(m.step) FROM metrics m WHERE m.job_id = NEW.job_id)
-      ELSE NEW.step END
-  WHERE job_id = NEW.job_id AND (last_step IS NULL OR last_step < NEW.step);
-END;
-
-CREATE TRIGGER metrics_copy_finals AFTER INSERT ON metrics
-WHEN NEW.name IN ('val_loss', 'val_loss_causal', 'val_loss_se', 'val_loss_causal_se',
-                  'val_capacity', 'val_capacity_causal', 'val_flops_ratio_causal')
-BEGIN
-  UPDATE job_metric_summary SET
-    (final_val_loss, best_val_loss, final_val_loss_causal, final_val_loss_se,
-     final_val_loss_causal_se, final_capacity, final_capacity_causal,
-     final_flops_ratio_causal) =
-    (SELECT final_val_loss, best_val_loss, final_val_loss_causal, final_val_loss_se,
-            final_val_loss_causal_se, final_capacity, final_capacity_causal,
-            final_flops_ratio_causal
-       FROM job_metric_finals WHERE job_id = NEW.job_id)
-  WHERE job_id = NEW.job_id;
-END;
-
-CREATE TRIGGER metrics_summary_after_delete AFTER DELETE ON metrics BEGIN
-  UPDATE job_metric_summary SET last_step = NULL
-  WHERE job_id = OLD.job_id AND last_step <= OLD.step;
-  UPDATE job_metric_summary SET
-    (final_val_loss, best_val_loss, final_val_loss_causal, final_val_loss_se,
-     final_val_loss_causal_se, final_capacity, final_capacity_causal,
-     final_flops_ratio_causal) =
-    (SELECT final_val_loss, best_val_loss, final_val_loss_causal, final_val_loss_se,
-            final_val_loss_causal_se, final_capacity, final_capacity_causal,
-            final_flops_ratio_causal
-       FROM job_metric_finals WHERE job_id = OLD.job_id)
-  WHERE job_id = OLD.job_id
-    AND OLD.name IN ('val_loss', 'val_loss_causal', 'val_loss_se', 'val_loss_causal_se',
-                     'val_capacity', 'val_capacity_causal', 'val_flops_ratio_causal');
-END;
-
--- Rows rewritten in place (a later attempt's value at the same step, or an edit
--- by hand): both jobs' summaries are made again from their metrics.
-CREATE TRIGGER metrics_summary_after_update AFTER UPDATE ON metrics BEGIN
-  UPDATE job_metric_summary SET last_step = NULL
-  WHERE job_id IN (OLD.job_id, NEW.job_id) AND (OLD.job_id <> NEW.job_id OR OLD.step <> NEW.step);
-  UPDATE job_metric_summary SET
-    (final_val_loss, best_val_loss, final_val_loss_causal, final_val_loss_se,
-     final_val_loss_causal_se, final_capacity, final_capacity_causal,
-     final_flops_ratio_causal) =
-    (SELECT final_val_loss, best_val_loss, final_val_loss_causal, final_val_loss_se,
-            final_val_loss_causal_se, final_capacity, final_capacity_causal,
-            final_flops_ratio_causal
-       FROM job_metric_finals f WHERE f.job_id = job_metric_summary.job_id)
-  WHERE job_id IN (OLD.job_id, NEW.job_id)
-    AND (OLD.name IN ('val_loss', 'val_loss_causal', 'val_loss_se', 'val_loss_causal_se',
-                      'val_capacity', 'val_capacity_causal', 'val_flops_ratio_causal')
-         OR NEW.name IN ('val_loss', 'val_loss_causal', 'val_loss_se', 'val_loss_causal_se',
-                         'val_capacity', 'val_capacity_causal', 'val_flops_ratio_causal'));
 END;
 
 CREATE TABLE sweep_versions (
@@ -202,8 +152,7 @@ SELECT
   ms.final_val_loss,
   ms.best_val_loss,
   ms.final_val_loss_causal,
-  COALESCE(ms.last_step, (SELECT MAX(m.step) FROM metrics m WHERE m.job_id = j.job_id))
-    AS last_step,
+  ms.last_step,
   f.seed,
   j.batch_tokens,
   j.steps * j.batch_tokens AS tokens_trained,

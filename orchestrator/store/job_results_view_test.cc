@@ -1,15 +1,20 @@
 // Migration 9 reads what job_results needs from each job's config, and each
-// job's highest metric step, from tables that triggers keep. The view must still
-// give exactly the rows of version 7's definition, the store's results read the
-// granularity the old expression gave, and its typed read the same values: this
-// builds a small database with every kind of job and compares the forms cell by
-// cell, SQLite types included.
+// job's last metric step and final evaluation, from tables kept by a trigger and
+// by the store's write path. The view must still give exactly the rows of
+// version 7's definition, the store's results read the granularity the old
+// expression gave, and its typed read the same values: this builds a small
+// database with every kind of job, writes metrics the way workers do, and
+// compares the forms cell by cell, SQLite types included.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "orchestrator/store/cells.h"
 #include "orchestrator/store/sqlite_store.h"
@@ -114,30 +119,36 @@ class RawDatabase {
   sqlite3* db_ = nullptr;
 };
 
-// Metrics as a trainer reports them, for every job of the database: train loss
-// and lr at each step up to `last`, evaluations every 5 steps (with the routed
-// families' causal values), starting after `after`.
-std::string InsertMetrics(int after, int last, int attempt) {
-  const std::string steps = "WITH RECURSIVE s(step) AS (SELECT " + std::to_string(after + 1) +
-                            " UNION ALL SELECT step + 1 FROM s WHERE step < " +
-                            std::to_string(last) + ") ";
-  const std::string row =
-      "SELECT j.job_id, n.name, s.step, 3.0 + 1.0 / s.step + 0.001 * n.k + "
-      "(unicode(j.job_id) % 7) * 0.01, s.step * 64, s.step * 1e9, " +
-      std::to_string(attempt) + ", 1000.0 + s.step FROM jobs j, s, ";
-  return steps +
-         "INSERT INTO metrics (job_id, name, step, value, tokens, flops, attempt, wall_time) " +
-         row +
-         "(SELECT 'train_loss' AS name, 1 AS k UNION ALL SELECT 'lr', 2) n "
-         "UNION ALL " +
-         row +
-         "(SELECT 'val_loss' AS name, 3 AS k UNION ALL SELECT 'val_loss_se', 4 "
-         "UNION ALL SELECT 'val_capacity', 5) n WHERE s.step % 5 = 0 "
-         "UNION ALL " +
-         row +
-         "(SELECT 'val_loss_causal' AS name, 6 AS k UNION ALL SELECT 'val_loss_causal_se', 7 "
-         "UNION ALL SELECT 'val_capacity_causal', 8 UNION ALL SELECT 'val_flops_ratio_causal', 9) "
-         "n WHERE s.step % 5 = 0 AND j.family IN ('xmod', 'mod')";
+// A trainer's reports for steps first..last of a job: train loss and lr at each
+// step, an evaluation every 5 steps (with the causal values of the routed
+// families), each value distinct.
+std::vector<MetricPoint> Reports(const LeaseGrant& g, const std::string& family, int64_t first,
+                                 int64_t last) {
+  std::vector<MetricPoint> out;
+  const double base = 3.0 + static_cast<double>(g.job_id[0] % 7) * 0.01 + 0.1 * g.attempt;
+  const auto add = [&](const char* name, int64_t step, double value) {
+    out.push_back({g.job_id, name, step, value, step * 64, step * 1e9, g.attempt, 0.0});
+  };
+  for (int64_t step = first; step <= last; ++step) {
+    add("train_loss", step, base + 1.0 / static_cast<double>(step));
+    add("lr", step, 1e-3);
+    if (step % 5 != 0) continue;
+    add("val_loss", step, base + 2.0 / static_cast<double>(step));
+    add("val_loss_se", step, 0.01);
+    add("val_capacity", step, 0.5);
+    if (family != "xmod" && family != "mod") continue;
+    add("val_loss_causal", step, base + 3.0 / static_cast<double>(step));
+    add("val_loss_causal_se", step, 0.02);
+    add("val_capacity_causal", step, 0.45);
+    add("val_flops_ratio_causal", step, 0.6);
+  }
+  return out;
+}
+
+std::string CheckpointPath(const LeaseGrant& g, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
+  return "runs/" + g.job_id + "/checkpoints/" + name;
 }
 
 TEST(JobResultsView, GivesTheRowsOfVersionSevensDefinition) {
@@ -154,25 +165,24 @@ TEST(JobResultsView, GivesTheRowsOfVersionSevensDefinition) {
   SweepSpec again = store_test::LoadSpec("sweeps/smoke.yaml");
   again.name = "smoke-again";
   ASSERT_TRUE(store->SubmitSweep(again, store_test::Expand(again)).ok());
-
-  RawDatabase raw(db.path());
-  // A branch and its trunk written by another program in the other order (the
-  // store writes trunks first): the branch's cluster key comes from its trunk.
-  raw.Exec(
-      "CREATE TEMP TABLE copied AS SELECT * FROM jobs WHERE role = 'branch' LIMIT 1;"
-      "CREATE TEMP TABLE copied_trunk AS SELECT * FROM jobs WHERE job_id = "
-      "(SELECT parent_id FROM copied);"
-      "UPDATE copied SET job_id = 'late-branch', parent_id = 'late-trunk';"
-      "UPDATE copied_trunk SET job_id = 'late-trunk', "
-      "config_json = json_set(config_json, '$.seed', 99);"
-      "INSERT INTO jobs SELECT * FROM copied;"
-      "INSERT INTO jobs SELECT * FROM copied_trunk;"
-      "INSERT INTO sweep_jobs SELECT sweep_id, 'late-branch' FROM sweeps WHERE name = "
-      "'wsd-branches';"
-      "INSERT INTO sweep_jobs SELECT sweep_id, 'late-trunk' FROM sweeps WHERE name = "
-      "'wsd-branches';");
-  // Jobs without metrics, then metrics, then a new attempt's trim (deleting rows
-  // at and below the highest step), a rewrite, and more rows after the trim.
+  {
+    // A branch and its trunk written by another program in the other order (the
+    // store writes trunks first): the branch's cluster key comes from its trunk.
+    RawDatabase raw(db.path());
+    raw.Exec(
+        "CREATE TEMP TABLE copied AS SELECT * FROM jobs WHERE role = 'branch' LIMIT 1;"
+        "CREATE TEMP TABLE copied_trunk AS SELECT * FROM jobs WHERE job_id = "
+        "(SELECT parent_id FROM copied);"
+        "UPDATE copied SET job_id = 'late-branch', parent_id = 'late-trunk';"
+        "UPDATE copied_trunk SET job_id = 'late-trunk', "
+        "config_json = json_set(config_json, '$.seed', 99);"
+        "INSERT INTO jobs SELECT * FROM copied;"
+        "INSERT INTO jobs SELECT * FROM copied_trunk;"
+        "INSERT INTO sweep_jobs SELECT sweep_id, 'late-branch' FROM sweeps WHERE name = "
+        "'wsd-branches';"
+        "INSERT INTO sweep_jobs SELECT sweep_id, 'late-trunk' FROM sweeps WHERE name = "
+        "'wsd-branches';");
+  }
   const auto compare = [&](const std::string& when) {
     auto old_rows = store->Query("SELECT * FROM (" + VersionSevenView() + ") ORDER BY 1, 2");
     auto new_rows = store->Query("SELECT * FROM job_results ORDER BY 1, 2");
@@ -190,20 +200,71 @@ TEST(JobResultsView, GivesTheRowsOfVersionSevensDefinition) {
     }
   };
   compare("before any metric");
-  raw.Exec(InsertMetrics(0, 20, 1));
-  compare("after the first metrics");
-  raw.Exec(
-      "DELETE FROM metrics WHERE job_id IN (SELECT job_id FROM jobs WHERE family = 'dense') "
-      "AND step > 12;"
-      "DELETE FROM metrics WHERE job_id IN (SELECT job_id FROM jobs WHERE family = 'moe');");
-  compare("after trims");
-  raw.Exec(
-      "UPDATE metrics SET value = value + 0.5, attempt = 2 WHERE name = 'val_loss' AND step = 10;"
-      "UPDATE metrics SET step = 40 WHERE name = 'lr' AND step = 3 AND job_id IN "
-      "(SELECT job_id FROM jobs WHERE family = 'xmod');");
-  compare("after rewrites");
-  raw.Exec("DELETE FROM metrics WHERE step > 12;" + InsertMetrics(12, 16, 2));
-  compare("after a resumed attempt's rows");
+
+  // Every job that can be leased runs through the store's fenced path: a third
+  // succeed, a third fail, and a third are preempted after a checkpoint at step
+  // 5 and resume from it (the new lease trims their later rows), then succeed.
+  ASSERT_TRUE(store->UpsertWorker("w", "host", 1, 0.0).ok());
+  int leased = 0;
+  while (true) {
+    absl::StatusOr<std::optional<LeaseGrant>> lease = store->LeaseNextJob("w", 1, 0.0, 1e6);
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    if (!lease->has_value()) break;
+    const LeaseGrant g = **lease;
+    const nlohmann::json config = nlohmann::json::parse(g.config_json);
+    const int64_t steps = config.at("steps").get<int64_t>();
+    const std::string family = config.at("family").get<std::string>();
+    ASSERT_GE(steps, 8) << g.job_id;
+    const int64_t last = std::min<int64_t>(steps, 23);
+    if (g.attempt == 2) {  // the resumed one
+      ASSERT_EQ(g.resume_step, 5);
+      const absl::Status resumed = store->AppendFencedMetrics(
+          g.job_id, g.fencing_token, Reports(g, family, 6, std::min<int64_t>(steps, 12)), 0.0);
+      ASSERT_TRUE(resumed.ok()) << resumed;
+      ASSERT_TRUE(
+          store->EndAttempt(g.job_id, g.fencing_token, AttemptEnd::kSucceeded, steps, "done", 0.0)
+              .ok());
+      continue;
+    }
+    const absl::Status reported =
+        store->AppendFencedMetrics(g.job_id, g.fencing_token, Reports(g, family, 1, last), 0.0);
+    ASSERT_TRUE(reported.ok()) << reported;
+    switch (leased++ % 3) {
+      case 0:
+        ASSERT_TRUE(
+            store->EndAttempt(g.job_id, g.fencing_token, AttemptEnd::kSucceeded, steps, "done", 0.0)
+                .ok());
+        break;
+      case 1:
+        ASSERT_TRUE(
+            store->EndAttempt(g.job_id, g.fencing_token, AttemptEnd::kFatalError, last, "boom", 0.0)
+                .ok());
+        break;
+      default:
+        ASSERT_TRUE(
+            store->RecordCheckpoint(g.job_id, g.fencing_token, 5, CheckpointPath(g, 5), "c", 0.0)
+                .ok());
+        ASSERT_TRUE(store
+                        ->EndAttempt(g.job_id, g.fencing_token, AttemptEnd::kPreempted, last,
+                                     "preempted", 0.0)
+                        .ok());
+    }
+  }
+  ASSERT_GT(leased, 30);
+  compare("after the store's writes");
+
+  // Metrics written by another program, then the summary refreshed with the
+  // statement schema/0009 documents for that.
+  {
+    RawDatabase raw(db.path());
+    raw.Exec(
+        "DELETE FROM metrics WHERE step > 12 AND name <> 'lr';"
+        "UPDATE metrics SET value = value + 0.5 WHERE name = 'val_loss' AND step = 10;"
+        "INSERT INTO metrics SELECT job_id, 'val_loss', 30, 2.5, 0, 0.0, 1, 0.0 FROM jobs "
+        "WHERE family = 'dense';"
+        "INSERT OR REPLACE INTO job_metric_summary SELECT * FROM job_metric_rollup;");
+  }
+  compare("after hand-written metrics and a refresh");
 }
 
 }  // namespace

@@ -358,6 +358,36 @@ absl::Status SqliteStore::NoteJobChangedLocked(const std::string& job_id) {
   return WriteLocked(s, "raising the data version of the job's sweeps");
 }
 
+absl::Status SqliteStore::SummarizeMetricsLocked(const std::string& job_id, int64_t highest,
+                                                 bool evaluated) {
+  ASSIGN_OR_RETURN(Statement * step,
+                   PrepareLocked("INSERT INTO job_metric_summary (job_id, last_step) "
+                                 "VALUES (?1, ?2) ON CONFLICT (job_id) DO UPDATE SET last_step = "
+                                 "MAX(IFNULL(last_step, excluded.last_step), excluded.last_step)"));
+  step->Bind(1, job_id).Bind(2, highest);
+  RETURN_IF_ERROR(WriteLocked(step, "raising the job's last metric step"));
+  if (!evaluated) return absl::OkStatus();
+  ASSIGN_OR_RETURN(
+      Statement * finals,
+      PrepareLocked("UPDATE job_metric_summary SET (final_val_loss, best_val_loss, "
+                    "final_val_loss_causal, final_val_loss_se, final_val_loss_causal_se, "
+                    "final_capacity, final_capacity_causal, final_flops_ratio_causal) = "
+                    "(SELECT final_val_loss, best_val_loss, final_val_loss_causal, "
+                    "final_val_loss_se, final_val_loss_causal_se, final_capacity, "
+                    "final_capacity_causal, final_flops_ratio_causal FROM job_metric_finals "
+                    "WHERE job_id = ?1) WHERE job_id = ?1"));
+  finals->Bind(1, job_id);
+  return WriteLocked(finals, "copying the job's final evaluation");
+}
+
+absl::Status SqliteStore::ResummarizeMetricsLocked(const std::string& job_id) {
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("INSERT OR REPLACE INTO job_metric_summary "
+                                 "SELECT * FROM job_metric_rollup WHERE job_id = ?1"));
+  s->Bind(1, job_id);
+  return WriteLocked(s, "summarizing the job's metrics again");
+}
+
 absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
                                                       const std::vector<ResolvedJob>& jobs) {
   SubmitResult result;
@@ -821,6 +851,7 @@ absl::StatusOr<LeaseGrant> SqliteStore::GrantLeaseLocked(const std::string& job_
                    PrepareLocked("DELETE FROM metrics WHERE job_id = ?1 AND step > ?2"));
   trim->Bind(1, g.job_id).Bind(2, g.resume_step);
   RETURN_IF_ERROR(WriteLocked(trim, "trimming metrics"));
+  if (sqlite3_changes(db_) > 0) RETURN_IF_ERROR(ResummarizeMetricsLocked(g.job_id));
 
   if (!IsLegalTransition(JobState::kPending, JobState::kLeased)) {
     return absl::InternalError("state machine forbids leasing");
@@ -995,9 +1026,13 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
                       "ON CONFLICT (job_id, name, step) DO UPDATE SET value = excluded.value, "
                       "tokens = excluded.tokens, flops = excluded.flops, "
                       "attempt = excluded.attempt, wall_time = excluded.wall_time"));
+    int64_t highest = -1;
+    bool evaluated = false;
     for (size_t i = 0; i < points.size(); ++i) {
       if (resent[i]) continue;
       const MetricPoint& p = points[i];
+      highest = std::max(highest, p.step);
+      evaluated |= p.name.rfind("val_", 0) == 0;
       insert->Bind(1, job_id)
           .Bind(2, p.name)
           .Bind(3, p.step)
@@ -1008,6 +1043,7 @@ absl::Status SqliteStore::AppendFencedMetrics(const std::string& job_id, int64_t
           .Bind(8, wall_time);
       RETURN_IF_ERROR(WriteLocked(insert, "inserting a metric"));
     }
+    if (highest >= 0) RETURN_IF_ERROR(SummarizeMetricsLocked(job_id, highest, evaluated));
     return NoteJobChangedLocked(job_id);
   });
 }

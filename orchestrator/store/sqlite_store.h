@@ -251,6 +251,11 @@ class SqliteStore : public StoreReader {
   // expiry extensions and workers are not shown, and do not.)
   absl::Status NoteSweepChangedLocked(int64_t sweep_id);
   absl::Status NoteJobChangedLocked(const std::string& job_id);
+  // Keep job_metric_summary (schema/0009) as the job_results view reads it: after
+  // a batch of new rows up to step `highest` (`evaluated`: some of them named
+  // val_*, which the final values read), and after rows were deleted.
+  absl::Status SummarizeMetricsLocked(const std::string& job_id, int64_t highest, bool evaluated);
+  absl::Status ResummarizeMetricsLocked(const std::string& job_id);
   // NOT_FOUND unless the job exists.
   absl::Status RequireJobLocked(const std::string& job_id);
   // The sweep's fits, newest first; with `law`, only the newest of that law.
