@@ -39,9 +39,10 @@ inline bool IsExpertFamily(Family family) {
 // (xmod, mod), its anchor stride is 1 (every layer an anchor: nothing is routed). The one test of
 // it for jobs; expansion rewrites such a point as the dense model, plots and laws read its top-k
 // loss. (A law point also counts capacity 1 as dense: LawPoint::dense in fit/law.h.)
+// Another family without routing (a registered one) is its own model, not the
+// dense reference.
 inline bool IsDenseRun(Family family, int64_t stride) {
-  const RoutingKind routing = Traits(family).routing;
-  return routing == RoutingKind::kNone || (routing == RoutingKind::kDepth && stride <= 1);
+  return family == Family::kDense || (Traits(family).routing == RoutingKind::kDepth && stride <= 1);
 }
 // The same for a family stored by name (an unknown name is not a dense run).
 inline bool IsDenseRun(std::string_view family, int64_t stride) {

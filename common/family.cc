@@ -2,25 +2,60 @@
 
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/families/families.h"
 
 namespace xmod {
 
-const std::vector<FamilyTraits>& Families() {
-  // The table: one row per family (its traits live in common/families/<name>.cc).
-  static const std::vector<FamilyTraits>* const table = new std::vector<FamilyTraits>{
+namespace {
+
+std::deque<FamilyTraits>& Registry() {
+  // The table: one row per built-in family (its traits live in
+  // common/families/<name>.cc); RegisterFamily appends.
+  static std::deque<FamilyTraits>* const table = new std::deque<FamilyTraits>{
       DenseFamily(), XmodFamily(), ModFamily(), MoeFamily(), DecoFamily(),
   };
   return *table;
+}
+
+bool IsIdentifier(std::string_view name) {
+  if (name.empty() || name.size() > 32 || !absl::ascii_islower(name[0])) return false;
+  for (char c : name) {
+    if (!absl::ascii_islower(c) && !absl::ascii_isdigit(c) && c != '_') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+const std::deque<FamilyTraits>& Families() { return Registry(); }
+
+absl::StatusOr<Family> RegisterFamily(FamilyTraits traits) {
+  if (!IsIdentifier(traits.name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("family name '", std::string(traits.name),
+                     "' must be 1-32 characters of a-z, 0-9 and _, starting with a letter"));
+  }
+  std::deque<FamilyTraits>& table = Registry();
+  for (const FamilyTraits& f : table) {
+    if (f.name == traits.name) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("family '", std::string(traits.name), "' is registered already"));
+    }
+  }
+  traits.id = static_cast<Family>(static_cast<int32_t>(Family::kDeco) + 1 +
+                                  static_cast<int32_t>(table.size() - 5));
+  table.push_back(traits);
+  return traits.id;
 }
 
 const FamilyTraits& Traits(Family family) {
   for (const FamilyTraits& traits : Families()) {
     if (traits.id == family) return traits;
   }
-  return Families().front();  // unreachable: every enumerator has a row (family_test)
+  return Families().front();  // unreachable: ids come from the table (family_test)
 }
 
 std::string_view FamilyName(Family family) { return Traits(family).name; }
@@ -38,6 +73,22 @@ absl::StatusOr<Family> ParseFamily(std::string_view name) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown family '", std::string(name), "' (known: ", list, ")"));
+}
+
+std::string FamilyLabel(Family family, const RunFields& run) {
+  const FamilyTraits& t = Traits(family);
+  return t.label != nullptr ? t.label(run) : std::string(t.name);
+}
+
+std::string FamilySeries(Family family, const RunFields& run) {
+  const FamilyTraits& t = Traits(family);
+  return t.series != nullptr ? t.series(run) : std::string(t.name);
+}
+
+int FamilyPlotRank(Family family) {
+  const FamilyTraits& t = Traits(family);
+  if (t.plot_rank != 0 || family == Family::kDense) return t.plot_rank;
+  return 100 + static_cast<int32_t>(family);  // registered: after the built-in ones
 }
 
 }  // namespace xmod

@@ -7,6 +7,9 @@
 #define XMOD_COMMON_FAMILY_H_
 
 #include <cstdint>
+#include <deque>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -14,7 +17,12 @@
 
 namespace xmod {
 
-enum class Family { kDense, kXmod, kMod, kMoe, kDeco };
+// A family's id in this process's registry. The built-in families have names
+// for the code in their own files and for tests; a family registered at start-up
+// (RegisterFamily: a plug-in, or a test's family) gets the next free value past
+// them, so code outside a family's files treats the value as opaque and asks
+// Traits().
+enum class Family : int32_t { kDense, kXmod, kMod, kMoe, kDeco };
 
 struct ModelShape;  // accounting.h
 struct JobFile;     // job_file.h
@@ -24,6 +32,14 @@ enum class RoutingKind {
   kNone,     // every token through every layer's dense MLP
   kDepth,    // layers between anchors process only the tokens a router picks (X-MoD, MoD)
   kExperts,  // every token passes every layer; the MLP routes it to experts (moe, deco)
+};
+
+// A run's routing fields as the read side (plots, reports, the dashboard) has them.
+struct RunFields {
+  double capacity = 1.0;
+  int64_t stride = 1;
+  int64_t experts = 0;
+  int64_t top_k = 0;
 };
 
 struct FamilyTraits {
@@ -53,10 +69,37 @@ struct FamilyTraits {
   // N_active (accounting.h, ActiveParams); null: the FLOP-equivalent dense size
   // N_dense(L0) · F_model / F_dense(L0).
   int64_t (*active_params)(const ModelShape&, int64_t dense_layers) = nullptr;
+  // The family's options in the job file: one object under `options_key` (moe
+  // and deco: "experts"; null: the family has none and the job file carries no
+  // such key). `read_options` checks the object (errors name "job: field
+  // 'KEY.x'") and keeps it in the job (JobFile::family_options), deriving what
+  // the family's own accounting reads; `write_options` gives the object back for
+  // CanonicalJson, so what it writes decides the job's id. Null hooks keep the
+  // object as given (it must be a JSON object) and write it back unchanged.
+  const char* options_key = nullptr;
+  absl::Status (*read_options)(const nlohmann::json& object, JobFile* job) = nullptr;
+  nlohmann::json (*write_options)(const JobFile& job) = nullptr;
+  // How the plots, the tables and the dashboard show a run (FamilyLabel,
+  // FamilySeries, FamilyPlotRank): its legend label and its series beside the
+  // FLOP-matched dense run, from its routing fields; null: the family's name.
+  // plot_rank orders the configurations of a plot (dense 0; registered families
+  // after the built-in ones when it is 0).
+  std::string (*label)(const RunFields& run) = nullptr;
+  std::string (*series)(const RunFields& run) = nullptr;
+  int plot_rank = 0;
 };
 
-// Every family, in the table's order (family.cc).
-const std::vector<FamilyTraits>& Families();
+// Every family, in the table's order (family.cc), then the registered ones. The
+// elements never move, so a reference to one stays valid.
+const std::deque<FamilyTraits>& Families();
+// Adds a family to this process's registry and returns its id (traits.id is
+// ignored). Call before any other thread reads the registry (at start-up). Fails
+// when the name is taken or is not a lower-case identifier.
+absl::StatusOr<Family> RegisterFamily(FamilyTraits traits);
+// FamilyTraits::label, ::series and ::plot_rank of `family`, with their defaults.
+std::string FamilyLabel(Family family, const RunFields& run);
+std::string FamilySeries(Family family, const RunFields& run);
+int FamilyPlotRank(Family family);
 // The traits of `family`.
 const FamilyTraits& Traits(Family family);
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_reader.h"
 #include "common/status_macros.h"
 
 namespace xmod {
@@ -121,23 +122,10 @@ nlohmann::json CanonicalJson(const JobFile& job) {
     j["start_step"] = job.start_step;
   }
   if (job.optimizer_sharding != "none") j["optimizer_sharding"] = job.optimizer_sharding;
-  if (IsExpertFamily(job.shape.family)) {
-    const ExpertShape& e = job.shape.experts;
-    const ExpertTraining& t = job.expert_training;
-    j["experts"] = nlohmann::json{
-        {"count", e.experts},
-        {"top_k", e.top_k},
-        {"width", e.width},
-        {"shared", e.shared},
-        {"shared_width", e.shared_width},
-        {"dense_layers", e.dense_layers},
-        {"target_ratio", e.target_ratio},
-        {"z_coef", t.z_coef},
-        {"capacity_factor", t.capacity_factor},
-        {"bias_rate", t.bias_rate},
-        {"entropy_init", t.entropy_init},
-        {"entropy_multiplier", t.entropy_multiplier},
-    };
+  const FamilyTraits& traits = Traits(job.shape.family);
+  if (traits.options_key != nullptr) {
+    j[traits.options_key] =
+        traits.write_options != nullptr ? traits.write_options(job) : job.family_options;
   }
   NormaliseNegativeZeros(&j);
   return j;
@@ -152,97 +140,12 @@ nlohmann::json ToJson(const JobFile& job) {
 
 namespace {
 
-// Typed reads of one JSON object that never throw: the first error is kept and
-// every later read is skipped.
-class Reader {
- public:
-  Reader(const nlohmann::json& object, std::string prefix)
-      : object_(object), prefix_(std::move(prefix)) {}
-
-  void Int(const char* key, int64_t* out, bool required = true) {
-    const nlohmann::json* v = Find(key, required);
-    if (v == nullptr) return;
-    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX}) {
-      Fail(key, "does not fit a signed 64-bit integer");
-    } else if (!v->is_number_integer()) {
-      Fail(key, "must be an integer");
-    } else {
-      *out = v->get<int64_t>();
-    }
-  }
-  void Unsigned(const char* key, uint64_t* out) {
-    const nlohmann::json* v = Find(key, true);
-    if (v == nullptr) return;
-    if (v->is_number_unsigned()) {
-      *out = v->get<uint64_t>();
-    } else if (v->is_number_integer()) {
-      if (v->get<int64_t>() < 0) Fail(key, "must not be negative");
-      if (v->get<int64_t>() >= 0) *out = static_cast<uint64_t>(v->get<int64_t>());
-    } else {
-      Fail(key, "must be a non-negative integer");
-    }
-  }
-  void Real(const char* key, double* out, bool required = true) {
-    const nlohmann::json* v = Find(key, required);
-    if (v == nullptr) return;
-    if (!v->is_number()) {
-      Fail(key, "must be a number");
-    } else {
-      *out = v->get<double>();
-    }
-  }
-  void String(const char* key, std::string* out, bool required = true) {
-    const nlohmann::json* v = Find(key, required);
-    if (v == nullptr) return;
-    if (!v->is_string()) {
-      Fail(key, "must be a string");
-    } else {
-      *out = v->get<std::string>();
-    }
-  }
-  void Bool(const char* key, bool* out) {
-    const nlohmann::json* v = Find(key, false);
-    if (v == nullptr) return;
-    if (!v->is_boolean()) {
-      Fail(key, "must be true or false");
-    } else {
-      *out = v->get<bool>();
-    }
-  }
-  // Present and not null.
-  bool Has(const char* key) const {
-    auto it = object_.find(key);
-    return it != object_.end() && !it->is_null();
-  }
-  void Fail(const char* key, const std::string& why) {
-    if (status_.ok()) {
-      status_ = absl::InvalidArgumentError(absl::StrCat("job: field '", prefix_, key, "' ", why));
-    }
-  }
-  const absl::Status& status() const { return status_; }
-
- private:
-  const nlohmann::json* Find(const char* key, bool required) {
-    if (!status_.ok()) return nullptr;
-    auto it = object_.find(key);
-    if (it == object_.end() || it->is_null()) {
-      if (required) Fail(key, "is missing");
-      return nullptr;
-    }
-    return &*it;
-  }
-
-  const nlohmann::json& object_;
-  std::string prefix_;
-  absl::Status status_;
-};
-
 absl::Status ReadData(const nlohmann::json& json, JobFile* job) {
   auto it = json.find("data");
   if (it == json.end() || !it->is_object()) {
     return absl::InvalidArgumentError("job: field 'data' must be an object");
   }
-  Reader data(*it, "data.");
+  JsonReader data(*it, "data.");
   bool synthetic = false;
   data.Bool("synthetic", &synthetic);
   data.Int("vocab_size", &job->data_vocab_size, /*required=*/false);
@@ -256,44 +159,20 @@ absl::Status ReadData(const nlohmann::json& json, JobFile* job) {
   return data.status();
 }
 
-absl::Status ReadExperts(const nlohmann::json& json, JobFile* job) {
-  if (!IsExpertFamily(job->shape.family)) return absl::OkStatus();
-  auto it = json.find("experts");
-  if (it == json.end() || !it->is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job: field 'experts' must be an object for "
-                     "family ",
-                     std::string(FamilyName(job->shape.family))));
-  }
-  Reader r(*it, "experts.");
-  ExpertShape& e = job->shape.experts;
-  ExpertTraining& t = job->expert_training;
-  r.Int("count", &e.experts);
-  r.Int("top_k", &e.top_k);
-  r.Int("width", &e.width);
-  r.Int("shared", &e.shared);
-  r.Int("shared_width", &e.shared_width);
-  r.Int("dense_layers", &e.dense_layers);
-  r.Real("target_ratio", &e.target_ratio);
-  r.Real("z_coef", &t.z_coef);
-  r.Real("capacity_factor", &t.capacity_factor);
-  r.Real("bias_rate", &t.bias_rate);
-  r.Real("entropy_init", &t.entropy_init);
-  r.Real("entropy_multiplier", &t.entropy_multiplier);
-  if (!r.status().ok()) return r.status();
-  const auto fail = [](const char* field, const char* why) {
-    return absl::InvalidArgumentError(absl::StrCat("job: field 'experts.", field, "' ", why));
-  };
-  if (e.experts < 1) return fail("count", "must be positive");
-  if (e.width < 1) return fail("width", "must be positive");
-  if (e.shared < 0 || e.shared_width < 0) return fail("shared", "must not be negative");
-  if (e.dense_layers < 0 || e.dense_layers > job->shape.n_layers) {
-    return fail("dense_layers", "must be between 0 and n_layers");
-  }
-  if (t.z_coef < 0 || t.capacity_factor < 0 || t.bias_rate < 0 || t.entropy_init < 0) {
-    return fail("z_coef", "and the other coefficients must not be negative");
-  }
+// The family's options object (FamilyTraits::options_key), read by the family's
+// hook, then the family's own checks of the whole job.
+absl::Status ReadFamilyOptions(const nlohmann::json& json, JobFile* job) {
   const FamilyTraits& traits = Traits(job->shape.family);
+  if (traits.options_key != nullptr) {
+    auto it = json.find(traits.options_key);
+    if (it == json.end() || !it->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat("job: field '", traits.options_key,
+                                                     "' must be an object for family ",
+                                                     std::string(traits.name)));
+    }
+    job->family_options = *it;
+    if (traits.read_options != nullptr) RETURN_IF_ERROR(traits.read_options(*it, job));
+  }
   if (traits.check_job != nullptr) RETURN_IF_ERROR(traits.check_job(*job));
   return absl::OkStatus();
 }
@@ -370,7 +249,7 @@ absl::Status CheckRanges(const JobFile& job) {
 absl::StatusOr<JobFile> JobFileFromJson(const nlohmann::json& json) {
   if (!json.is_object()) return absl::InvalidArgumentError("job: expected a JSON object");
   JobFile job;
-  Reader r(json, "");
+  JsonReader r(json, "");
   std::string family, schedule;
   r.String("id", &job.id);
   r.String("family", &family);
@@ -444,7 +323,7 @@ absl::StatusOr<JobFile> JobFileFromJson(const nlohmann::json& json) {
   if (job.data_vocab_size == 0) job.data_vocab_size = job.shape.vocab_size;
   if (absl::Status s = ReadData(json, &job); !s.ok()) return s;
   if (absl::Status s = CheckRanges(job); !s.ok()) return s;
-  if (absl::Status s = ReadExperts(json, &job); !s.ok()) return s;
+  if (absl::Status s = ReadFamilyOptions(json, &job); !s.ok()) return s;
   // A job file from anywhere (a hand-written one, a hostile client) is held to the
   // sweep's bound too: parameter counts beyond it would wrap.
   if (absl::Status s = CheckModelSize(job.shape); !s.ok()) {

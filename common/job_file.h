@@ -56,6 +56,11 @@ struct JobFile {
   std::string gate;
   double balance_coef = 0.0;
   ExpertTraining expert_training;  // moe and deco; with shape.experts the "experts" object
+  // The family's options object as the job file carries it under the family's
+  // key (FamilyTraits::options_key), for a family that reads it itself (its
+  // worker and sweep code); null for a family without one. moe and deco decode
+  // theirs into shape.experts and expert_training, and write it from them.
+  nlohmann::json family_options;
   double router_coef = 0.0;
   int64_t tokens = 0;  // D the budget asks for (steps × batch_tokens >= tokens)
   int64_t steps = 0;

@@ -2,6 +2,7 @@
 // experts computed densely in training (up d→E·d_e, down E·d_e→d, a scale λ per
 // expert, NormSiLU's γ over d_e) and a SwiGLU shared expert of width d_s; a
 // controller steers the activated fraction to its target ratio.
+#include "absl/strings/str_format.h"
 #include "common/accounting.h"
 #include "common/families/families.h"
 #include "common/job_file.h"
@@ -78,6 +79,12 @@ FamilyTraits DecoFamily() {
   t.expert_sparsity = &ExpertSparsity;
   t.active_params = &Active;
   t.check_job = &CheckJob;
+  t.label = [](const RunFields& r) { return absl::StrFormat("DECO E=%d", r.experts); };
+  t.series = [](const RunFields&) { return std::string("DECO baseline (at 1 - target ratio)"); };
+  t.plot_rank = 4;
+  t.options_key = "experts";
+  t.read_options = &ReadExpertOptions;
+  t.write_options = &WriteExpertOptions;
   return t;
 }
 

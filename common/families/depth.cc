@@ -3,6 +3,7 @@
 // picks. X-MoD scales the routed update with a learnable gate γ and is evaluated
 // with causal threshold routing as well as top-k; MoD (Raposo et al. 2024) uses the
 // router weight itself, and is evaluated the same way.
+#include "absl/strings/str_format.h"
 #include "common/families/families.h"
 
 namespace xmod {
@@ -14,6 +15,11 @@ FamilyTraits XmodFamily() {
   t.routing = RoutingKind::kDepth;
   t.routed_gate = true;
   t.causal_eval = true;
+  t.label = [](const RunFields& r) {
+    return absl::StrFormat("X-MoD ρ=%g s=%d", r.capacity, r.stride);
+  };
+  t.series = [](const RunFields& r) { return absl::StrFormat("X-MoD, stride s=%d", r.stride); };
+  t.plot_rank = 2;
   return t;
 }
 
@@ -23,6 +29,11 @@ FamilyTraits ModFamily() {
   t.name = "mod";
   t.routing = RoutingKind::kDepth;
   t.causal_eval = true;
+  t.label = [](const RunFields& r) {
+    return absl::StrFormat("MoD (ρ=%g, s=%d)", r.capacity, r.stride);
+  };
+  t.series = [](const RunFields& r) { return absl::StrFormat("MoD baseline (s=%d)", r.stride); };
+  t.plot_rank = 1;
   return t;
 }
 

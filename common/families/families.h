@@ -2,6 +2,8 @@
 #ifndef XMOD_COMMON_FAMILIES_FAMILIES_H_
 #define XMOD_COMMON_FAMILIES_FAMILIES_H_
 
+#include <nlohmann/json.hpp>
+
 #include "common/family.h"
 
 namespace xmod {
@@ -11,6 +13,10 @@ FamilyTraits XmodFamily();   // depth.cc
 FamilyTraits ModFamily();    // depth.cc
 FamilyTraits MoeFamily();    // moe.cc
 FamilyTraits DecoFamily();   // deco.cc
+
+// The "experts" options object of moe and deco (experts.cc).
+absl::Status ReadExpertOptions(const nlohmann::json& object, JobFile* job);
+nlohmann::json WriteExpertOptions(const JobFile& job);
 
 }  // namespace xmod
 

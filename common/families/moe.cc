@@ -3,6 +3,7 @@
 // routed experts. Its trained routing is causal already, so it has only top-k
 // losses.
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/accounting.h"
 #include "common/families/families.h"
 #include "common/job_file.h"
@@ -70,6 +71,15 @@ FamilyTraits MoeFamily() {
   t.expert_sparsity = &ExpertSparsity;
   t.active_params = &Active;
   t.check_job = &CheckJob;
+  t.label = [](const RunFields& r) { return absl::StrFormat("MoE E=%d k=%d", r.experts, r.top_k); };
+  // Plotted beside the X-MoD point it was sized against (same total parameters).
+  t.series = [](const RunFields& r) {
+    return absl::StrFormat("MoE baseline (top-%d, at its X-MoD point's sparsity)", r.top_k);
+  };
+  t.plot_rank = 3;
+  t.options_key = "experts";
+  t.read_options = &ReadExpertOptions;
+  t.write_options = &WriteExpertOptions;
   return t;
 }
 

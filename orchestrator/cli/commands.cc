@@ -185,10 +185,11 @@ std::string FlopTotals(const std::vector<ResolvedJob>& jobs) {
       flops, trunks, branches, standalone, flops / standalone);
 }
 
-// "E x d_e top-k" (moe), "E x d_e relu" (deco), "" otherwise.
+// "E x d_e top-k" (a fixed number of experts per token, moe), "E x d_e relu"
+// (data-dependent, deco), "" for a family without experts.
 std::string ExpertsCell(const ModelShape& s) {
   if (!IsExpertFamily(s.family)) return "";
-  return s.family == Family::kMoe
+  return s.experts.top_k > 0
              ? fmt::format("{}x{} top-{}", s.experts.experts, s.experts.width, s.experts.top_k)
              : fmt::format("{}x{} relu", s.experts.experts, s.experts.width);
 }

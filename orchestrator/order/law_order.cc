@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "orchestrator/fit/law_registry.h"
 #include "orchestrator/report/report.h"
 #include "orchestrator/sweep/spec.h"
 
@@ -17,7 +18,10 @@ namespace {
 // A job whose result the dense law reads once it has run: a dense run or branch
 // end (never a cooldown trunk), as FitPoints and FitNamedLaw("dense") select.
 bool DenseLawReads(const JobResultRow& j) {
-  return j.role != JobRole::kTrunk && (j.family == Family::kDense || j.family == Family::kXmod) &&
+  static const LawSpec* const dense_law = FindLaw("dense");
+  const std::vector<std::string>& families = dense_law->families;
+  return j.role != JobRole::kTrunk &&
+         std::count(families.begin(), families.end(), std::string(FamilyName(j.family))) > 0 &&
          ToLawPoint(j).dense();
 }
 

@@ -174,7 +174,7 @@ LawPoint ToLawPoint(const JobResultRow& j, const PointOptions& options) {
     // Every token passes every layer; a moe run's sparsity is in its experts.
     p.stride = 1.0;
     p.capacity = 1.0;
-    if (j.family == Family::kMoe && j.top_k > 0) {
+    if (j.top_k > 0) {  // a fixed number of experts per token (moe)
       p.expansion = static_cast<double>(j.experts) / static_cast<double>(j.top_k);
     }
     return p;
@@ -247,7 +247,7 @@ QueryResult BaselineComparison(const std::vector<JobResultRow>& jobs) {
         b.context,
         b.seed,
         fmt::format("{}{}", b.experts,
-                    b.family == Family::kMoe ? fmt::format(" top-{}", b.top_k) : std::string()),
+                    b.top_k > 0 ? fmt::format(" top-{}", b.top_k) : std::string()),
         b.matched_to};
     const std::optional<double> loss =
         b.state == JobState::kSucceeded ? b.Loss("auto") : std::nullopt;

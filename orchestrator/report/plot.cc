@@ -80,24 +80,22 @@ absl::Status RunGnuplot(const std::string& gnuplot, const fs::path& dir,
 // The configuration a job belongs to, for colours and legends.
 std::string ConfigLabel(const JobResultRow& j) {
   if (!j.routed()) return "dense";
-  if (j.family == Family::kMod) return fmt::format("MoD (ρ={:g}, s={})", j.capacity, j.stride);
-  if (j.family == Family::kMoe) return fmt::format("MoE E={} k={}", j.experts, j.top_k);
-  if (j.family == Family::kDeco) return fmt::format("DECO E={}", j.experts);
-  return fmt::format("X-MoD ρ={:g} s={}", j.capacity, j.stride);
+  return FamilyLabel(j.family, {j.capacity, j.stride, j.experts, j.top_k});
 }
 
-// A stable order of configurations: dense, MoD, then X-MoD by capacity and stride.
+// A stable order of configurations: by the families' plot ranks (dense, MoD,
+// X-MoD, MoE, DECO, then registered families), depth-routing ones by capacity
+// (largest first) and stride, expert ones by experts and experts per token.
 std::vector<std::string> ConfigOrder(const std::vector<JobResultRow>& jobs) {
   std::map<std::tuple<int, double, int64_t>, std::string> ordered;
   for (const JobResultRow& j : jobs) {
-    const int kind = !j.routed()                 ? 0
-                     : j.family == Family::kMod  ? 1
-                     : j.family == Family::kMoe  ? 3
-                     : j.family == Family::kDeco ? 4
-                                                 : 2;
-    const int64_t second = kind >= 3 ? j.experts * 1000 + j.top_k : j.stride;
-    ordered[{kind, kind == 0 || kind >= 3 ? 0.0 : -j.capacity, kind == 0 ? 0 : second}] =
-        ConfigLabel(j);
+    if (!j.routed()) {
+      ordered[{0, 0.0, 0}] = ConfigLabel(j);
+      continue;
+    }
+    const bool experts = Traits(j.family).routing == RoutingKind::kExperts;
+    ordered[{FamilyPlotRank(j.family), experts ? 0.0 : -j.capacity,
+             experts ? j.experts * 1000 + j.top_k : j.stride}] = ConfigLabel(j);
   }
   std::vector<std::string> labels;
   for (const auto& [key, label] : ordered) labels.push_back(label);

@@ -107,19 +107,11 @@ std::vector<RelativeToDensePoint> RelativeToDense(const std::vector<JobResultRow
     p.dense_job_id = it->second->id;
     p.sparsity = j.sparsity;
     p.stride = j.stride;
-    if (j.family == Family::kMod) {
-      p.series = fmt::format("MoD baseline (s={})", j.stride);
-    } else if (j.family == Family::kMoe) {
-      // Beside the X-MoD point it was sized against (same total parameters).
-      p.series = fmt::format("MoE baseline (top-{}, at its X-MoD point's sparsity)", j.top_k);
-      double matched = 0.0;
-      int64_t matched_stride = 0;
-      if (j.MatchedXmodPoint(&matched, &matched_stride)) p.sparsity = matched;
-    } else if (j.family == Family::kDeco) {
-      p.series = "DECO baseline (at 1 - target ratio)";
-    } else {
-      p.series = fmt::format("X-MoD, stride s={}", j.stride);
-    }
+    p.series = FamilySeries(j.family, {j.capacity, j.stride, j.experts, j.top_k});
+    // A baseline sized against an X-MoD point (moe) is plotted at that point's sparsity.
+    double matched = 0.0;
+    int64_t matched_stride = 0;
+    if (j.MatchedXmodPoint(&matched, &matched_stride)) p.sparsity = matched;
     p.relative_pct = 100.0 * (*loss / *it->second->final_val_loss - 1.0);
     out.push_back(std::move(p));
   }

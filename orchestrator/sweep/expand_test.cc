@@ -280,8 +280,8 @@ TEST(Expand, ANegativeZeroGivesTheJobIdOfZero) {
   spec.train.weight_decay = -0.0;
   spec.train.min_lr_ratio = -0.0;
   spec.train.router_coef = -0.0;
-  spec.moe.z_coef = -0.0;
-  spec.deco.entropy_init = -0.0;
+  spec.family_options["moe"]["z_coef"] = -0.0;
+  spec.family_options["deco"]["entropy_init"] = -0.0;
   EXPECT_EQ(ids(spec), zero);
 }
 

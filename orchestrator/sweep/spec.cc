@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "orchestrator/fit/law_registry.h"
 #include "orchestrator/sweep/family/sweep_family.h"
+#include "orchestrator/sweep/section.h"
 
 namespace xmod {
 
@@ -28,18 +29,6 @@ const ScaleSpec* SweepSpec::FindScale(const std::string& scale_name) const {
     if (s.name == scale_name) return &s;
   }
   return nullptr;
-}
-
-int64_t DecoSharedWidth(const DecoSpec& deco, int64_t d_ff) {
-  return deco.shared_width > 0 ? deco.shared_width : DecoDefaultSharedWidth(d_ff);
-}
-
-std::vector<int64_t> SweepSpec::TopKAxis(const GridBlock& block) const {
-  return block.top_k.empty() ? std::vector<int64_t>{moe.top_k} : block.top_k;
-}
-
-std::vector<int64_t> SweepSpec::GranularityAxis(const GridBlock& block) const {
-  return block.granularity.empty() ? std::vector<int64_t>{moe.granularity} : block.granularity;
 }
 
 std::vector<GridBlock> SweepSpec::Blocks() const {
@@ -417,9 +406,13 @@ class SpecParser {
     for (auto it = root.begin(); it != root.end(); ++it) {
       key_lines_.emplace(it->first.Scalar(), Line(it->first));
     }
-    CheckKeys(root, "",
-              {"name", "description", "data", "family", "match", "scales", "grid", "baselines",
-               "budget", "train", "moe", "deco", "resources", "design"});
+    std::vector<std::string> keys = {"name",   "description", "data",      "family",
+                                     "match",  "scales",      "grid",      "baselines",
+                                     "budget", "train",       "resources", "design"};
+    for (const SweepFamily& f : SweepFamilies()) {
+      if (f.section != nullptr) keys.emplace_back(f.section);
+    }
+    CheckKeys(root, "", keys);
     if (root["name"]) {
       if (String(root["name"], "name", &spec->name)) {
         const bool ok =
@@ -480,8 +473,7 @@ class SpecParser {
       Error(1, "grid", "missing; the grid needs at least a context axis");
     }
     if (root["design"]) ParseDesign(root["design"], spec);
-    if (root["moe"]) ParseMoe(root["moe"], &spec->moe);
-    if (root["deco"]) ParseDeco(root["deco"], &spec->deco);
+    ParseFamilySections(root, spec);
     if (root["train"]) {
       ParseTrain(root["train"], spec);
     } else {
@@ -875,50 +867,74 @@ class SpecParser {
     }
   }
 
-  void ParseMoe(const YAML::Node& node, MoeSpec* moe) {
-    if (!ExpectMap(node, "moe")) return;
-    CheckKeys(node, "moe",
-              {"top_k", "granularity", "shared_experts", "gate", "balance_coef", "z_coef",
-               "capacity_factor", "bias_rate"});
-    if (node["top_k"]) Positive(node["top_k"], "moe.top_k", &moe->top_k, kExpertsBound);
-    if (node["granularity"]) {
-      Positive(node["granularity"], "moe.granularity", &moe->granularity, kHiddenBound);
+  // A family's section read through the parser's own checks (section.h).
+  class Section : public SectionReader {
+   public:
+    Section(SpecParser* parser, const YAML::Node& node, std::string name, nlohmann::json* options)
+        : p_(parser), node_(node), name_(std::move(name)), options_(options) {}
+    void Keys(const std::vector<std::string>& allowed) override {
+      p_->CheckKeys(node_, name_, allowed);
     }
-    if (node["shared_experts"]) {
-      IntIn(node["shared_experts"], "moe.shared_experts", 0, kExpertsBound, &moe->shared_experts);
+    bool Has(const std::string& key) const override { return static_cast<bool>(node_[key]); }
+    std::string Text(const std::string& key) const override {
+      const YAML::Node value = node_[key];
+      return value && value.IsScalar() ? value.Scalar() : std::string();
     }
-    if (node["gate"] && String(node["gate"], "moe.gate", &moe->gate) && !IsMoeGateName(moe->gate)) {
-      Error(Line(node["gate"]), "moe.gate",
-            absl::StrCat("unknown gate '", moe->gate, "' (known: softmax, pre_softmax, sigmoid)",
-                         DidYouMean(moe->gate, {"softmax", "pre_softmax", "sigmoid"})));
+    void Integer(const std::string& key, int64_t lo, OptionBound bound) override {
+      if (!node_[key]) return;
+      static constexpr Bound kBounds[] = {kCountBound, kHiddenBound, kLayersBound, kExpertsBound};
+      int64_t value = 0;
+      if (p_->IntIn(node_[key], Field(key), lo, kBounds[static_cast<int>(bound)], &value)) {
+        (*options_)[key] = value;
+      }
     }
-    InRange(node, "moe", "balance_coef", 0.0, 1e3, false, &moe->balance_coef);
-    InRange(node, "moe", "z_coef", 0.0, 1e3, false, &moe->z_coef);
-    InRange(node, "moe", "capacity_factor", 0.0, 1e3, false, &moe->capacity_factor);
-    InRange(node, "moe", "bias_rate", 0.0, 1.0, false, &moe->bias_rate);
-  }
+    void Number(const std::string& key, double lo, double hi, bool hi_open) override {
+      if (!node_[key]) return;
+      double value = 0.0;
+      if (!p_->Double(node_[key], Field(key), &value)) return;
+      if (value < lo || value > hi || (hi_open && value == hi)) {
+        Error(key, absl::StrCat("must be in [", lo, ", ", hi, hi_open ? ")" : "]", ", got ",
+                                node_[key].Scalar()));
+        return;
+      }
+      (*options_)[key] = value;
+    }
+    void Choice(const std::string& key, const std::vector<std::string>& known) override {
+      if (!node_[key]) return;
+      std::string value;
+      if (!p_->String(node_[key], Field(key), &value)) return;
+      if (std::find(known.begin(), known.end(), value) == known.end()) {
+        Error(key, absl::StrCat("unknown ", key, " '", value, "' (known: ",
+                                absl::StrJoin(known, ", "), ")", DidYouMean(value, known)));
+        return;
+      }
+      (*options_)[key] = value;
+    }
+    void Error(const std::string& key, const std::string& message) override {
+      p_->Error(node_[key] ? Line(node_[key]) : Line(node_), Field(key), message);
+    }
+    nlohmann::json& options() override { return *options_; }
 
-  void ParseDeco(const YAML::Node& node, DecoSpec* deco) {
-    if (!ExpectMap(node, "deco")) return;
-    CheckKeys(node, "deco",
-              {"expert_width", "shared_width", "dense_layers", "target_ratio", "entropy_init",
-               "entropy_multiplier"});
-    if (node["expert_width"]) {
-      Positive(node["expert_width"], "deco.expert_width", &deco->expert_width, kHiddenBound);
+   private:
+    std::string Field(const std::string& key) const { return absl::StrCat(name_, ".", key); }
+
+    SpecParser* p_;
+    const YAML::Node node_;
+    std::string name_;
+    nlohmann::json* options_;
+  };
+
+  // Each family's section that the file gives, read by the family (section.h).
+  void ParseFamilySections(const YAML::Node& root, SweepSpec* spec) {
+    for (const SweepFamily& f : SweepFamilies()) {
+      if (f.section == nullptr || !root[f.section]) continue;
+      const YAML::Node node = root[f.section];
+      if (!ExpectMap(node, f.section)) continue;
+      nlohmann::json options = nlohmann::json::object();
+      Section reader(this, node, f.section, &options);
+      f.parse_section(reader);
+      spec->family_options[f.section] = std::move(options);
     }
-    if (node["shared_width"] &&
-        !(node["shared_width"].IsScalar() && node["shared_width"].Scalar() == "auto")) {
-      Positive(node["shared_width"], "deco.shared_width", &deco->shared_width, kHiddenBound);
-    }
-    if (node["dense_layers"]) {
-      IntIn(node["dense_layers"], "deco.dense_layers", 0, kLayersBound, &deco->dense_layers);
-    }
-    InRange(node, "deco", "target_ratio", 0.0, 1.0, true, &deco->target_ratio);
-    if (node["target_ratio"] && deco->target_ratio <= 0) {
-      Error(Line(node["target_ratio"]), "deco.target_ratio", "must be positive");
-    }
-    InRange(node, "deco", "entropy_init", 0.0, 1e3, false, &deco->entropy_init);
-    InRange(node, "deco", "entropy_multiplier", 1.0, 10.0, false, &deco->entropy_multiplier);
   }
 
   void ParseTrain(const YAML::Node& node, SweepSpec* spec) {
@@ -1176,6 +1192,16 @@ class SpecParser {
                        const BlockInfo& info, GridBlock* block_out) {
     GridBlock& block = *block_out;
     const std::string& prefix = info.prefix;
+    // A family registered without a sweep side (common/family.h) cannot be expanded.
+    std::vector<Family> used = block.baselines;
+    used.push_back(block.family);
+    for (Family f : used) {
+      if (FindSweepFamily(f) == nullptr) {
+        Error(info.line, prefix,
+              absl::StrCat("family '", std::string(FamilyName(f)),
+                           "' has no sweep side in this build of xmod"));
+      }
+    }
     if (block.scales.empty()) {
       block.scales = names;  // no scale axis: every defined scale
     } else {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -102,31 +103,6 @@ struct ResourceSpec {
   double order_target_tokens = 0.0;
 };
 
-// The top-k MoE baseline and family (`moe:`; docs/baselines.md).
-struct MoeSpec {
-  int64_t top_k = 2;        // routed experts per token (a baseline's; the family's default axis)
-  int64_t granularity = 2;  // d_e = d_ff / granularity (likewise)
-  int64_t shared_experts = 0;
-  std::string gate = "softmax";  // softmax | pre_softmax | sigmoid
-  double balance_coef = 0.01;    // α of the Switch/GShard balancing loss
-  double z_coef = 1e-3;          // β of the router z-loss
-  double capacity_factor = 0.0;  // 0: dropless
-  double bias_rate = 0.0;        // aux-loss-free bias balancing step (0: off)
-};
-
-// DECO (`deco:`; docs/baselines.md).
-struct DecoSpec {
-  int64_t expert_width = 64;
-  int64_t shared_width = 0;  // 0: min(128, round_up(d_ff / 15, 8)), DECO's 128 at its 0.1B scale
-  int64_t dense_layers = 1;  // leading layers with a dense MLP (DECO: layer 0)
-  double target_ratio = 0.2;
-  double entropy_init = 1e-8;
-  double entropy_multiplier = 1.002;
-};
-
-// DECO's shared-expert width for a model of hidden width d_ff.
-int64_t DecoSharedWidth(const DecoSpec& deco, int64_t d_ff);
-
 // One block of the grid: a product of axes with its own family, budget and
 // baselines (inherited from the top level when the block does not give them). A
 // `grid:` mapping is one block; a `grid:` list is one block per entry.
@@ -181,8 +157,11 @@ struct SweepSpec {
   BudgetKind budget_kind = BudgetKind::kTokensPerParam;
   std::vector<double> budget_values;
   TrainSpec train;
-  MoeSpec moe;
-  DecoSpec deco;
+  // Each family's own section of the file (`moe:`, `deco:`; SweepFamily::section),
+  // as the options object its parser read: section name → the values given.
+  // A family reads its options through SectionOptions (sweep_family.h), which
+  // puts them over its defaults, so a spec built in code may leave this empty.
+  std::map<std::string, nlohmann::json> family_options;
   ResourceSpec resources;
   DesignSpec design;
   // The grid as blocks when `grid:` is a list. Empty for a `grid:` mapping (or a
@@ -204,9 +183,6 @@ struct SweepSpec {
 
   const ScaleSpec* FindScale(const std::string& name) const;
   std::vector<GridBlock> Blocks() const;
-  // A moe block's top_k and granularity axes, or the moe: section's defaults.
-  std::vector<int64_t> TopKAxis(const GridBlock& block) const;
-  std::vector<int64_t> GranularityAxis(const GridBlock& block) const;
 };
 
 // Parses and validates `text`; `source` names the file in messages. On failure the

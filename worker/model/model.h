@@ -21,6 +21,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <vector>
 
@@ -70,6 +71,9 @@ struct DecoderOptions {
   TORCH_ARG(double, entropy_multiplier) = 1.0;
   // moe: the aux-loss-free bias step after each optimizer step (0: off).
   TORCH_ARG(double, bias_rate) = 0.0;
+  // The job file's options object of a family that reads its own
+  // (JobFile::family_options); null for the built-in families.
+  TORCH_ARG(nlohmann::json, family_options);
 };
 
 struct ModelFamily;

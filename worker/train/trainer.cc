@@ -65,29 +65,21 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenJobData(const JobFile& job) {
 
 namespace {
 
-// The job file has checked the name for moe jobs; other families ignore it.
-MoeGate MoeGateOf(const std::string& name) {
-  MoeGate gate = MoeGate::kSoftmax;
-  ParseMoeGate(name, &gate);
-  return gate;
-}
-
+// The common fields from the job file, then the family's own (ModelFamily::configure).
 DecoderOptions ModelOptionsFor(const JobFile& job) {
   const ModelShape& s = job.shape;
-  return DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context)
-      .family(s.family)
-      .stride(s.stride)
-      .routed_tokens(job.routed_tokens)
-      .balance_coef(job.balance_coef)
-      .router_coef(job.router_coef)
-      .recompute(job.recompute)
-      .experts(s.experts)
-      .moe_gate(MoeGateOf(job.gate))
-      .capacity_factor(job.expert_training.capacity_factor)
-      .z_coef(job.expert_training.z_coef)
-      .entropy_init(job.expert_training.entropy_init)
-      .entropy_multiplier(job.expert_training.entropy_multiplier)
-      .bias_rate(job.expert_training.bias_rate);
+  DecoderOptions options =
+      DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context)
+          .family(s.family)
+          .stride(s.stride)
+          .routed_tokens(job.routed_tokens)
+          .balance_coef(job.balance_coef)
+          .router_coef(job.router_coef)
+          .recompute(job.recompute)
+          .family_options(job.family_options);
+  const ModelFamily& family = ModelFamilyOf(s.family);
+  if (family.configure != nullptr) family.configure(job, &options);
+  return options;
 }
 
 // AdamW with weight decay on matrices only (embeddings, projections, head, routers),

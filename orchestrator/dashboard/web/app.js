@@ -167,13 +167,14 @@ function select(id, options, value) {
 // Curves of every job overlaid, one colour per value of the chosen axis.
 function overlaySection(jobs, curves) {
   const byId = new Map(jobs.map((r) => [r.job_id, r]));
-  const metric = view.metric === 'val_loss' ? (r) => (r.family === 'dense' || r.family === 'moe' || r.family === 'deco' ? 'val_loss' : 'val_loss_causal') : () => 'train_loss';
+  // A family evaluated with causal routing reports val_loss_causal (the laws read it); the others val_loss only.
+  const metric = view.metric === 'val_loss' ? (c) => ((c.columns.val_loss_causal || []).some(present) ? 'val_loss_causal' : 'val_loss') : () => 'train_loss';
   const groups = [...new Set(curves.jobs.map((c) => String(byId.get(c.job_id)?.[view.colour] ?? '')))].sort((a, b) => (isNaN(a) || isNaN(b) ? a.localeCompare(b) : a - b));
   const series = [];
   for (const c of curves.jobs) {
     const r = byId.get(c.job_id);
     if (!r) continue;
-    const ys = c.columns[metric(r)] || [], xs = c.columns[view.x] || [];
+    const ys = c.columns[metric(c)] || [], xs = c.columns[view.x] || [];
     const x = [], y = [];
     ys.forEach((v, i) => { if (present(v) && present(xs[i]) && xs[i] > 0) { x.push(xs[i]); y.push(v); } });
     if (!x.length) continue;

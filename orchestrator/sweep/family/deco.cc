@@ -11,6 +11,49 @@ namespace xmod {
 
 namespace {
 
+// The deco: section (docs/baselines.md).
+struct DecoOptions {
+  int64_t expert_width = 64;
+  int64_t shared_width = 0;  // 0: min(128, round_up(d_ff / 15, 8)), DECO's 128 at its 0.1B scale
+  int64_t dense_layers = 1;  // leading layers with a dense MLP (DECO: layer 0)
+  double target_ratio = 0.2;
+  double entropy_init = 1e-8;
+  double entropy_multiplier = 1.002;
+};
+
+nlohmann::json Defaults() {
+  const DecoOptions o;
+  return {{"expert_width", o.expert_width}, {"shared_width", o.shared_width},
+          {"dense_layers", o.dense_layers}, {"target_ratio", o.target_ratio},
+          {"entropy_init", o.entropy_init}, {"entropy_multiplier", o.entropy_multiplier}};
+}
+
+void ParseSection(SectionReader& r) {
+  r.Keys({"expert_width", "shared_width", "dense_layers", "target_ratio", "entropy_init",
+          "entropy_multiplier"});
+  r.Integer("expert_width", 1, OptionBound::kHidden);
+  if (r.Text("shared_width") != "auto") r.Integer("shared_width", 1, OptionBound::kHidden);
+  r.Integer("dense_layers", 0, OptionBound::kLayers);
+  r.Number("target_ratio", 0.0, 1.0, true);
+  if (r.Has("target_ratio") && r.options().value("target_ratio", 1.0) <= 0) {
+    r.Error("target_ratio", "must be positive");
+  }
+  r.Number("entropy_init", 0.0, 1e3, false);
+  r.Number("entropy_multiplier", 1.0, 10.0, false);
+}
+
+DecoOptions OptionsOf(const SweepSpec& spec) {
+  const nlohmann::json j = SectionOptions(spec, SweepFamilyOf(Family::kDeco));
+  DecoOptions o;
+  o.expert_width = j.at("expert_width").get<int64_t>();
+  o.shared_width = j.at("shared_width").get<int64_t>();
+  o.dense_layers = j.at("dense_layers").get<int64_t>();
+  o.target_ratio = j.at("target_ratio").get<double>();
+  o.entropy_init = j.at("entropy_init").get<double>();
+  o.entropy_multiplier = j.at("entropy_multiplier").get<double>();
+  return o;
+}
+
 std::vector<GridPoint> Points(const SweepSpec& /*spec*/, const GridBlock& /*block*/) {
   return OnePoint(Family::kDeco);
 }
@@ -20,10 +63,11 @@ absl::Status Shape(const SweepSpec& spec, const GridBlock& block, const ScaleSpe
   ASSIGN_OR_RETURN(job->file.shape, RoutedShape(spec, scale, context, Family::kDense, 0.0, 1));
   ModelShape& s = job->file.shape;
   s.family = Family::kDeco;
-  s.experts.width = spec.deco.expert_width;
-  s.experts.shared_width = DecoSharedWidth(spec.deco, scale.d_ff);
-  s.experts.dense_layers = std::min(spec.deco.dense_layers, s.n_layers);
-  s.experts.target_ratio = spec.deco.target_ratio;
+  const DecoOptions o = OptionsOf(spec);
+  s.experts.width = o.expert_width;
+  s.experts.shared_width = o.shared_width > 0 ? o.shared_width : DecoDefaultSharedWidth(scale.d_ff);
+  s.experts.dense_layers = std::min(o.dense_layers, s.n_layers);
+  s.experts.target_ratio = o.target_ratio;
   job->matched_params = CountParams(DenseReference(s, scale.n_layers)).non_embedding;
   job->matched_to = "dense";
   return MatchExperts(spec, block, scale, point, job);
@@ -32,9 +76,10 @@ absl::Status Shape(const SweepSpec& spec, const GridBlock& block, const ScaleSpe
 void SetRoutingFields(const SweepSpec& spec, ResolvedJob* job) {
   JobFile& f = job->file;
   f.gate = "relu";
-  f.expert_training.entropy_init = spec.deco.entropy_init;
-  f.expert_training.entropy_multiplier = spec.deco.entropy_multiplier;
-  job->sparsity = 1.0 - spec.deco.target_ratio;
+  const DecoOptions o = OptionsOf(spec);
+  f.expert_training.entropy_init = o.entropy_init;
+  f.expert_training.entropy_multiplier = o.entropy_multiplier;
+  job->sparsity = 1.0 - o.target_ratio;
 }
 
 }  // namespace
@@ -42,6 +87,9 @@ void SetRoutingFields(const SweepSpec& spec, ResolvedJob* job) {
 SweepFamily DecoSweepFamily() {
   SweepFamily f;
   f.id = Family::kDeco;
+  f.section = "deco";
+  f.section_defaults = &Defaults;
+  f.parse_section = &ParseSection;
   f.points = &Points;
   f.count = [](const GridBlock&) -> int64_t { return 1; };
   f.shape = &Shape;

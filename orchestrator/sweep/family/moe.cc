@@ -14,10 +14,71 @@ namespace xmod {
 
 namespace {
 
+// The moe: section (docs/baselines.md).
+struct MoeOptions {
+  int64_t top_k = 2;        // routed experts per token (a baseline's; the family's default axis)
+  int64_t granularity = 2;  // d_e = d_ff / granularity (likewise)
+  int64_t shared_experts = 0;
+  std::string gate = "softmax";  // softmax | pre_softmax | sigmoid
+  double balance_coef = 0.01;    // α of the Switch/GShard balancing loss
+  double z_coef = 1e-3;          // β of the router z-loss
+  double capacity_factor = 0.0;  // 0: dropless
+  double bias_rate = 0.0;        // aux-loss-free bias balancing step (0: off)
+};
+
+nlohmann::json Defaults() {
+  const MoeOptions o;
+  return {{"top_k", o.top_k},
+          {"granularity", o.granularity},
+          {"shared_experts", o.shared_experts},
+          {"gate", o.gate},
+          {"balance_coef", o.balance_coef},
+          {"z_coef", o.z_coef},
+          {"capacity_factor", o.capacity_factor},
+          {"bias_rate", o.bias_rate}};
+}
+
+void ParseSection(SectionReader& r) {
+  r.Keys({"top_k", "granularity", "shared_experts", "gate", "balance_coef", "z_coef",
+          "capacity_factor", "bias_rate"});
+  r.Integer("top_k", 1, OptionBound::kExperts);
+  r.Integer("granularity", 1, OptionBound::kHidden);
+  r.Integer("shared_experts", 0, OptionBound::kExperts);
+  r.Choice("gate", {"softmax", "pre_softmax", "sigmoid"});
+  r.Number("balance_coef", 0.0, 1e3, false);
+  r.Number("z_coef", 0.0, 1e3, false);
+  r.Number("capacity_factor", 0.0, 1e3, false);
+  r.Number("bias_rate", 0.0, 1.0, false);
+}
+
+MoeOptions OptionsOf(const SweepSpec& spec) {
+  const nlohmann::json j = SectionOptions(spec, SweepFamilyOf(Family::kMoe));
+  MoeOptions o;
+  o.top_k = j.at("top_k").get<int64_t>();
+  o.granularity = j.at("granularity").get<int64_t>();
+  o.shared_experts = j.at("shared_experts").get<int64_t>();
+  o.gate = j.at("gate").get<std::string>();
+  o.balance_coef = j.at("balance_coef").get<double>();
+  o.z_coef = j.at("z_coef").get<double>();
+  o.capacity_factor = j.at("capacity_factor").get<double>();
+  o.bias_rate = j.at("bias_rate").get<double>();
+  return o;
+}
+
+// A moe block's top_k and granularity axes, or the moe: section's values.
+std::vector<int64_t> TopKAxis(const SweepSpec& spec, const GridBlock& block) {
+  return block.top_k.empty() ? std::vector<int64_t>{OptionsOf(spec).top_k} : block.top_k;
+}
+
+std::vector<int64_t> GranularityAxis(const SweepSpec& spec, const GridBlock& block) {
+  return block.granularity.empty() ? std::vector<int64_t>{OptionsOf(spec).granularity}
+                                   : block.granularity;
+}
+
 std::vector<GridPoint> Points(const SweepSpec& spec, const GridBlock& block) {
   std::vector<GridPoint> points;
-  const std::vector<int64_t> top_k = spec.TopKAxis(block);
-  const std::vector<int64_t> granularity = spec.GranularityAxis(block);
+  const std::vector<int64_t> top_k = TopKAxis(spec, block);
+  const std::vector<int64_t> granularity = GranularityAxis(spec, block);
   for (double sparsity : block.sparsity) {
     for (int64_t k : top_k) {
       for (int64_t g : granularity) points.push_back({Family::kMoe, sparsity, 1, k, g});
@@ -36,14 +97,14 @@ int64_t Count(const GridBlock& block) {
 std::vector<GridPoint> BaselinePoints(const SweepSpec& spec, const GridBlock& block,
                                       const std::vector<GridPoint>& own) {
   std::vector<GridPoint> points;
+  const MoeOptions o = OptionsOf(spec);
   if (block.family == Family::kXmod) {
     for (const GridPoint& p : own) {
-      points.push_back(
-          {Family::kMoe, 0.0, 1, spec.moe.top_k, spec.moe.granularity, true, p.sparsity, p.stride});
+      points.push_back({Family::kMoe, 0.0, 1, o.top_k, o.granularity, true, p.sparsity, p.stride});
     }
   } else {
     // Beside a dense (or mod, deco) block: sized against the dense model.
-    points.push_back({Family::kMoe, 0.0, 1, spec.moe.top_k, spec.moe.granularity, true, 0.0, 1});
+    points.push_back({Family::kMoe, 0.0, 1, o.top_k, o.granularity, true, 0.0, 1});
   }
   return points;
 }
@@ -59,7 +120,7 @@ absl::Status Shape(const SweepSpec& spec, const GridBlock& block, const ScaleSpe
   s.family = Family::kMoe;
   s.experts.top_k = point.top_k;
   s.experts.width = scale.d_ff / point.granularity;
-  s.experts.shared = spec.moe.shared_experts;
+  s.experts.shared = OptionsOf(spec).shared_experts;
   if (!point.match_xmod) {
     s.experts.experts = std::llround(double(point.top_k) / (1.0 - point.sparsity));
     return CheckSize(spec, scale, s);
@@ -95,7 +156,7 @@ void CheckGranularity(const SweepSpec& spec, const GridBlock& block,
 // every granularity divides each scale's d_ff.
 void CheckBlock(const SweepSpec& spec, const GridBlock& block, const std::string& prefix, int line,
                 const SpecError& error) {
-  const std::vector<int64_t> top_k = spec.TopKAxis(block);
+  const std::vector<int64_t> top_k = TopKAxis(spec, block);
   for (size_t i = 0; i < block.sparsity.size(); ++i) {
     const double sparsity = block.sparsity[i];
     const auto [field, value_line] = spec.AxisValueAt(prefix + ".sparsity", i, line);
@@ -113,7 +174,7 @@ void CheckBlock(const SweepSpec& spec, const GridBlock& block, const std::string
     }
   }
   if (block.granularity.empty()) {
-    CheckGranularity(spec, block, spec.GranularityAxis(block), "moe.granularity",
+    CheckGranularity(spec, block, GranularityAxis(spec, block), "moe.granularity",
                      spec.LineOf("moe.granularity", line), error);
   } else {
     for (size_t i = 0; i < block.granularity.size(); ++i) {
@@ -126,17 +187,18 @@ void CheckBlock(const SweepSpec& spec, const GridBlock& block, const std::string
 // A moe baseline takes the moe section's granularity.
 void CheckAsBaseline(const SweepSpec& spec, const GridBlock& block, int line,
                      const SpecError& error) {
-  CheckGranularity(spec, block, {spec.moe.granularity}, "moe.granularity",
+  CheckGranularity(spec, block, {OptionsOf(spec).granularity}, "moe.granularity",
                    spec.LineOf("moe.granularity", line), error);
 }
 
 void SetRoutingFields(const SweepSpec& spec, ResolvedJob* job) {
   JobFile& f = job->file;
-  f.gate = spec.moe.gate;
-  f.balance_coef = spec.moe.balance_coef;
-  f.expert_training.z_coef = spec.moe.z_coef;
-  f.expert_training.capacity_factor = spec.moe.capacity_factor;
-  f.expert_training.bias_rate = spec.moe.bias_rate;
+  const MoeOptions o = OptionsOf(spec);
+  f.gate = o.gate;
+  f.balance_coef = o.balance_coef;
+  f.expert_training.z_coef = o.z_coef;
+  f.expert_training.capacity_factor = o.capacity_factor;
+  f.expert_training.bias_rate = o.bias_rate;
   // The sparsity of a moe job is its expert sparsity 1 − k/E, as the grid states it.
   job->sparsity = 1.0 - double(f.shape.experts.top_k) / double(f.shape.experts.experts);
 }
@@ -146,6 +208,9 @@ void SetRoutingFields(const SweepSpec& spec, ResolvedJob* job) {
 SweepFamily MoeSweepFamily() {
   SweepFamily f;
   f.id = Family::kMoe;
+  f.section = "moe";
+  f.section_defaults = &Defaults;
+  f.parse_section = &ParseSection;
   f.sparsity_axis = AxisRule::kRequired;
   f.sparsity_hint = " (1 - top_k / experts)";
   f.stride_axis = AxisRule::kAbsent;

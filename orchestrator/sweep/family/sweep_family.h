@@ -6,7 +6,9 @@
 #define XMOD_ORCHESTRATOR_SWEEP_FAMILY_SWEEP_FAMILY_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "common/accounting.h"
 #include "orchestrator/sweep/expand.h"
+#include "orchestrator/sweep/section.h"
 #include "orchestrator/sweep/spec.h"
 
 namespace xmod {
@@ -44,6 +47,11 @@ using SpecError =
 
 struct SweepFamily {
   Family id;
+  // The family's own section of the sweep file (`moe:`), its options' defaults
+  // and how it reads the section (section.h); null section: the family has none.
+  const char* section = nullptr;
+  nlohmann::json (*section_defaults)() = nullptr;
+  void (*parse_section)(SectionReader& reader) = nullptr;
   // The grid axes a block of the family takes: sparsity and stride (with the
   // hint a missing required sparsity axis gets), and whether it sweeps its experts
   // per token and granularity (top_k, granularity).
@@ -77,10 +85,21 @@ struct SweepFamily {
   std::string (*sizing_note)(const ModelShape& shape) = nullptr;
 };
 
-// The sweep side of `family` (table.cc).
+// The sweep side of `family` (table.cc); the sweep parser refuses a family that
+// has none, so SweepFamilyOf is only asked for families that do.
 const SweepFamily& SweepFamilyOf(Family family);
-// Every family's sweep side, in the table's order.
-const std::vector<SweepFamily>& SweepFamilies();
+const SweepFamily* FindSweepFamily(Family family);
+// Every family's sweep side, in the table's order, then the registered ones (the
+// elements never move).
+const std::deque<SweepFamily>& SweepFamilies();
+// Adds the sweep side of a family registered with RegisterFamily (common/
+// family.h); call at start-up, before any other thread reads the table. Fails
+// when the family has a row already or its section's name is taken.
+absl::Status RegisterSweepFamily(SweepFamily family);
+
+// The options of `family`'s section in `spec`: its defaults with the values the
+// file gave over them.
+nlohmann::json SectionOptions(const SweepSpec& spec, const SweepFamily& family);
 
 // Helpers the families share (shapes.cc).
 

@@ -21,4 +21,10 @@ Objectives DecoObjectives(const DecoderOptions& o, DecoderImpl& model) {
                                           o.entropy_multiplier(), o.experts().target_ratio)};
 }
 
+void DecoConfigure(const JobFile& job, DecoderOptions* o) {
+  o->experts(job.shape.experts)
+      .entropy_init(job.expert_training.entropy_init)
+      .entropy_multiplier(job.expert_training.entropy_multiplier);
+}
+
 }  // namespace xmod::family

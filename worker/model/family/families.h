@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/job_file.h"
 #include "worker/model/model.h"
 
 namespace xmod::family {
@@ -34,10 +35,12 @@ Objectives ModObjectives(const DecoderOptions& options, DecoderImpl& model);
 // moe.cc
 std::shared_ptr<LayerImpl> MoeLayer(const DecoderOptions& options, int64_t index);
 Objectives MoeObjectives(const DecoderOptions& options, DecoderImpl& model);
+void MoeConfigure(const JobFile& job, DecoderOptions* options);
 
 // deco.cc
 std::shared_ptr<LayerImpl> DecoLayer(const DecoderOptions& options, int64_t index);
 Objectives DecoObjectives(const DecoderOptions& options, DecoderImpl& model);
+void DecoConfigure(const JobFile& job, DecoderOptions* options);
 
 }  // namespace xmod::family
 

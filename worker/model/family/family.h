@@ -9,11 +9,13 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/accounting.h"
 
 namespace xmod {
 
 struct DecoderOptions;
+struct JobFile;
 class DecoderImpl;
 class LayerImpl;
 class AuxObjective;
@@ -39,10 +41,19 @@ struct ModelFamily {
   // recompute). Not where channel mixers record losses: a recomputed block runs
   // without autograd, so they would carry no gradient.
   bool recompute;
+  // Sets the family's own fields of `options` from its job file (its options
+  // object, JobFile::family_options, or the typed view its job-file hook made of
+  // it); the trainer sets the common ones. Null: nothing beyond them.
+  void (*configure)(const JobFile& job, DecoderOptions* options) = nullptr;
 };
 
-// The row of `family`; every Family has one.
+// The row of `family`; TORCH_CHECK fails for a family without one (registered
+// in common/ but not here), naming it.
 const ModelFamily& ModelFamilyOf(Family family);
+// Adds the worker side of a family registered with RegisterFamily (common/
+// family.h); call at start-up, before any other thread reads the table. Fails
+// when the family has a row already or a hook is missing.
+absl::Status RegisterModelFamily(ModelFamily family);
 
 }  // namespace xmod
 

@@ -29,4 +29,15 @@ Objectives MoeObjectives(const DecoderOptions& o, DecoderImpl& model) {
                                          o.bias_rate())};
 }
 
+// The job file has checked the gate name (common/families/moe.cc).
+void MoeConfigure(const JobFile& job, DecoderOptions* o) {
+  MoeGate gate = MoeGate::kSoftmax;
+  ParseMoeGate(job.gate, &gate);
+  o->experts(job.shape.experts)
+      .moe_gate(gate)
+      .capacity_factor(job.expert_training.capacity_factor)
+      .z_coef(job.expert_training.z_coef)
+      .bias_rate(job.expert_training.bias_rate);
+}
+
 }  // namespace xmod::family
