@@ -165,7 +165,9 @@ FeedForward DecoFeedForward(const ModelShape& s, const MemoryConfig& c) {
 
 FeedForward FeedForwardOf(const ModelShape& s, int64_t layer, const MemoryConfig& c) {
   if (!IsExpertLayer(s, layer)) return DenseFeedForward(s, c);
-  return s.family == Family::kMoe ? MoeFeedForward(s, c) : DecoFeedForward(s, c);
+  // A fixed number of experts per token (moe) keeps only their activations; deco
+  // computes every expert densely in training.
+  return s.experts.top_k > 0 ? MoeFeedForward(s, c) : DecoFeedForward(s, c);
 }
 
 double Shards(const MemoryConfig& c) {
@@ -179,7 +181,7 @@ LayerBytes LayerCost(const ModelShape& s, int64_t l, const MemoryConfig& c) {
   const double d = static_cast<double>(s.d_model);
   const double rows = static_cast<double>(std::max<int64_t>(1, c.micro_batch_rows));
   const double tokens = rows * static_cast<double>(s.context);
-  const bool routed = s.family != Family::kDense && !IsExpertFamily(s.family) && s.stride > 1 &&
+  const bool routed = Traits(s.family).routing == RoutingKind::kDepth && s.stride > 1 &&
                       !IsAnchorLayer(l, s.stride);
   const int64_t n = routed ? RoutedTokens(s.capacity, s.context) : s.context;
   const double block_tokens = rows * static_cast<double>(n);

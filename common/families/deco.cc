@@ -50,11 +50,16 @@ int64_t Active(const ModelShape& s, int64_t /*dense_layers*/) {
   return CountParams(s).non_embedding;
 }
 
-// A target ratio in (0, 1), a multiplier of at least 1, and the ReLU gate.
+// A target ratio in (0, 1), no fixed top-k, a multiplier of at least 1, and the ReLU gate.
 absl::Status CheckJob(const JobFile& job) {
   const ExpertShape& e = job.shape.experts;
   if (e.target_ratio <= 0 || e.target_ratio >= 1) {
     return absl::InvalidArgumentError("job: field 'experts.target_ratio' must be in (0, 1)");
+  }
+  if (e.top_k != 0) {
+    return absl::InvalidArgumentError(
+        "job: field 'experts.top_k' must be 0 for family deco (its experts per token are "
+        "data-dependent)");
   }
   if (job.expert_training.entropy_multiplier < 1) {
     return absl::InvalidArgumentError("job: field 'experts.entropy_multiplier' must be at least 1");

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "orchestrator/fit/fitter.h"
+#include "orchestrator/fit/lack_of_fit.h"
 #include "orchestrator/fit/law.h"
 
 namespace xmod {
@@ -80,6 +81,9 @@ struct LawReport {
   std::string bootstrap_failure;  // the commonest reason a resample failed, with its count
   int bootstrap_clusters = 0;     // configurations resampled (replicates move together)
   NoiseSummary noise;
+  // Whether the fitted form is rejected by the scatter of its seed replicates
+  // (lack_of_fit.h), on the fitted points with the fitted parameters.
+  LackOfFit lack_of_fit;
   std::string holdout_scale;
   std::vector<HoldoutPoint> holdout;
   double holdout_rmse = 0.0;  // of log-loss over the held-out points

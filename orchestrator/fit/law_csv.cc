@@ -144,7 +144,8 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
     return std::any_of(columns.begin(), columns.end(),
                        [&](const auto& named) { return named.first == column; });
   };
-  const std::optional<size_t> scale_col = t.Column("scale"), stride_col = t.Column("stride");
+  const std::optional<size_t> scale_col = t.Column("scale"), stride_col = t.Column("stride"),
+                              seed_col = t.Column("seed");
   std::vector<LawPoint> points;
   for (size_t row = 0; row < t.rows(); ++row) {
     const std::string where = t.Where(row);
@@ -175,6 +176,14 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
           absl::StrCat(where, ": stride: must be a whole number >= 1"));
     }
     p.id = where;
+    if (seed_col) {
+      // Rows that differ only by their seed are replicates of one configuration
+      // (the bootstrap resamples them together; the lack-of-fit test reads their
+      // scatter as pure error).
+      p.config = absl::StrCat(p.n, "/", p.d, "/", p.NTotal(), "/", p.context, "/", p.capacity, "/",
+                              p.stride, "/", p.expansion, "/", p.scale);
+      for (const auto& [name, value] : p.extra) absl::StrAppend(&p.config, "/", name, "=", value);
+    }
     points.push_back(p);
   }
   if (points.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no data rows"));

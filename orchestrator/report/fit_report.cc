@@ -65,6 +65,13 @@ void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostrea
       "{:.4g}, {} starts, {}, {:.2f} s\n",
       r.law, r.method, r.fit.n_points, r.fit.objective, r.fit.rmse, r.fit.starts,
       r.fit.converged ? "converged" : "NOT CONVERGED (best start hit its limit)", r.seconds);
+  // The verdict comes before the parameters: those of a rejected form are shown
+  // under a heading that says so.
+  out << DescribeLackOfFit(r.lack_of_fit) << "\n";
+  if (r.lack_of_fit.rejected) {
+    out << fmt::format("parameters of a form rejected by its replicates (p = {:.2g}):\n",
+                       r.lack_of_fit.p_value);
+  }
   PrintParameters(r.fit.params, r.intervals, options.confidence, out);
   if (!r.intervals.empty()) {
     const int total = r.bootstrap_used + r.bootstrap_failed;

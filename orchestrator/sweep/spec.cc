@@ -105,7 +105,9 @@ std::string DidYouMean(const std::string& word, const std::vector<std::string>& 
 std::string FamilyProblem(const std::string& name, const absl::Status& status) {
   std::string message(status.message());
   if (absl::StartsWith(message, "unknown")) {
-    absl::StrAppend(&message, DidYouMean(name, {"dense", "xmod", "mod", "moe", "deco"}));
+    std::vector<std::string> known;
+    for (const FamilyTraits& f : Families()) known.emplace_back(f.name);
+    absl::StrAppend(&message, DidYouMean(name, known));
   }
   return message;
 }

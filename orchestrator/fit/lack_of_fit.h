@@ -1,0 +1,55 @@
+// The lack-of-fit F-test of a fitted law (docs/laws.md, "Lack of fit"): whether
+// the law's residuals are larger than the scatter of seed replicates allows.
+//
+// With n points in m configurations (a configuration: every input but the seed),
+// log-loss residuals r = ln L_observed − ln L_predicted and p free parameters,
+//   SS_pure = Σ_configurations Σ_seeds (r − r̄_configuration)²,  df_pure = n − m,
+//   SS_lack = Σ r² − SS_pure,                                    df_lack = m − p,
+//   F = (SS_lack / df_lack) / (SS_pure / df_pure),
+// and p_value = P(F(df_lack, df_pure) > F). The form is rejected when p_value <
+// alpha. The test needs replicates (df_pure > 0) and more configurations than
+// parameters (df_lack > 0); otherwise it is unavailable and says why.
+#ifndef XMOD_ORCHESTRATOR_FIT_LACK_OF_FIT_H_
+#define XMOD_ORCHESTRATOR_FIT_LACK_OF_FIT_H_
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace xmod {
+
+struct LackOfFit {
+  bool available = false;
+  std::string why;  // why the test could not be run (available == false)
+  int points = 0;
+  int configurations = 0;
+  int parameters = 0;
+  double ss_pure = 0.0;
+  double ss_lack = 0.0;
+  int df_pure = 0;
+  int df_lack = 0;
+  double f = 0.0;
+  double p_value = 1.0;
+  double alpha = 0.05;
+  bool rejected = false;
+};
+
+// The test on `residuals` (log-loss, one per point) whose configurations are
+// `configurations` (equal strings: replicates of one configuration), for a law
+// with `parameters` free parameters, at level `alpha`.
+LackOfFit LackOfFitTest(const std::vector<double>& residuals,
+                        const std::vector<std::string>& configurations, int parameters,
+                        double alpha = 0.05);
+
+// {"available", "F", "df": [df_lack, df_pure], "p", "rejected", "alpha", "ss_lack",
+// "ss_pure", "configurations", "parameters"}, or {"available": false, "why"}.
+nlohmann::json LackOfFitJson(const LackOfFit& test);
+
+// One line for people: "lack of fit: F = 12.1 on (10, 18) df, p = 0.0012 < 0.05:
+// the form is rejected by its replicates" (or "... not rejected", or why it could
+// not be run).
+std::string DescribeLackOfFit(const LackOfFit& test);
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_FIT_LACK_OF_FIT_H_
