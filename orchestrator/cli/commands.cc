@@ -26,6 +26,7 @@
 #include "orchestrator/launch/local_run.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
+#include "orchestrator/report/slopes.h"
 #include "orchestrator/scheduler/progress.h"
 #include "orchestrator/scheduler/scheduler.h"
 #include "orchestrator/service/client.h"
@@ -69,6 +70,7 @@ struct Flags {
   bool allow_unidentifiable = false;   // expand, check, submit: design errors become warnings
   int64_t max_jobs = kDefaultMaxJobs;  // expand, check, submit, serve: the sweep size bound
   bool by_config = false;              // results: one row per configuration (seeds together)
+  bool slopes = false;                 // results: local slopes d ln L / d ln D and d ln L / d ln N
   bool baselines = false;              // results: each sized baseline beside its matched job
   std::ostream* err = nullptr;         // where design warnings go
   // Remote coordinator.
@@ -460,12 +462,15 @@ absl::Status Dashboard(const Flags& f, std::ostream& out) {
 absl::Status Results(const Flags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
   ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
-  if (f.by_config || f.baselines) {
-    if (f.by_config && f.baselines) {
-      return absl::InvalidArgumentError("give --by-config or --baselines, not both");
+  if (f.by_config || f.baselines || f.slopes) {
+    if (int{f.by_config} + int{f.baselines} + int{f.slopes} > 1) {
+      return absl::InvalidArgumentError("give one of --by-config, --baselines and --slopes");
     }
     ASSIGN_OR_RETURN(std::vector<JobResultRow> jobs, store->JobResultRows(f.sweep));
-    PrintResult(f.by_config ? ReplicateTable(jobs) : BaselineComparison(jobs), format, out);
+    PrintResult(f.by_config   ? ReplicateTable(jobs)
+                : f.baselines ? BaselineComparison(jobs)
+                              : LocalSlopes(jobs),
+                format, out);
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(QueryResult rows, ResultsTable(store.get(), f.sweep));
@@ -598,6 +603,9 @@ void ResultsFlags(CLI::App* cmd, Flags& f) {
                 "One row per configuration: seeds, mean loss, seed spread, evaluation SE");
   cmd->add_flag("--baselines", f.baselines,
                 "Each sized baseline (moe, deco) beside the job it was sized against");
+  cmd->add_flag("--slopes", f.slopes,
+                "Local slopes d ln L/d ln D at each scale and d ln L/d ln N at each budget, "
+                "with seed intervals");
 }
 void CurvesFlags(CLI::App* cmd, Flags& f) {
   cmd->add_option("job", f.job, "Job id")->required();

@@ -29,7 +29,7 @@ std::vector<std::shared_ptr<AuxObjective>> NoObjectives(const DecoderOptions&, D
   return {};
 }
 
-const bool kRegistered = [] {
+[[maybe_unused]] const bool kRegistered = [] {
   ModelFamily f{EchoFamily(), &Layer, &InitDepth, &NoObjectives, false, true, nullptr};
   if (absl::Status s = RegisterModelFamily(f); !s.ok()) {
     std::cerr << "echo family: " << s << "\n";

@@ -36,7 +36,7 @@ void Routing(const SweepSpec& spec, ResolvedJob* job) {
   job->file.family_options = SectionOptions(spec, SweepFamilyOf(EchoFamily()));
 }
 
-const bool kRegistered = [] {
+[[maybe_unused]] const bool kRegistered = [] {
   SweepFamily f;
   f.id = EchoFamily();
   f.section = "echo";
