@@ -271,6 +271,7 @@ absl::Status PredictHoldout(LawReport* report) {
 struct Draw {
   std::map<std::string, double> params;
   std::vector<std::map<std::string, double>> dense;
+  BootstrapRefit refit;
 };
 
 // Refits `options.bootstrap` resamples of `fit_points` in parallel. Each draws
@@ -302,6 +303,9 @@ std::vector<std::optional<Draw>> DrawResamples(const std::vector<LawPoint>& fit_
       Draw d;
       d.params = refit->fit.params;
       for (const ContextFit& c : refit->dense) d.dense.push_back(c.fit.params);
+      d.refit.params = refit->fit.params;
+      d.refit.raw = refit->fit.raw;
+      for (const ContextFit& c : refit->dense) d.refit.dense_raw.emplace_back(c.context, c.fit.raw);
       draws[b] = std::move(d);
     }
   };
@@ -333,6 +337,7 @@ absl::Status Bootstrap(const std::vector<LawPoint>& fit_points, const AnalysisOp
       continue;
     }
     ++report->bootstrap_used;
+    report->refits.push_back(d->refit);
     for (const auto& [name, v] : d->params) values[name].push_back(v);
     for (size_t i = 0; i < d->dense.size() && i < dense_values.size(); ++i) {
       for (const auto& [name, v] : d->dense[i]) dense_values[i][name].push_back(v);
@@ -611,6 +616,17 @@ nlohmann::json ReportJson(const LawReport& report) {
          "configurations with replacement (replicates together), "
          "dense and sparse separately"},
         {"starts", "the full fit's optima and every third value of each grid axis"}};
+    // Every refit whole (reported and internal parameters, the dense law's per
+    // context), so a decision can be re-made on each of them.
+    nlohmann::json refits = nlohmann::json::array();
+    for (const BootstrapRefit& r : report.refits) {
+      nlohmann::json dense_raw = nlohmann::json::array();
+      for (const auto& [context, raw] : r.dense_raw) {
+        dense_raw.push_back({{"context", context}, {"raw", raw}});
+      }
+      refits.push_back({{"params", r.params}, {"raw", r.raw}, {"dense", dense_raw}});
+    }
+    j["bootstrap_refits"] = refits;
   }
   nlohmann::json dense = nlohmann::json::array();
   for (const ContextFit& c : report.dense) {

@@ -60,6 +60,15 @@ struct NoiseSummary {
   double eval_se = 0.0;    // median of se/loss over those points (relative)
 };
 
+// One bootstrap refit, kept whole so that a decision can be re-made on each
+// (the probability that a configuration is best over the refits): its reported
+// and internal parameters, and the internal dense parameters per context.
+struct BootstrapRefit {
+  std::map<std::string, double> params;
+  std::vector<double> raw;
+  std::vector<std::pair<double, std::vector<double>>> dense_raw;  // (context, raw)
+};
+
 struct LawReport {
   std::string law;     // "dense", "xmod" or "moe"
   std::string method;  // "single", "per-context", "two-stage" or "joint"
@@ -78,8 +87,9 @@ struct LawReport {
   std::vector<std::string> fixed;             // reported parameters frozen by --fix
   int bootstrap_used = 0;                     // resamples that gave a fit
   int bootstrap_failed = 0;                   // resamples that were degenerate or did not fit
-  std::string bootstrap_failure;  // the commonest reason a resample failed, with its count
-  int bootstrap_clusters = 0;     // configurations resampled (replicates move together)
+  std::string bootstrap_failure;       // the commonest reason a resample failed, with its count
+  int bootstrap_clusters = 0;          // configurations resampled (replicates move together)
+  std::vector<BootstrapRefit> refits;  // the resamples that fitted, in resample order
   NoiseSummary noise;
   // Whether the fitted form is rejected by the scatter of its seed replicates
   // (lack_of_fit.h), on the fitted points with the fitted parameters.

@@ -424,6 +424,20 @@ TEST(Bootstrap, IntervalsAreSeededAndIndependentOfThreads) {
   const double width = one->intervals.at("eta").high - one->intervals.at("eta").low;
   EXPECT_GT(width, 0.02);
   EXPECT_LT(width, 0.3);
+  // Every refit is kept whole: the interval is read off them, and each predicts.
+  ASSERT_EQ(one->refits.size(), static_cast<size_t>(one->bootstrap_used));
+  std::vector<double> etas;
+  for (const BootstrapRefit& r : one->refits) {
+    etas.push_back(r.params.at("eta"));
+    EXPECT_EQ(r.raw.size(), one->fit.raw.size());
+    ASSERT_EQ(r.dense_raw.size(), one->dense.size());
+    EXPECT_EQ(r.dense_raw[0].second.size(), 5u);
+  }
+  EXPECT_LE(*std::min_element(etas.begin(), etas.end()), one->intervals.at("eta").low);
+  EXPECT_GE(*std::max_element(etas.begin(), etas.end()), one->intervals.at("eta").high);
+  const nlohmann::json json = ReportJson(*one);
+  ASSERT_EQ(json.at("bootstrap_refits").size(), one->refits.size());
+  EXPECT_EQ(json.at("bootstrap_refits")[0].at("params").at("eta").get<double>(), etas[0]);
   // Without noise every resample lands on the same parameters.
   auto exact = FitNamedLaw(SyntheticXModSweep(11, 0.0), options);
   ASSERT_TRUE(exact.ok()) << exact.status();

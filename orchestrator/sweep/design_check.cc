@@ -71,6 +71,7 @@ class Checker {
     for (const LawSpec* law : laws) law->check_design(planned, &sink);
     if (!laws.empty()) CheckReplicates();
     CheckJobs();
+    NoteComputePairs();
   }
 
  private:
@@ -130,6 +131,46 @@ class Checker {
       if (!f.error && f.message == message) return;
     }
     report_->findings.push_back({false, line, field, message});
+  }
+
+  // How well each sparse job's training compute matches its dense partner's (the
+  // dense job at the same scale, context, budget and seed): a relative
+  // comparison of the two compares these FLOPs. Sparse budgets are tokens per
+  // active parameter, so the pair can differ; the note gives the largest
+  // mismatch and how many pairs are more than 1% and 5% apart (docs/design-checks.md).
+  void NoteComputePairs() {
+    std::map<std::tuple<std::string, int64_t, int, double, uint64_t>, const ResolvedJob*> dense;
+    for (const ResolvedJob& j : jobs_) {
+      if (j.file.is_trunk() || !IsDenseRun(j.file.shape.family, j.file.shape.stride)) continue;
+      dense[{j.scale, j.file.shape.context, static_cast<int>(j.budget_kind), j.budget_value,
+             j.file.seed}] = &j;
+    }
+    int pairs = 0, over_1 = 0, over_5 = 0;
+    double worst = 0.0;
+    const ResolvedJob* worst_job = nullptr;
+    const ResolvedJob* worst_dense = nullptr;
+    for (const ResolvedJob& j : jobs_) {
+      if (j.file.is_trunk() || IsDenseRun(j.file.shape.family, j.file.shape.stride)) continue;
+      const auto it = dense.find({j.scale, j.file.shape.context, static_cast<int>(j.budget_kind),
+                                  j.budget_value, j.file.seed});
+      if (it == dense.end() || !(it->second->standalone_flops() > 0)) continue;
+      ++pairs;
+      const double mismatch = j.standalone_flops() / it->second->standalone_flops() - 1.0;
+      over_1 += std::abs(mismatch) > 0.01;
+      over_5 += std::abs(mismatch) > 0.05;
+      if (worst_job == nullptr || std::abs(mismatch) > std::abs(worst)) {
+        worst = mismatch;
+        worst_job = &j;
+        worst_dense = it->second;
+      }
+    }
+    if (pairs == 0) return;
+    report_->notes.push_back(absl::StrFormat(
+        "compute-matched pairs: %d sparse job(s) beside a dense job of the same scale, context, "
+        "budget and seed; training FLOPs differ by more than 1%% in %d and more than 5%% in %d; "
+        "largest: %+.1f%% (%s %s against dense %s)",
+        pairs, over_1, over_5, 100.0 * worst, FamilyName(worst_job->file.shape.family),
+        worst_job->file.id, worst_dense->file.id));
   }
 
   void CheckReplicates() {

@@ -45,6 +45,22 @@ TEST(DesignCheck, TheShippedSweepsIdentifyBothLaws) {
   }
 }
 
+// Each sparse job beside its dense partner (same scale, context, budget, seed):
+// the demo's budgets are tokens per active parameter, so its pairs train on
+// unequal compute (the science review counted 12 of 15 more than 5% apart, the
+// largest 0.83x); the note says so, with the worst pair.
+TEST(DesignCheck, TheComputeMismatchOfSparseAndDensePairsIsReported) {
+  const DesignReport r = Check(ReadSweep("demo"), "demo");
+  std::string note;
+  for (const std::string& n : r.notes) {
+    if (n.rfind("compute-matched pairs:", 0) == 0) note = n;
+  }
+  ASSERT_FALSE(note.empty());
+  EXPECT_NE(note.find("15 sparse job(s)"), std::string::npos) << note;
+  EXPECT_NE(note.find("more than 1% in 15 and more than 5% in 12"), std::string::npos) << note;
+  EXPECT_NE(note.find("largest: -16.6%"), std::string::npos) << note;
+}
+
 // The cooldown-branch example: its branch ends identify the dense law (the
 // trunks are not points), and it costs at most 0.7 of its budgets trained alone.
 TEST(DesignCheck, TheCooldownBranchDemoIdentifiesTheDenseLawAtTwoThirdsTheFlops) {
