@@ -79,8 +79,9 @@ struct JobResultRow {
   // A token-choice expert baseline (moe, deco): every token passes every layer, so
   // its trained routing is already causal and it has only the top-k losses.
   bool experts_family() const { return IsExpertFamily(family); }
-  // Whether its laws and plots read the threshold-routed (causal) losses.
-  bool causal_metric() const { return routed() && !experts_family(); }
+  // Whether its laws and plots read the threshold-routed (causal) losses: a
+  // routed run of a family evaluated with causal routing (X-MoD, MoD).
+  bool causal_metric() const { return routed() && Traits(family).causal_eval; }
   // A baseline sized against an X-MoD point ("xmod sparsity S stride s"): true
   // with that point's sparsity and stride; false when sized against the dense
   // model or not a sized baseline.

@@ -67,9 +67,18 @@ TEST_F(FamilyPlugin, ATestFamilyTrainsEndToEndThroughXmodRun) {
   const QueryResult flops = Rows("SELECT COUNT(DISTINCT flops_per_token) FROM jobs");
   EXPECT_EQ(std::get<int64_t>(flops.rows[0][0]), 1);
   // The test build reads its runs back as typed rows (grouped by configuration).
-  r = Command(bin, {"results", "echo-run", "--db", Path("x.db"), "--by-config"});
+  // Its loss is the top-k validation loss (the family is not evaluated with
+  // causal routing), so the configuration has a mean loss.
+  r = Command(bin,
+              {"results", "echo-run", "--db", Path("x.db"), "--by-config", "--format", "json"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("echo"));
+  bool seen = false;
+  for (const nlohmann::json& row : nlohmann::json::parse(r.out)) {
+    if (row.at("family") != "echo") continue;
+    seen = true;
+    EXPECT_TRUE(row.at("mean_loss").is_number()) << row.dump();
+  }
+  EXPECT_TRUE(seen) << r.out;
   // The stock xmod opens the database but refuses rows of a family it does not
   // know, naming the job and the family.
   r = Command(XMOD_BIN, {"results", "echo-run", "--db", Path("x.db"), "--by-config"});
