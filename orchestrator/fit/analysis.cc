@@ -503,18 +503,31 @@ int FreeParameters(const LawReport& report, const LawSpec& law, const AnalysisOp
 // the fit's optima, and reads the residuals of that refit.
 LackOfFit TestLackOfFit(const LawReport& report, const LawSpec& law, const Fixed& fixed,
                         const Fitted& full, const AnalysisOptions& options) {
-  FitOptions squares = options.fit;
-  squares.huber_delta = 1e6;  // every residual in the quadratic zone
+  const int parameters = FreeParameters(report, law, options);
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < report.points.size(); ++i) {
+    const LawPoint& x = report.points[i];
+    keys.push_back(x.config.empty() ? absl::StrCat("#point ", i) : x.config);
+  }
+  const size_t distinct = std::set<std::string>(keys.begin(), keys.end()).size();
+  // The refit only where the test can run: replicates, and more configurations
+  // than parameters (otherwise LackOfFitTest says why not, from any residuals).
+  const bool testable = keys.size() > distinct && distinct > static_cast<size_t>(parameters);
   LawReport ls;
   ls.law = report.law;
   ls.method = report.method;
   ls.fit = report.fit;
   ls.dense = report.dense;
-  absl::StatusOr<Fitted> refit = law.fit(report.points, options.joint, fixed, squares, &full);
-  if (refit.ok()) {
-    ls.method = refit->method;
-    ls.fit = refit->fit;
-    ls.dense = refit->dense;
+  absl::StatusOr<Fitted> refit = absl::UnknownError("not refitted");
+  if (testable) {
+    FitOptions squares = options.fit;
+    squares.huber_delta = 1e6;  // every residual in the quadratic zone
+    refit = law.fit(report.points, options.joint, fixed, squares, &full);
+    if (refit.ok()) {
+      ls.method = refit->method;
+      ls.fit = refit->fit;
+      ls.dense = refit->dense;
+    }
   }
   std::vector<double> residuals;
   std::vector<std::string> configurations;
@@ -523,9 +536,9 @@ LackOfFit TestLackOfFit(const LawReport& report, const LawSpec& law, const Fixed
     const absl::StatusOr<double> predicted = ls.Predict(x);
     if (!predicted.ok() || !(*predicted > 0) || !(x.loss > 0)) continue;
     residuals.push_back(std::log(x.loss) - std::log(*predicted));
-    configurations.push_back(x.config.empty() ? absl::StrCat("#point ", i) : x.config);
+    configurations.push_back(keys[i]);
   }
-  LackOfFit test = LackOfFitTest(residuals, configurations, FreeParameters(report, law, options));
+  LackOfFit test = LackOfFitTest(residuals, configurations, parameters);
   if (!refit.ok() && test.available) {
     test.why = absl::StrCat(
         "on the Huber fit (the least-squares refit failed: ", refit.status().message(), ")");

@@ -33,7 +33,7 @@ std::string BudgetName(const JobResultRow& j) {
 
 // Slopes between neighbouring cells (sorted by x), one row each.
 void AddSlopes(const std::string& config, int64_t context, const std::string& along,
-               const std::string& at, std::map<double, Cell> cells, QueryResult* t) {
+               const std::string& at, const std::map<double, Cell>& cells, QueryResult* t) {
   const Cell* previous = nullptr;
   for (const auto& [x, cell] : cells) {
     if (previous != nullptr) {

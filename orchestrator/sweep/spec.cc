@@ -857,16 +857,20 @@ class SpecParser {
   }
 
   // A number in [lo, hi] (hi excluded when hi_open) at `prefix.key`, if given.
-  void InRange(const YAML::Node& node, const std::string& prefix, const char* key, double lo,
+  // Whether `prefix.key` is given and a number in [lo, hi] (hi excluded when
+  // hi_open); a value out of range is still written to `out` (and reported).
+  bool InRange(const YAML::Node& node, const std::string& prefix, const char* key, double lo,
                double hi, bool hi_open, double* out) {
-    if (!node[key]) return;
+    if (!node[key]) return false;
     const std::string field = absl::StrCat(prefix, ".", key);
-    if (!Double(node[key], field, out)) return;
+    if (!Double(node[key], field, out)) return false;
     if (*out < lo || *out > hi || (hi_open && *out == hi)) {
       Error(Line(node[key]), field,
             absl::StrCat("must be in [", lo, ", ", hi, hi_open ? ")" : "]", ", got ",
                          node[key].Scalar()));
+      return false;
     }
+    return true;
   }
 
   // A family's section read through the parser's own checks (section.h).
@@ -891,15 +895,10 @@ class SpecParser {
       }
     }
     void Number(const std::string& key, double lo, double hi, bool hi_open) override {
-      if (!node_[key]) return;
       double value = 0.0;
-      if (!p_->Double(node_[key], Field(key), &value)) return;
-      if (value < lo || value > hi || (hi_open && value == hi)) {
-        Error(key, absl::StrCat("must be in [", lo, ", ", hi, hi_open ? ")" : "]", ", got ",
-                                node_[key].Scalar()));
-        return;
+      if (p_->InRange(node_, name_, key.c_str(), lo, hi, hi_open, &value)) {
+        (*options_)[key] = value;
       }
-      (*options_)[key] = value;
     }
     void Choice(const std::string& key, const std::vector<std::string>& known) override {
       if (!node_[key]) return;

@@ -21,12 +21,13 @@ struct DecoOptions {
   double entropy_multiplier = 1.002;
 };
 
-nlohmann::json Defaults() {
-  const DecoOptions o;
-  return {{"expert_width", o.expert_width}, {"shared_width", o.shared_width},
-          {"dense_layers", o.dense_layers}, {"target_ratio", o.target_ratio},
-          {"entropy_init", o.entropy_init}, {"entropy_multiplier", o.entropy_multiplier}};
-}
+// The section's keys are the struct's fields; a key the file leaves out keeps
+// the field's default.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DecoOptions, expert_width, shared_width,
+                                                dense_layers, target_ratio, entropy_init,
+                                                entropy_multiplier)
+
+nlohmann::json Defaults() { return DecoOptions{}; }
 
 void ParseSection(SectionReader& r) {
   r.Keys({"expert_width", "shared_width", "dense_layers", "target_ratio", "entropy_init",
@@ -43,15 +44,7 @@ void ParseSection(SectionReader& r) {
 }
 
 DecoOptions OptionsOf(const SweepSpec& spec) {
-  const nlohmann::json j = SectionOptions(spec, SweepFamilyOf(Family::kDeco));
-  DecoOptions o;
-  o.expert_width = j.at("expert_width").get<int64_t>();
-  o.shared_width = j.at("shared_width").get<int64_t>();
-  o.dense_layers = j.at("dense_layers").get<int64_t>();
-  o.target_ratio = j.at("target_ratio").get<double>();
-  o.entropy_init = j.at("entropy_init").get<double>();
-  o.entropy_multiplier = j.at("entropy_multiplier").get<double>();
-  return o;
+  return SectionOptions(spec, SweepFamilyOf(Family::kDeco)).get<DecoOptions>();
 }
 
 std::vector<GridPoint> Points(const SweepSpec& /*spec*/, const GridBlock& /*block*/) {

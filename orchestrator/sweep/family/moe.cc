@@ -26,17 +26,13 @@ struct MoeOptions {
   double bias_rate = 0.0;        // aux-loss-free bias balancing step (0: off)
 };
 
-nlohmann::json Defaults() {
-  const MoeOptions o;
-  return {{"top_k", o.top_k},
-          {"granularity", o.granularity},
-          {"shared_experts", o.shared_experts},
-          {"gate", o.gate},
-          {"balance_coef", o.balance_coef},
-          {"z_coef", o.z_coef},
-          {"capacity_factor", o.capacity_factor},
-          {"bias_rate", o.bias_rate}};
-}
+// The section's keys are the struct's fields; a key the file leaves out keeps
+// the field's default.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MoeOptions, top_k, granularity, shared_experts,
+                                                gate, balance_coef, z_coef, capacity_factor,
+                                                bias_rate)
+
+nlohmann::json Defaults() { return MoeOptions{}; }
 
 void ParseSection(SectionReader& r) {
   r.Keys({"top_k", "granularity", "shared_experts", "gate", "balance_coef", "z_coef",
@@ -52,17 +48,7 @@ void ParseSection(SectionReader& r) {
 }
 
 MoeOptions OptionsOf(const SweepSpec& spec) {
-  const nlohmann::json j = SectionOptions(spec, SweepFamilyOf(Family::kMoe));
-  MoeOptions o;
-  o.top_k = j.at("top_k").get<int64_t>();
-  o.granularity = j.at("granularity").get<int64_t>();
-  o.shared_experts = j.at("shared_experts").get<int64_t>();
-  o.gate = j.at("gate").get<std::string>();
-  o.balance_coef = j.at("balance_coef").get<double>();
-  o.z_coef = j.at("z_coef").get<double>();
-  o.capacity_factor = j.at("capacity_factor").get<double>();
-  o.bias_rate = j.at("bias_rate").get<double>();
-  return o;
+  return SectionOptions(spec, SweepFamilyOf(Family::kMoe)).get<MoeOptions>();
 }
 
 // A moe block's top_k and granularity axes, or the moe: section's values.
