@@ -92,6 +92,7 @@ struct Flags {
   // fit, plot
   FitCommandOptions fit;
   PlotCommandOptions plot;
+  AdviseCommandOptions advise;
 };
 
 absl::StatusOr<std::unique_ptr<RemoteCoordinator>> Connect(const Flags& f) {
@@ -693,6 +694,29 @@ void FitFlags(CLI::App* cmd, Flags& f) {
                   "moe: fit only the MoE runs of this granularity d_ff / d_e (the law has no "
                   "granularity term)");
 }
+void AdviseFlags(CLI::App* cmd, Flags& f) {
+  AdviseCommandOptions& o = f.advise;
+  cmd->add_option("sweep", o.sweep, "Sweep name")->required();
+  cmd->add_option("--db", o.db, "SQLite database file")->required();
+  cmd->add_option("--compute", o.advise.compute, "Training FLOPs C (6 N_active D)")->required();
+  cmd->add_option("--context", o.advise.context, "Context length T (one the sweep ran)")
+      ->required();
+  cmd->add_option("--n-active", o.advise.n_active,
+                  "Active (FLOP-matched dense) parameters N; default: each configuration at its "
+                  "compute-optimal N");
+  cmd->add_flag("--extrapolate", o.advise.extrapolate,
+                "Predict outside the compute, N and tokens-per-parameter ranges the sweep ran "
+                "(says by how much)");
+  cmd->add_option("--bootstrap", o.advise.bootstrap, "Refits behind the intervals and P(best)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.advise.seed, "Seed of the bootstrap resampling")
+      ->capture_default_str();
+  cmd->add_option("--threads", o.advise.threads, "Threads for the fits (0: every core)");
+  cmd->add_option("--metric", o.metric,
+                  "Loss read: auto (val_loss_causal for routed runs), val_loss, val_loss_causal")
+      ->capture_default_str();
+  cmd->add_option("--format", o.format, "Output format: table or json")->capture_default_str();
+}
 void PlotFlags(CLI::App* cmd, Flags& f) {
   PlotCommandOptions& o = f.plot;
   cmd->add_option("sweep", o.sweep, "Sweep name")->required();
@@ -736,6 +760,9 @@ void StatsFlags(CLI::App* cmd, Flags& f) {
 
 absl::Status Fit(const Flags& f, std::ostream& out) { return RunFitCommand(f.fit, out); }
 absl::Status Plot(const Flags& f, std::ostream& out) { return RunPlotCommand(f.plot, out); }
+absl::Status AdviseCommand(const Flags& f, std::ostream& out) {
+  return RunAdviseCommand(f.advise, out);
+}
 
 // The table of commands: name (a space for a subcommand of a group), help, flags,
 // and what it runs. `xmod run` prints its own failures and returns its exit code.
@@ -762,6 +789,10 @@ const Command kCommands[] = {
      Dashboard},
     {"fit", "Fit a scaling law to a sweep's final losses (or to a CSV file) and store it", FitFlags,
      Fit},
+    {"advise",
+     "Which configuration to train at a compute and context: predicted losses with intervals, "
+     "gain over dense, P(best), competing forms, decision hold-out",
+     AdviseFlags, AdviseCommand},
     {"plot", "Draw a sweep's plots (gnuplot): curves, laws, ratios", PlotFlags, Plot},
     {"run", "Run a sweep here: in-process coordinator, local worker groups, live progress",
      RunFlags, nullptr},

@@ -495,14 +495,42 @@ int FreeParameters(const LawReport& report, const LawSpec& law, const AnalysisOp
   return std::max(1, free);
 }
 
+// The information criterion (analysis.h) of `residuals`, whose replicate
+// scatter `test` has measured.
+InformationCriterion Information(const std::vector<double>& residuals, const LackOfFit& test,
+                                 int parameters) {
+  InformationCriterion c;
+  c.parameters = parameters;
+  c.points = static_cast<int>(residuals.size());
+  if (residuals.empty()) return c;
+  double ss = 0.0;
+  for (double r : residuals) ss += r * r;
+  c.available = true;
+  if (test.df_pure > 0 && test.ss_pure > 0.0) {
+    const double variance = test.ss_pure / test.df_pure;
+    c.noise = "replicates";
+    c.sigma = std::sqrt(variance);
+    c.aic = ss / variance + 2.0 * parameters;
+  } else {
+    const double mean = std::max(ss / c.points, 1e-300);
+    c.noise = "residuals";
+    c.sigma = std::sqrt(mean);
+    c.aic = c.points * std::log(mean) + 2.0 * parameters;
+  }
+  return c;
+}
+
 // The lack-of-fit test on the points `report` was fitted to. The F-test is a
 // least-squares construct, while the fit minimises a Huber loss whose residual
 // sum of squares is larger than the least-squares one (which made the test
 // reject data drawn from the law about three times as often as its level at the
 // demo's design): the test refits the same form by least squares, starting from
 // the fit's optima, and reads the residuals of that refit.
+// Also fills `information` from the same residuals (least squares being the
+// Gaussian maximum likelihood the criterion assumes).
 LackOfFit TestLackOfFit(const LawReport& report, const LawSpec& law, const Fixed& fixed,
-                        const Fitted& full, const AnalysisOptions& options) {
+                        const Fitted& full, const AnalysisOptions& options,
+                        InformationCriterion* information) {
   const int parameters = FreeParameters(report, law, options);
   std::vector<std::string> keys;
   for (size_t i = 0; i < report.points.size(); ++i) {
@@ -539,6 +567,7 @@ LackOfFit TestLackOfFit(const LawReport& report, const LawSpec& law, const Fixed
     configurations.push_back(keys[i]);
   }
   LackOfFit test = LackOfFitTest(residuals, configurations, parameters);
+  *information = Information(residuals, test, parameters);
   if (!refit.ok() && test.available) {
     test.why = absl::StrCat(
         "on the Huber fit (the least-squares refit failed: ", refit.status().message(), ")");
@@ -580,7 +609,7 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   if (law->two_stage) report.stages = {full->dense[0].fit, full->extras};
   report.points = fit_points;
   FlagBounds(*law, fixed, &report);
-  report.lack_of_fit = TestLackOfFit(report, *law, fixed, *full, options);
+  report.lack_of_fit = TestLackOfFit(report, *law, fixed, *full, options, &report.information);
   RETURN_IF_ERROR(PredictHoldout(&report));
   if (options.bootstrap > 0) {
     RETURN_IF_ERROR(Bootstrap(fit_points, options, *law, fixed, *full, &report));
@@ -594,6 +623,7 @@ nlohmann::json ReportJson(const LawReport& report) {
   nlohmann::json j = {{"law", report.law},
                       {"method", report.method},
                       {"params", report.fit.params},
+                      {"raw", report.fit.raw},
                       {"objective", report.fit.objective},
                       {"rmse", report.fit.rmse},
                       {"n_points", report.fit.n_points},
@@ -643,10 +673,10 @@ nlohmann::json ReportJson(const LawReport& report) {
   }
   nlohmann::json dense = nlohmann::json::array();
   for (const ContextFit& c : report.dense) {
-    nlohmann::json row = {{"context", c.context},         {"params", c.fit.params},
-                          {"objective", c.fit.objective}, {"rmse", c.fit.rmse},
-                          {"n_points", c.fit.n_points},   {"converged", c.fit.converged},
-                          {"on_bound", c.on_bound}};
+    nlohmann::json row = {
+        {"context", c.context},         {"params", c.fit.params}, {"raw", c.fit.raw},
+        {"objective", c.fit.objective}, {"rmse", c.fit.rmse},     {"n_points", c.fit.n_points},
+        {"converged", c.fit.converged}, {"on_bound", c.on_bound}};
     if (!c.intervals.empty()) row["intervals"] = intervals_json(c.intervals);
     dense.push_back(row);
   }
@@ -654,6 +684,13 @@ nlohmann::json ReportJson(const LawReport& report) {
   j["on_bound"] = report.on_bound;
   j["fixed"] = report.fixed;
   j["lack_of_fit"] = LackOfFitJson(report.lack_of_fit);
+  if (report.information.available) {
+    j["information_criterion"] = {{"aic", report.information.aic},
+                                  {"parameters", report.information.parameters},
+                                  {"points", report.information.points},
+                                  {"sigma", report.information.sigma},
+                                  {"noise", report.information.noise}};
+  }
   j["noise"] = {{"configurations", report.noise.configurations},
                 {"replicated", report.noise.replicated},
                 {"seed_sd_relative", report.noise.seed_sd},

@@ -69,6 +69,22 @@ struct BootstrapRefit {
   std::vector<std::pair<double, std::vector<double>>> dense_raw;  // (context, raw)
 };
 
+// An information criterion on the log-loss, for choosing between forms fitted
+// to the same points (docs/laws.md, "Competing forms"): with seed replicates,
+// the residuals are read against the replicates' pure-error variance σ²,
+//   AIC = Σ r² / σ² + 2k;
+// without them, the Gaussian profile form AIC = n · ln(Σ r² / n) + 2k. r: log-loss
+// residuals of the fitted points, k: free parameters. Lower is better; only
+// differences between forms on the same points mean anything.
+struct InformationCriterion {
+  bool available = false;
+  double aic = 0.0;
+  int parameters = 0;
+  int points = 0;
+  double sigma = 0.0;  // the noise sd of the log-loss it reads the residuals against
+  std::string noise;   // "replicates" or "residuals"
+};
+
 struct LawReport {
   std::string law;     // "dense", "xmod" or "moe"
   std::string method;  // "single", "per-context", "two-stage" or "joint"
@@ -94,6 +110,7 @@ struct LawReport {
   // Whether the fitted form is rejected by the scatter of its seed replicates
   // (lack_of_fit.h), on the fitted points with the fitted parameters.
   LackOfFit lack_of_fit;
+  InformationCriterion information;
   std::string holdout_scale;
   std::vector<HoldoutPoint> holdout;
   double holdout_rmse = 0.0;  // of log-loss over the held-out points

@@ -17,6 +17,7 @@ std::vector<LawSpec>* Table() {
       MakeLawSpec<DenseLaw>(),
       MakeLawSpec<XModLaw>(),
       MakeLawSpec<MoeLaw>(),
+      MakeLawSpec<XModScaledLaw>(),
   };
   return table;
 }

@@ -1,16 +1,19 @@
 // The X-MoD law, our working form relative to the FLOP-matched dense law
-// (docs/laws.md):
-//   L_x = L_dense(N_eff, D) + Δ_ctx + Δ_anc
+// (docs/laws.md), in two competing forms of its corrections:
+//   constant (law "xmod"):   L_x = L_dense(N_eff, D) + Δ_ctx + Δ_anc
+//   scaled ("xmod-scaled"):  L_x = L_dense(N_eff, D) + (L_dense(N_eff, D) − E)·(Δ_ctx + Δ_anc)
 //   N_eff = N_active · (N_total / N_active)^eta                  sparse-capacity gain
 //   Δ_ctx = c_T · f_r · ((ρT)^(−beta_T) − T^(−beta_T)),  f_r = (L − ⌈L/s⌉)/L, the routed
 //                                      share of the real layout; routed layers attend over ρT
+//   Δ_anc = c_s · (1 − ρ) · (s − 1)^psi                           anchor-stride interaction
 //   L_dense is the dense law at the run's own context T (fitted per context in
 //   analysis.cc and carried by the point as its reference), so the extras describe
 //   only the sparse correction, never the dense model's own dependence on T.
-//   Δ_anc = c_s · (1 − ρ) · (s − 1)^psi                           anchor-stride interaction
-// For a dense run (s = 1 or ρ = 1) both corrections vanish and N_eff = N, so the law
-// is the dense law there. The first five parameters are the dense law's, in its
-// order, so a dense fit can be frozen into them.
+// In the constant form the corrections are losses (nats) that see neither N nor D;
+// in the scaled form they are fractions of the dense model's reducible loss, so
+// they shrink as N and D grow. For a dense run (s = 1 or ρ = 1) both corrections
+// vanish and N_eff = N, so either form is the dense law there. The first five
+// parameters are the dense law's, in its order, so a dense fit can be frozen into them.
 #ifndef XMOD_ORCHESTRATOR_FIT_XMOD_LAW_H_
 #define XMOD_ORCHESTRATOR_FIT_XMOD_LAW_H_
 
@@ -91,11 +94,18 @@ struct XModLaw : LawDefaults {
     } else {
       log_dense = LogSumExp3(p[0] - p[3] * log_n_eff, p[1] - p[4] * std::log(x.d), p[2]);
     }
+    return log(exp(log_dense) + Corrections(p, x));  // NaN when they drive it below 0
+  }
+  // Δ_ctx + Δ_anc at `x` (nats in the constant form, a fraction of the reducible
+  // loss in the scaled one).
+  template <typename T>
+  static T Corrections(const T* p, const LawPoint& x) {
+    using std::exp;
     const double s = x.stride, rho = x.capacity, t = x.context;
     const T ctx =
         p[6] * x.RoutedFraction() * (exp(-p[7] * std::log(rho * t)) - exp(-p[7] * std::log(t)));
     const T anc = p[8] * (1.0 - rho) * exp(p[9] * std::log(s - 1.0));
-    return log(exp(log_dense) + ctx + anc);  // NaN when the corrections drive it below 0
+    return ctx + anc;
   }
   static std::map<std::string, double> Report(const double* p) {
     std::map<std::string, double> r = DenseLaw::Report(p);
@@ -175,6 +185,34 @@ struct XModLaw : LawDefaults {
     sink->Note(absl::StrCat("the X-MoD extras: ", inputs.size(), " distinct sparse runs, ",
                             strides.size(), " strides, ", routed_contexts.size(),
                             " routed context lengths"));
+  }
+};
+
+// The scaled form: the same parameters, the corrections multiplying the dense
+// model's reducible loss L_dense(N_eff, D) − E instead of adding to it. Fitted
+// beside the constant form by `xmod advise` and on request (`--law xmod-scaled`).
+struct XModScaledLaw : XModLaw {
+  static const char* Name() { return "xmod-scaled"; }
+  static const char* Label() { return "X-MoD (scaled corrections)"; }
+  static bool Applies(const SweepFamilies& /*families*/) { return false; }
+  template <typename T>
+  static T LogLoss(const T* p, const LawPoint& x) {
+    using std::exp;
+    using std::log;
+    if (x.dense()) return XModLaw::LogLoss(p, x);
+    const T log_n_eff = T(std::log(x.n)) + p[5] * std::log(x.NTotal() / x.n);
+    T log_dense, e;
+    if (x.has_reference) {
+      const double* q = x.reference;
+      log_dense =
+          LogSumExp3(T(q[0]) - T(q[3]) * log_n_eff, T(q[1] - q[4] * std::log(x.d)), T(q[2]));
+      e = T(std::exp(q[2]));
+    } else {
+      log_dense = LogSumExp3(p[0] - p[3] * log_n_eff, p[1] - p[4] * std::log(x.d), p[2]);
+      e = exp(p[2]);
+    }
+    const T dense = exp(log_dense);
+    return log(dense + (dense - e) * Corrections(p, x));
   }
 };
 

@@ -68,6 +68,13 @@ void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostrea
   // The verdict comes before the parameters: those of a rejected form are shown
   // under a heading that says so.
   out << DescribeLackOfFit(r.lack_of_fit) << "\n";
+  if (r.information.available) {
+    out << fmt::format(
+        "information criterion: AIC {:.2f} ({} free parameters, {} points, residuals read "
+        "against a log-loss sd of {:.3g} from the {}); compare forms on the same points\n",
+        r.information.aic, r.information.parameters, r.information.points, r.information.sigma,
+        r.information.noise == "replicates" ? "seed replicates" : "residuals themselves");
+  }
   if (r.lack_of_fit.rejected) {
     out << fmt::format("parameters of a form rejected by its replicates (p = {:.2g}):\n",
                        r.lack_of_fit.p_value);

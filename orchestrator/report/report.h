@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/accounting.h"
+#include "orchestrator/fit/advise.h"
 #include "orchestrator/fit/analysis.h"
 #include "orchestrator/store/sqlite_store.h"
 
@@ -48,6 +49,17 @@ struct PlotCommandOptions {
 };
 
 absl::Status RunPlotCommand(const PlotCommandOptions& options, std::ostream& out);
+
+// `xmod advise SWEEP --db FILE --compute C --context T` (advise_command.cc).
+struct AdviseCommandOptions {
+  std::string sweep;
+  std::string db;
+  std::string format = "table";  // table or json
+  std::string metric = "auto";
+  AdviseOptions advise;
+};
+
+absl::Status RunAdviseCommand(const AdviseCommandOptions& options, std::ostream& out);
 
 // Which number of a job a law reads.
 struct PointOptions {
@@ -88,6 +100,15 @@ QueryResult BaselineComparison(const std::vector<JobResultRow>& jobs);
 // neither is a point of any law).
 std::vector<LawPoint> FitPoints(const std::vector<JobResultRow>& jobs,
                                 const PointOptions& options = {});
+
+// The runs `xmod advise` reads: those of the xmod and moe laws (dense, X-MoD, MoE),
+// once each. Succeeded runs of other families go into `notes` as unranked.
+absl::StatusOr<std::vector<LawPoint>> AdvicePoints(const std::vector<JobResultRow>& jobs,
+                                                   const PointOptions& options,
+                                                   std::vector<std::string>* notes);
+
+// The advice as a report for people.
+void PrintAdvice(const Advice& advice, std::ostream& out);
 
 }  // namespace xmod
 

@@ -1,0 +1,769 @@
+#include "orchestrator/fit/advise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "orchestrator/fit/law_registry.h"
+#include "orchestrator/fit/stages.h"
+
+namespace xmod {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kGrid = 97;  // N_active values searched per configuration (log-spaced)
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+// The configuration a point belongs to, by name ("" for a point no law ranks).
+std::string ConfigurationName(const LawPoint& x) {
+  if (x.dense()) return "dense";
+  if (x.expansion > 1.0) return absl::StrFormat("moe E/k=%g", x.expansion);
+  return absl::StrFormat("xmod sparsity=%g stride=%g", 1.0 - x.capacity, x.stride);
+}
+
+std::vector<Configuration> Configurations(const std::vector<LawPoint>& points) {
+  std::map<std::string, Configuration> by_name;
+  std::map<std::string, std::vector<double>> ratios;
+  for (const LawPoint& x : points) {
+    const std::string name = ConfigurationName(x);
+    Configuration& c = by_name[name];
+    if (c.runs == 0) {
+      c.name = name;
+      c.family = x.dense() ? "dense" : (x.expansion > 1.0 ? "moe" : "xmod");
+      if (!x.dense()) {
+        c.capacity = x.capacity;
+        c.stride = x.stride;
+        c.expansion = x.expansion;
+      }
+    }
+    ++c.runs;
+    ratios[name].push_back(x.NTotal() / x.n);
+    if (x.layers > 0) c.layers.emplace_back(x.n, x.layers);
+  }
+  std::vector<Configuration> out;
+  for (auto& [name, c] : by_name) {
+    c.total_ratio = c.family == "dense" ? 1.0 : Median(ratios[name]);
+    out.push_back(std::move(c));
+  }
+  // dense first, then by name
+  std::stable_sort(out.begin(), out.end(), [](const Configuration& a, const Configuration& b) {
+    return (a.family == "dense") > (b.family == "dense");
+  });
+  return out;
+}
+
+// A fitted law reduced to what prediction needs; one per refit.
+LawReport Model(const LawReport& full, const BootstrapRefit* refit) {
+  LawReport m;
+  m.law = full.law;
+  m.method = full.method;
+  m.fit.raw = refit != nullptr ? refit->raw : full.fit.raw;
+  for (const ContextFit& c : full.dense) {
+    ContextFit d;
+    d.context = c.context;
+    d.fit.raw = c.fit.raw;
+    if (refit != nullptr) {
+      for (const auto& [context, raw] : refit->dense_raw) {
+        if (context == c.context) d.fit.raw = raw;
+      }
+    }
+    m.dense.push_back(std::move(d));
+  }
+  return m;
+}
+
+double PredictOr(const LawReport& model, const LawPoint& x) {
+  const absl::StatusOr<double> loss = model.Predict(x);
+  return loss.ok() && std::isfinite(*loss) && *loss > 0 ? *loss : kInf;
+}
+
+// The N_active range searched at C.
+struct Search {
+  double lo = 0.0;
+  double hi = 0.0;
+};
+
+struct Best {
+  double loss = kInf;
+  double n = 0.0;
+  bool edge = false;
+};
+
+// The lowest predicted loss of `c` under `model` at compute C over the search.
+Best Optimise(const LawReport& model, const Configuration& c, const Search& s, double compute,
+              double context) {
+  Best best;
+  const int steps = s.hi > s.lo ? kGrid : 1;
+  for (int i = 0; i < steps; ++i) {
+    const double n =
+        steps == 1 ? s.lo
+                   : std::exp(std::log(s.lo) + (std::log(s.hi) - std::log(s.lo)) * i / (steps - 1));
+    const double loss = PredictOr(model, c.At(n, compute / (6.0 * n), context));
+    if (loss < best.loss) {
+      best = {loss, n, steps > 1 && (i == 0 || i == steps - 1)};
+    }
+  }
+  return best;
+}
+
+// The laws behind a ranking: which fitted law predicts each configuration.
+struct Ranking {
+  std::vector<const Configuration*> configurations;
+  std::vector<const LawReport*> laws;  // per configuration
+};
+
+struct Ranked {
+  std::vector<ConfigurationAdvice> rows;  // in configuration order
+  int refits = 0;
+};
+
+// Each configuration's loss at C under its law's full fit and under each refit
+// (the refits of different laws paired by index), the gains over dense under the
+// same law and refit, and the share of refits in which each is lowest.
+Ranked Rank(const Ranking& ranking, const Search& search, const AdviseOptions& o) {
+  Ranked out;
+  const size_t n = ranking.configurations.size();
+  size_t refits = std::numeric_limits<size_t>::max();
+  for (const LawReport* law : ranking.laws) refits = std::min(refits, law->refits.size());
+  out.refits = static_cast<int>(refits);
+  const Configuration* dense = nullptr;
+  for (const Configuration* c : ranking.configurations) {
+    if (c->family == "dense") dense = c;
+  }
+  // Per law: its own dense loss at C (gains are read within one law).
+  auto dense_loss = [&](const LawReport& model) {
+    return dense != nullptr ? Optimise(model, *dense, search, o.compute, o.context).loss : kInf;
+  };
+  std::map<const LawReport*, LawReport> full_models;
+  for (const LawReport* law : ranking.laws) full_models.emplace(law, Model(*law, nullptr));
+  std::map<const LawReport*, double> full_dense;
+  for (auto& [law, model] : full_models) full_dense[law] = dense_loss(model);
+  for (size_t i = 0; i < n; ++i) {
+    ConfigurationAdvice a;
+    a.configuration = *ranking.configurations[i];
+    a.law = ranking.laws[i]->law;
+    const Best best =
+        Optimise(full_models.at(ranking.laws[i]), a.configuration, search, o.compute, o.context);
+    a.loss = best.loss;
+    a.n_active = best.n;
+    a.tokens = best.n > 0 ? o.compute / (6.0 * best.n) : 0.0;
+    a.at_edge = best.edge;
+    a.gain = full_dense[ranking.laws[i]] - best.loss;
+    out.rows.push_back(std::move(a));
+  }
+  std::vector<std::vector<double>> losses(n), gains(n);
+  std::vector<int> wins(n, 0);
+  for (size_t b = 0; b < refits; ++b) {
+    std::map<const LawReport*, LawReport> models;
+    std::map<const LawReport*, double> dense_at;
+    for (const LawReport* law : ranking.laws) {
+      if (models.count(law) > 0) continue;
+      models.emplace(law, Model(*law, &law->refits[b]));
+      dense_at[law] = dense_loss(models.at(law));
+    }
+    size_t winner = n;
+    double lowest = kInf;
+    for (size_t i = 0; i < n; ++i) {
+      const double loss = Optimise(models.at(ranking.laws[i]), out.rows[i].configuration, search,
+                                   o.compute, o.context)
+                              .loss;
+      losses[i].push_back(loss);
+      gains[i].push_back(dense_at[ranking.laws[i]] - loss);
+      if (loss < lowest) {
+        lowest = loss;
+        winner = i;
+      }
+    }
+    if (winner < n) ++wins[winner];
+  }
+  int counted = 0;
+  for (int w : wins) counted += w;
+  const double tail = (1.0 - o.confidence) / 2.0;
+  for (size_t i = 0; i < n; ++i) {
+    ConfigurationAdvice& a = out.rows[i];
+    a.p_best = counted > 0 ? static_cast<double>(wins[i]) / counted : 0.0;
+    if (!losses[i].empty()) {
+      a.loss_interval = {Quantile(losses[i], tail), Quantile(losses[i], 1.0 - tail)};
+      a.gain_interval = {Quantile(gains[i], tail), Quantile(gains[i], 1.0 - tail)};
+    }
+  }
+  return out;
+}
+
+std::string Sci(double v) { return absl::StrFormat("%.3g", v); }
+
+// The scales of `points` by mean ln N, smallest first.
+std::vector<std::pair<double, std::string>> ScalesBySize(const std::vector<LawPoint>& points,
+                                                         const std::vector<std::string>& labels) {
+  std::map<std::string, std::pair<double, int>> sums;
+  for (size_t i = 0; i < points.size(); ++i) {
+    sums[labels[i]].first += std::log(points[i].n);
+    sums[labels[i]].second += 1;
+  }
+  std::vector<std::pair<double, std::string>> out;
+  for (const auto& [label, s] : sums) out.emplace_back(s.first / s.second, label);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Buckets of tokens per parameter: sorted values within 10% of the bucket's first.
+std::vector<std::vector<size_t>> BudgetBuckets(const std::vector<LawPoint>& points,
+                                               const std::vector<size_t>& at) {
+  std::vector<size_t> order = at;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return points[a].d / points[a].n < points[b].d / points[b].n;
+  });
+  std::vector<std::vector<size_t>> buckets;
+  double first = 0.0;
+  for (size_t i : order) {
+    const double tpp = points[i].d / points[i].n;
+    if (buckets.empty() || tpp > first * 1.1) {
+      buckets.emplace_back();
+      first = tpp;
+    }
+    buckets.back().push_back(i);
+  }
+  return buckets;
+}
+
+// Fits `law` to `points` with the advice's settings.
+absl::StatusOr<LawReport> FitLaw(const std::string& law, const std::vector<LawPoint>& points,
+                                 const AdviseOptions& o, int bootstrap) {
+  AnalysisOptions a;
+  a.law = law;
+  a.bootstrap = bootstrap;
+  a.seed = o.seed;
+  a.confidence = o.confidence;
+  a.fit.threads = o.threads;
+  return FitNamedLaw(points, a);
+}
+
+// The decision hold-out and each form's held-out error: each form (and the moe
+// law, `moe_law` when fitted) refitted on the scales below the decisive one.
+void HoldOut(const std::vector<LawPoint>& points, const std::string& moe_law,
+             const AdviseOptions& o, Advice* advice) {
+  DecisionHoldout& h = advice->holdout;
+  std::set<std::string> ranked;
+  for (const ConfigurationAdvice& r : advice->rows) ranked.insert(r.configuration.name);
+  std::string largest;
+  const std::vector<std::string> labels = ScaleLabels(points, &largest);
+  const auto scales = ScalesBySize(points, labels);
+  // The largest scale with a budget at which two or more ranked configurations ran.
+  std::vector<size_t> bucket;
+  double scale_size = 0.0;
+  for (auto it = scales.rbegin(); it != scales.rend() && bucket.empty(); ++it) {
+    std::vector<size_t> at;
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (labels[i] == it->second && ranked.count(ConfigurationName(points[i])) > 0) {
+        at.push_back(i);
+      }
+    }
+    size_t most = 1;
+    for (const auto& b : BudgetBuckets(points, at)) {
+      std::set<std::string> names;
+      for (size_t i : b) names.insert(ConfigurationName(points[i]));
+      if (names.size() > most) {
+        most = names.size();
+        bucket = b;
+        h.scale = it->second;
+        scale_size = it->first;
+      }
+    }
+  }
+  if (bucket.empty()) {
+    h.why = "no scale ran two or more ranked configurations at one budget";
+    return;
+  }
+  if (scales.front().first >= scale_size) {
+    h.why = absl::StrCat("scale ", h.scale, " is the smallest: nothing is left to fit");
+    return;
+  }
+  std::vector<LawPoint> fit_points, held;
+  for (size_t i = 0; i < points.size(); ++i) {
+    double mean = 0.0;
+    for (const auto& [size, label] : scales) {
+      if (label == labels[i]) mean = size;
+    }
+    (mean < scale_size ? fit_points : held).push_back(points[i]);
+  }
+  std::vector<double> tpp;
+  for (size_t i : bucket) tpp.push_back(points[i].d / points[i].n);
+  h.tokens_per_param = Median(tpp);
+  std::optional<LawReport> moe;
+  if (!moe_law.empty()) {
+    absl::StatusOr<LawReport> fitted = FitLaw(moe_law, fit_points, o, 0);
+    if (fitted.ok()) moe = std::move(*fitted);
+  }
+  for (FormAdvice& form : advice->forms) {
+    if (!form.fitted) continue;
+    absl::StatusOr<LawReport> fitted = FitLaw(form.law, fit_points, o, 0);
+    if (!fitted.ok()) {
+      if (form.law == advice->form || advice->form.empty()) {
+        h.why = absl::StrCat("law ", form.law, " without scale ", h.scale,
+                             " and larger: ", fitted.status().message());
+      }
+      continue;
+    }
+    const LawSpec* spec = FindLaw(form.law);
+    double squares = 0.0;
+    int count = 0;
+    for (const LawPoint& x : held) {
+      if (spec == nullptr || !spec->reads(x)) continue;
+      const double p = PredictOr(*fitted, x);
+      if (!std::isfinite(p)) continue;
+      squares += std::pow(std::log(x.loss) - std::log(p), 2);
+      ++count;
+    }
+    form.holdout_points = count;
+    form.holdout_rmse = count > 0 ? std::sqrt(squares / count) : -1.0;
+    // The decision among the bucket's configurations.
+    std::map<std::string, std::vector<double>> observed, predicted;
+    for (size_t i : bucket) {
+      const LawPoint& x = points[i];
+      const LawReport* law = x.expansion > 1.0 ? (moe ? &*moe : nullptr) : &*fitted;
+      if (law == nullptr) continue;
+      observed[ConfigurationName(x)].push_back(x.loss);
+      predicted[ConfigurationName(x)].push_back(PredictOr(*law, x));
+    }
+    std::vector<DecisionHoldout::Row> rows;
+    for (const auto& [name, seen] : observed) {
+      DecisionHoldout::Row r;
+      r.configuration = name;
+      r.runs = static_cast<int>(seen.size());
+      for (double v : seen) r.observed += v / seen.size();
+      for (double v : seen) r.observed_sd += (v - r.observed) * (v - r.observed);
+      r.observed_sd = seen.size() > 1 ? std::sqrt(r.observed_sd / (seen.size() - 1)) : 0.0;
+      for (double v : predicted[name]) r.predicted += v / predicted[name].size();
+      rows.push_back(r);
+    }
+    if (rows.size() < 2) continue;
+    const auto chosen =
+        std::min_element(rows.begin(), rows.end(),
+                         [](const auto& a, const auto& b) { return a.predicted < b.predicted; });
+    const auto best = std::min_element(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+      return a.observed < b.observed;
+    });
+    form.holdout_choice = chosen->configuration;
+    if (form.law == advice->form || advice->form.empty()) {
+      h.available = true;
+      h.why.clear();
+      h.rows = rows;
+      h.chosen = chosen->configuration;
+      h.observed_best = best->configuration;
+      h.agrees = h.chosen == h.observed_best;
+      h.regret = chosen->observed / best->observed - 1.0;
+      double pooled = 0.0;
+      int df = 0;
+      for (const auto& r : rows) {
+        if (r.runs < 2) continue;
+        pooled += (r.runs - 1) * r.observed_sd * r.observed_sd;
+        df += r.runs - 1;
+      }
+      const double sd = df > 0 ? std::sqrt(pooled / df) : 0.0;
+      h.noise = sd * std::sqrt(1.0 / chosen->runs + 1.0 / best->runs);
+      h.holds = h.agrees || (h.noise > 0 && chosen->observed - best->observed <= 2.0 * h.noise);
+    }
+  }
+  if (!h.available && h.why.empty()) h.why = "no law could be refitted without that scale";
+}
+
+std::string Percent(double v) { return absl::StrFormat("%.2f%%", 100.0 * v); }
+
+void Verdict(Advice* a) {
+  if (a->rows.empty()) return;
+  const ConfigurationAdvice& top = a->rows.front();
+  std::vector<std::string> parts;
+  const ConfigurationAdvice* dense = nullptr;
+  for (const ConfigurationAdvice& r : a->rows) {
+    if (r.configuration.family == "dense") dense = &r;
+  }
+  const double dense_loss = dense != nullptr ? dense->loss : 0.0;
+  std::vector<std::string> better, worse;
+  for (const ConfigurationAdvice& r : a->rows) {
+    if (r.configuration.family == "dense" || a->refits == 0) continue;
+    if (r.gain_interval.low > 0) better.push_back(r.configuration.name);
+    if (r.gain_interval.high < 0) worse.push_back(r.configuration.name);
+  }
+  if (a->refits == 0) {
+    parts.push_back(absl::StrCat("lowest predicted loss: ", top.configuration.name,
+                                 " (no refits: no uncertainty, no decision)"));
+  } else if (top.configuration.family == "dense") {
+    parts.push_back(absl::StrFormat(
+        "train dense: it has the lowest predicted loss (P(best) = %.2f)", top.p_best));
+  } else if (top.gain_interval.low > 0) {
+    parts.push_back(absl::StrFormat(
+        "train %s: predicted %.4g nats (%s) below the FLOP-matched dense model, %.0f%% "
+        "interval [%.4g, %.4g]; P(best) = %.2f",
+        top.configuration.name, top.gain, Percent(dense_loss > 0 ? top.gain / dense_loss : 0.0),
+        100.0 * a->options.confidence, top.gain_interval.low, top.gain_interval.high, top.p_best));
+  } else {
+    parts.push_back(absl::StrFormat(
+        "no configuration is distinguishable from dense at this budget: the best, %s, gains "
+        "%.4g nats with a %.0f%% interval [%.4g, %.4g] that holds 0 (P(best) = %.2f)",
+        top.configuration.name, top.gain, 100.0 * a->options.confidence, top.gain_interval.low,
+        top.gain_interval.high, top.p_best));
+  }
+  if (a->refits > 0 && top.p_best < 0.5) {
+    parts.push_back("the ranking is uncertain: no configuration is best in half the refits");
+  }
+  if (!better.empty()) {
+    parts.push_back(
+        absl::StrCat("better than dense with confidence: ", absl::StrJoin(better, ", ")));
+  }
+  if (!worse.empty()) {
+    parts.push_back(absl::StrCat("worse than dense with confidence: ", absl::StrJoin(worse, ", ")));
+  }
+  for (const FormAdvice& f : a->forms) {
+    if (f.law == a->form && f.lack_of_fit.rejected) {
+      parts.push_back(absl::StrFormat(
+          "law %s is REJECTED by its replicates (lack of fit p = %.2g): read the table as a "
+          "smoothing of the runs, not as a law",
+          f.law, f.lack_of_fit.p_value));
+    }
+  }
+  if (a->answer_changes) {
+    parts.push_back("the competing X-MoD forms pick different configurations");
+  }
+  if (a->holdout.available && !a->holdout.holds) {
+    parts.push_back(absl::StrFormat(
+        "the decision hold-out FAILS: at scale %s the fit without it chose %s, but %s was best "
+        "observed (%s worse, beyond the seed noise)",
+        a->holdout.scale, a->holdout.chosen, a->holdout.observed_best, Percent(a->holdout.regret)));
+  }
+  if (!a->extrapolation.empty()) parts.push_back("EXTRAPOLATED");
+  a->verdict = absl::StrJoin(parts, "; ");
+}
+
+}  // namespace
+
+LawPoint Configuration::At(double n, double d, double context) const {
+  LawPoint x;
+  x.n = n;
+  x.d = d;
+  x.loss = 1.0;
+  x.context = context;
+  x.family = family;
+  x.capacity = capacity;
+  x.stride = stride;
+  x.expansion = expansion;
+  x.n_total = n * total_ratio;
+  double nearest = kInf;
+  for (const auto& [runs_n, l] : layers) {
+    const double distance = std::abs(std::log(runs_n / n));
+    if (distance < nearest) {
+      nearest = distance;
+      x.layers = l;
+    }
+  }
+  return x;
+}
+
+absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOptions& o) {
+  Advice a;
+  a.options = o;
+  if (!(o.compute > 0) || !std::isfinite(o.compute)) {
+    return absl::InvalidArgumentError("--compute: a positive number of training FLOPs is needed");
+  }
+  if (!(o.n_active >= 0) || !std::isfinite(o.n_active)) {
+    return absl::InvalidArgumentError("--n-active: must be a positive number of parameters");
+  }
+  if (!(o.confidence > 0 && o.confidence < 1)) {
+    return absl::InvalidArgumentError("confidence must be in (0, 1)");
+  }
+  if (o.bootstrap < 0) return absl::InvalidArgumentError("--bootstrap: must be >= 0");
+  std::vector<LawPoint> points;
+  for (const LawPoint& x : all) {
+    if (x.Valid()) points.push_back(x);
+  }
+  const std::vector<Configuration> configurations = Configurations(points);
+  bool any_dense = false, any_xmod = false, any_moe = false;
+  for (const Configuration& c : configurations) {
+    any_dense |= c.family == "dense";
+    any_xmod |= c.family == "xmod";
+    any_moe |= c.family == "moe";
+  }
+  if (!any_dense) {
+    return absl::InvalidArgumentError(
+        "no dense runs: every configuration is judged against the FLOP-matched dense model");
+  }
+  // The support.
+  std::set<double> contexts;
+  a.n_min = a.compute_min = a.tpp_min = kInf;
+  for (const LawPoint& x : points) {
+    contexts.insert(x.context);
+    a.n_min = std::min(a.n_min, x.n);
+    a.n_max = std::max(a.n_max, x.n);
+    a.tpp_min = std::min(a.tpp_min, x.d / x.n);
+    a.tpp_max = std::max(a.tpp_max, x.d / x.n);
+    a.compute_min = std::min(a.compute_min, 6.0 * x.n * x.d);
+    a.compute_max = std::max(a.compute_max, 6.0 * x.n * x.d);
+  }
+  a.contexts.assign(contexts.begin(), contexts.end());
+  if (contexts.count(o.context) == 0) {
+    std::vector<std::string> ran;
+    for (double t : a.contexts) ran.push_back(absl::StrFormat("%g", t));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--context ", absl::StrFormat("%g", o.context),
+        ": the sweep ran T = ", absl::StrJoin(ran, ", "),
+        " only; the laws' dense reference is fitted per context, so another context cannot be "
+        "answered (not even with --extrapolate): run the sweep at that context"));
+  }
+  // How far outside the support, refused unless extrapolating.
+  std::vector<std::string> outside;
+  if (o.compute > a.compute_max * 1.0000001) {
+    outside.push_back(absl::StrFormat("C = %s FLOPs is %.3gx the largest compute run (%s)",
+                                      Sci(o.compute), o.compute / a.compute_max,
+                                      Sci(a.compute_max)));
+  } else if (o.compute < a.compute_min / 1.0000001) {
+    outside.push_back(absl::StrFormat("C = %s FLOPs is %.3gx below the smallest compute run (%s)",
+                                      Sci(o.compute), a.compute_min / o.compute,
+                                      Sci(a.compute_min)));
+  }
+  Search search;
+  if (o.n_active > 0) {
+    search = {o.n_active, o.n_active};
+    if (o.n_active > a.n_max * 1.0000001 || o.n_active < a.n_min / 1.0000001) {
+      outside.push_back(absl::StrFormat("N_active = %s is outside the runs' [%s, %s]",
+                                        Sci(o.n_active), Sci(a.n_min), Sci(a.n_max)));
+    }
+    const double tpp = o.compute / (6.0 * o.n_active) / o.n_active;
+    if (tpp > a.tpp_max * 1.0000001 || tpp < a.tpp_min / 1.0000001) {
+      outside.push_back(absl::StrFormat(
+          "D / N_active = %.3g tokens per parameter is outside the runs' [%.3g, %.3g]", tpp,
+          a.tpp_min, a.tpp_max));
+    }
+  } else {
+    // Tokens per parameter inside the runs' range; N_active inside theirs too
+    // unless extrapolating.
+    search.lo = std::sqrt(o.compute / (6.0 * a.tpp_max));
+    search.hi = std::sqrt(o.compute / (6.0 * a.tpp_min));
+    if (!o.extrapolate || outside.empty()) {
+      search.lo = std::max(search.lo, a.n_min);
+      search.hi = std::min(search.hi, a.n_max);
+    }
+    if (search.lo > search.hi * 1.0000001) {
+      if (outside.empty()) {
+        outside.push_back(absl::StrFormat(
+            "at C = %s no N_active in the runs' [%s, %s] has tokens per parameter in theirs "
+            "[%.3g, %.3g]",
+            Sci(o.compute), Sci(a.n_min), Sci(a.n_max), a.tpp_min, a.tpp_max));
+      }
+      search = {std::sqrt(o.compute / (6.0 * a.tpp_max)), std::sqrt(o.compute / (6.0 * a.tpp_min))};
+    }
+  }
+  if (!outside.empty()) {
+    if (!o.extrapolate) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          absl::StrJoin(outside, "; "),
+          ": outside what the sweep supports; pass --extrapolate to predict there anyway"));
+    }
+    a.extrapolation = absl::StrJoin(outside, "; ");
+  }
+
+  // The laws: each X-MoD form, the MoE law, or the dense law alone.
+  std::vector<LawReport> fits;
+  fits.reserve(o.forms.size() + 2);
+  const LawReport* primary = nullptr;
+  const LawReport* moe = nullptr;
+  if (any_xmod) {
+    for (const std::string& form : o.forms) {
+      FormAdvice f;
+      f.law = form;
+      if (FindLaw(form) == nullptr) return absl::InvalidArgumentError(UnknownLaw(form));
+      absl::StatusOr<LawReport> fitted = FitLaw(form, points, o, o.bootstrap);
+      if (!fitted.ok()) {
+        f.error = std::string(fitted.status().message());
+        a.forms.push_back(f);
+        continue;
+      }
+      f.fitted = true;
+      f.information = fitted->information;
+      f.lack_of_fit = fitted->lack_of_fit;
+      f.on_bound = fitted->on_bound;
+      fits.push_back(std::move(*fitted));
+      a.forms.push_back(f);
+    }
+    // The form with the lowest information criterion gives the advice.
+    for (const LawReport& fit : fits) {
+      if (primary == nullptr || fit.information.aic < primary->information.aic) primary = &fit;
+    }
+    if (primary == nullptr) {
+      a.notes.push_back("no X-MoD form could be fitted: X-MoD configurations are not ranked");
+    }
+  }
+  if (any_moe) {
+    absl::StatusOr<LawReport> fitted = FitLaw("moe", points, o, o.bootstrap);
+    if (fitted.ok()) {
+      fits.push_back(std::move(*fitted));
+      moe = &fits.back();
+    } else {
+      a.notes.push_back(absl::StrCat("moe law not fitted (MoE configurations not ranked): ",
+                                     fitted.status().message()));
+    }
+  }
+  const LawReport* dense_law = primary != nullptr ? primary : moe;
+  if (dense_law == nullptr) {
+    ASSIGN_OR_RETURN(LawReport fitted, FitLaw("dense", points, o, o.bootstrap));
+    fits.push_back(std::move(fitted));
+    dense_law = &fits.back();
+  }
+  // The ranking under each form (the other configurations' laws unchanged).
+  auto ranking_for = [&](const LawReport* form) {
+    Ranking r;
+    const LawReport* dense_by = form != nullptr ? form : dense_law;
+    for (const Configuration& c : configurations) {
+      const LawReport* law = c.family == "dense" ? dense_by : c.family == "xmod" ? form : moe;
+      if (law == nullptr) continue;
+      r.configurations.push_back(&c);
+      r.laws.push_back(law);
+    }
+    return r;
+  };
+  Ranked main = Rank(ranking_for(primary), search, o);
+  a.rows = std::move(main.rows);
+  a.refits = main.refits;
+  std::stable_sort(a.rows.begin(), a.rows.end(),
+                   [](const auto& x, const auto& y) { return x.loss < y.loss; });
+  if (primary != nullptr) a.form = primary->law;
+  for (const LawReport& fit : fits) a.laws.push_back(fit.law);
+  // Each form's own pick.
+  std::set<std::string> picks;
+  for (FormAdvice& f : a.forms) {
+    if (!f.fitted) continue;
+    const LawReport* form = nullptr;
+    for (const LawReport& fit : fits) {
+      if (fit.law == f.law) form = &fit;
+    }
+    const Ranked ranked =
+        form == primary ? Ranked{a.rows, a.refits} : Rank(ranking_for(form), search, o);
+    const auto best =
+        std::min_element(ranked.rows.begin(), ranked.rows.end(),
+                         [](const auto& x, const auto& y) { return x.loss < y.loss; });
+    if (best == ranked.rows.end()) continue;
+    f.best = best->configuration.name;
+    f.p_best = best->p_best;
+    picks.insert(f.best);
+  }
+  a.answer_changes = picks.size() > 1;
+  for (const ConfigurationAdvice& r : a.rows) {
+    if (r.at_edge && o.n_active == 0) {
+      a.notes.push_back(absl::StrCat(r.configuration.name,
+                                     ": its best N_active sits on the edge of the searched range "
+                                     "(the optimum may lie outside what the sweep ran)"));
+    }
+  }
+  HoldOut(points, moe != nullptr ? "moe" : "", o, &a);
+  Verdict(&a);
+  return a;
+}
+
+nlohmann::json AdviceJson(const Advice& a) {
+  auto interval = [](const Interval& i) { return nlohmann::json::array({i.low, i.high}); };
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ConfigurationAdvice& r : a.rows) {
+    const Configuration& c = r.configuration;
+    rows.push_back({{"configuration", c.name},
+                    {"family", c.family},
+                    {"law", r.law},
+                    {"sparsity", 1.0 - c.capacity},
+                    {"capacity", c.capacity},
+                    {"stride", c.stride},
+                    {"expansion", c.expansion},
+                    {"N_active", r.n_active},
+                    {"N_total", r.n_active * c.total_ratio},
+                    {"D", r.tokens},
+                    {"loss", r.loss},
+                    {"loss_interval", interval(r.loss_interval)},
+                    {"gain_vs_dense", r.gain},
+                    {"gain_interval", interval(r.gain_interval)},
+                    {"p_best", r.p_best},
+                    {"at_edge", r.at_edge},
+                    {"runs", c.runs}});
+  }
+  nlohmann::json forms = nlohmann::json::array();
+  for (const FormAdvice& f : a.forms) {
+    nlohmann::json j = {{"law", f.law}, {"fitted", f.fitted}};
+    if (!f.fitted) {
+      j["error"] = f.error;
+    } else {
+      j["aic"] = f.information.aic;
+      j["parameters"] = f.information.parameters;
+      j["noise"] = f.information.noise;
+      j["lack_of_fit"] = LackOfFitJson(f.lack_of_fit);
+      j["on_bound"] = f.on_bound;
+      j["holdout_rmse"] = f.holdout_rmse >= 0 ? nlohmann::json(f.holdout_rmse) : nullptr;
+      j["holdout_points"] = f.holdout_points;
+      j["holdout_choice"] = f.holdout_choice;
+      j["best"] = f.best;
+      j["p_best"] = f.p_best;
+    }
+    forms.push_back(j);
+  }
+  nlohmann::json holdout = {{"available", a.holdout.available}};
+  if (!a.holdout.available) {
+    holdout["why"] = a.holdout.why;
+  } else {
+    nlohmann::json hr = nlohmann::json::array();
+    for (const auto& r : a.holdout.rows) {
+      hr.push_back({{"configuration", r.configuration},
+                    {"runs", r.runs},
+                    {"observed", r.observed},
+                    {"observed_sd", r.observed_sd},
+                    {"predicted", r.predicted}});
+    }
+    holdout.update({{"scale", a.holdout.scale},
+                    {"tokens_per_param", a.holdout.tokens_per_param},
+                    {"rows", hr},
+                    {"chosen", a.holdout.chosen},
+                    {"observed_best", a.holdout.observed_best},
+                    {"agrees", a.holdout.agrees},
+                    {"regret", a.holdout.regret},
+                    {"noise", a.holdout.noise},
+                    {"holds", a.holdout.holds}});
+  }
+  return {{"compute", a.options.compute},
+          {"context", a.options.context},
+          {"n_active", a.options.n_active > 0 ? nlohmann::json(a.options.n_active) : nullptr},
+          {"confidence", a.options.confidence},
+          {"form", a.form},
+          {"laws", a.laws},
+          {"refits", a.refits},
+          {"configurations", rows},
+          {"forms", forms},
+          {"answer_changes_between_forms", a.answer_changes},
+          {"support",
+           {{"compute", {a.compute_min, a.compute_max}},
+            {"N_active", {a.n_min, a.n_max}},
+            {"tokens_per_param", {a.tpp_min, a.tpp_max}},
+            {"contexts", a.contexts}}},
+          {"extrapolation",
+           a.extrapolation.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.extrapolation)},
+          {"decision_holdout", holdout},
+          {"notes", a.notes},
+          {"verdict", a.verdict}};
+}
+
+}  // namespace xmod

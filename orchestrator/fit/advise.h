@@ -1,0 +1,145 @@
+// `xmod advise`: the decision a sweep is run for (docs/laws.md, "Advice"). Given a
+// training compute C, a context T and optionally an active size N, which
+// configuration should one train: dense, each X-MoD (sparsity, stride) the sweep
+// ran, each MoE expansion the sweep ran; with its predicted loss and interval, its
+// gain over the FLOP-matched dense model, and its probability of being the best
+// over the bootstrap refits. The laws are refitted here from the points (seconds),
+// each X-MoD form competing on its information criterion and held-out error; the
+// decision is re-made on a refit without the largest decisive scale and checked
+// against what that scale observed.
+//
+// Definitions (docs/laws.md): C = 6 · N_active · D; a configuration's N_total is
+// its runs' median N_total / N_active times N_active; without --n-active each
+// configuration trains at the N_active that minimises its predicted loss at C,
+// searched where the sweep has data (N_active and tokens per active parameter
+// D / N_active inside the ranges of the fitted runs) unless extrapolating.
+#ifndef XMOD_ORCHESTRATOR_FIT_ADVISE_H_
+#define XMOD_ORCHESTRATOR_FIT_ADVISE_H_
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "orchestrator/fit/analysis.h"
+#include "orchestrator/fit/law.h"
+
+namespace xmod {
+
+struct AdviseOptions {
+  double compute = 0.0;   // C: training FLOPs, 6 · N_active · D
+  double context = 0.0;   // T; must be a context the sweep ran
+  double n_active = 0.0;  // 0: each configuration at its compute-optimal N_active
+  bool extrapolate = false;
+  int bootstrap = 200;  // refits behind the intervals and the probabilities
+  uint64_t seed = 0;
+  double confidence = 0.95;
+  int threads = 0;
+  // The X-MoD correction forms that compete (law names); the one with the lowest
+  // information criterion gives the advice.
+  std::vector<std::string> forms = {"xmod", "xmod-scaled"};
+};
+
+// A configuration one could train, as the sweep ran it.
+struct Configuration {
+  std::string name;    // "dense", "xmod sparsity=0.5 stride=2", "moe E/k=4"
+  std::string family;  // "dense", "xmod", "moe"
+  double capacity = 1.0;
+  double stride = 1.0;
+  double expansion = 1.0;
+  double total_ratio = 1.0;                       // N_total / N_active, median over its runs
+  std::vector<std::pair<double, double>> layers;  // (N_active, L) of its runs
+  int runs = 0;
+
+  // The law's view of this configuration at N_active `n`, D tokens, context T (the
+  // layer count of its run nearest in N_active).
+  LawPoint At(double n, double d, double context) const;
+};
+
+struct ConfigurationAdvice {
+  Configuration configuration;
+  std::string law;         // the law that predicts it
+  double n_active = 0.0;   // at the full fit's optimum (or --n-active)
+  double tokens = 0.0;     // D = C / (6 N_active)
+  double loss = 0.0;       // predicted, nats (full fit)
+  Interval loss_interval;  // over the refits
+  double gain = 0.0;       // dense loss − this loss at C (nats); > 0: better than dense
+  Interval gain_interval;  // over the refits (paired: the same refit's dense loss)
+  double p_best = 0.0;     // share of refits in which it has the lowest loss
+  bool at_edge = false;    // its optimal N_active sits on the searched range's edge
+};
+
+// One competing X-MoD form.
+struct FormAdvice {
+  std::string law;
+  bool fitted = false;
+  std::string error;  // why it was not fitted
+  InformationCriterion information;
+  LackOfFit lack_of_fit;
+  std::vector<std::string> on_bound;
+  double holdout_rmse = -1.0;  // log-loss RMSE on the held-out scales (-1: no hold-out)
+  int holdout_points = 0;
+  std::string holdout_choice;  // the configuration its hold-out fit picks there
+  std::string best;            // the configuration it picks at C (full fit)
+  double p_best = 0.0;         // of `best`, over its refits
+};
+
+// The decision re-made without the largest scale at which two or more
+// configurations were run at one budget, against what that scale observed.
+struct DecisionHoldout {
+  bool available = false;
+  std::string why;
+  std::string scale;
+  double tokens_per_param = 0.0;  // the budget compared (D / N_active, median)
+  struct Row {
+    std::string configuration;
+    int runs = 0;
+    double observed = 0.0;     // mean loss over its seeds
+    double observed_sd = 0.0;  // seed sd (0 with one seed)
+    double predicted = 0.0;    // by the fit without this scale and the larger ones
+  };
+  std::vector<Row> rows;
+  std::string chosen;         // lowest predicted
+  std::string observed_best;  // lowest observed
+  bool agrees = false;        // chosen == observed_best
+  double regret = 0.0;        // observed loss of the chosen over the best's, minus 1
+  // The seed noise of that comparison: the sd of the difference of the two means
+  // from the pooled seed sd of the scale's replicated configurations (0: none).
+  double noise = 0.0;
+  // The decision holds: the chosen is the observed best, or its observed loss is
+  // within two noise sds of the best's (the seeds cannot tell them apart).
+  bool holds = false;
+};
+
+struct Advice {
+  AdviseOptions options;
+  std::string form;                       // the X-MoD form the advice uses ("" without X-MoD runs)
+  std::vector<std::string> laws;          // every law behind the table
+  std::vector<ConfigurationAdvice> rows;  // by predicted loss
+  int refits = 0;                         // refits behind intervals and probabilities
+  std::vector<FormAdvice> forms;
+  bool answer_changes = false;  // whether the fitted forms pick different configurations
+  // What the sweep supports: the fitted runs' ranges.
+  double compute_min = 0.0, compute_max = 0.0;
+  double n_min = 0.0, n_max = 0.0;
+  double tpp_min = 0.0, tpp_max = 0.0;  // tokens per active parameter
+  std::vector<double> contexts;
+  std::string extrapolation;  // how far outside the support (empty: inside)
+  DecisionHoldout holdout;
+  std::vector<std::string> notes;
+  std::string verdict;
+};
+
+// The advice from `points` (the runs the laws read: dense, X-MoD and MoE).
+// INVALID_ARGUMENT for a compute, context or N_active the sweep does not support
+// (unless options.extrapolate, and never for an unrun context), for no dense runs,
+// or when no law can be fitted.
+absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& points, const AdviseOptions& options);
+
+nlohmann::json AdviceJson(const Advice& advice);
+
+}  // namespace xmod
+
+#endif  // XMOD_ORCHESTRATOR_FIT_ADVISE_H_

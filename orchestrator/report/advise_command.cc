@@ -1,0 +1,179 @@
+// `xmod advise`: reads a sweep's finished runs, asks orchestrator/fit/advise.h for
+// the decision and prints it (a table for people, or JSON).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/family.h"
+#include "common/status_macros.h"
+#include "orchestrator/report/output.h"
+#include "orchestrator/report/report.h"
+
+namespace xmod {
+
+namespace {
+
+std::string Range(const Interval& i, bool have) {
+  return have ? fmt::format("[{:.4g}, {:.4g}]", i.low, i.high) : std::string("-");
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<LawPoint>> AdvicePoints(const std::vector<JobResultRow>& jobs,
+                                                   const PointOptions& base,
+                                                   std::vector<std::string>* notes) {
+  std::vector<LawPoint> points;
+  std::set<std::string> seen;
+  for (const char* law : {"xmod", "moe"}) {
+    PointOptions o = base;
+    o.law = law;
+    for (LawPoint& x : FitPoints(jobs, o)) {
+      if (seen.insert(x.id).second) points.push_back(std::move(x));
+    }
+  }
+  std::map<std::string, int> unranked;
+  for (const JobResultRow& j : jobs) {
+    if (j.state != JobState::kSucceeded || seen.count(j.id) > 0) continue;
+    ++unranked[std::string(FamilyName(j.family))];
+  }
+  for (const auto& [family, count] : unranked) {
+    notes->push_back(fmt::format(
+        "{}: {} finished run(s) not ranked (no law predicts this family; compare them with "
+        "xmod results --baselines)",
+        family, count));
+  }
+  return points;
+}
+
+void PrintAdvice(const Advice& a, std::ostream& out) {
+  out << fmt::format("advice at C = {:.3g} training FLOPs (6 N_active D), context T = {:g}{}\n",
+                     a.options.compute, a.options.context,
+                     a.options.n_active > 0
+                         ? fmt::format(", N_active = {:.3g}", a.options.n_active)
+                         : std::string(", each configuration at its compute-optimal N_active"));
+  out << fmt::format("laws: {}; X-MoD form: {}; {} bootstrap refits\n", fmt::join(a.laws, ", "),
+                     a.form.empty() ? std::string("none (no X-MoD runs)") : a.form, a.refits);
+  out << fmt::format(
+      "support: C in [{:.3g}, {:.3g}], N_active in [{:.3g}, {:.3g}], {:.3g}-{:.3g} tokens per "
+      "active parameter, T in {{{}}}\n",
+      a.compute_min, a.compute_max, a.n_min, a.n_max, a.tpp_min, a.tpp_max,
+      fmt::join(a.contexts, ", "));
+  if (!a.extrapolation.empty()) out << "EXTRAPOLATING: " << a.extrapolation << "\n";
+  const int pct = static_cast<int>(std::lround(100.0 * a.options.confidence));
+  QueryResult t;
+  t.columns = {"configuration",
+               "law",
+               "N_active",
+               "N_total",
+               "D",
+               "loss",
+               fmt::format("loss {}%", pct),
+               "gain_vs_dense",
+               fmt::format("gain {}%", pct),
+               "P(best)"};
+  const bool have = a.refits > 0;
+  for (const ConfigurationAdvice& r : a.rows) {
+    t.rows.push_back({r.configuration.name + (r.at_edge ? " *" : ""), r.law, r.n_active,
+                      r.n_active * r.configuration.total_ratio, r.tokens, r.loss,
+                      Range(r.loss_interval, have), r.gain, Range(r.gain_interval, have),
+                      have ? Value(r.p_best) : Value()});
+  }
+  PrintResult(t, Format::kTable, out);
+  out << "gain_vs_dense: the dense model's predicted loss at the same C minus this one's "
+         "(nats; > 0 is better); P(best): share of refits in which it is lowest\n";
+  if (!a.forms.empty()) {
+    out << "\ncompeting X-MoD forms (lower AIC is better; held-out: the scales from the "
+           "decisive one up)\n";
+    QueryResult f;
+    f.columns = {"form",          "AIC",        "params",  "lack of fit p", "verdict",
+                 "held-out RMSE", "picks at C", "P(best)", "hold-out pick"};
+    for (const FormAdvice& form : a.forms) {
+      if (!form.fitted) {
+        f.rows.push_back({form.law, Value(), Value(), Value(), "not fitted: " + form.error, Value(),
+                          Value(), Value(), Value()});
+        continue;
+      }
+      f.rows.push_back({form.law + (form.law == a.form ? " (used)" : ""), form.information.aic,
+                        static_cast<int64_t>(form.information.parameters),
+                        form.lack_of_fit.available ? Value(form.lack_of_fit.p_value) : Value(),
+                        !form.lack_of_fit.available ? std::string("untestable")
+                        : form.lack_of_fit.rejected ? std::string("REJECTED")
+                                                    : std::string("not rejected"),
+                        form.holdout_rmse >= 0 ? Value(form.holdout_rmse) : Value(), form.best,
+                        have ? Value(form.p_best) : Value(), form.holdout_choice});
+    }
+    PrintResult(f, Format::kTable, out);
+    out << (a.answer_changes ? "the forms pick DIFFERENT configurations at C\n"
+                             : "the forms pick the same configuration at C\n");
+  }
+  const DecisionHoldout& h = a.holdout;
+  if (h.available) {
+    out << fmt::format(
+        "\ndecision hold-out: refitted without scale {} and larger, choosing among its runs at "
+        "{:.3g} tokens per parameter\n",
+        h.scale, h.tokens_per_param);
+    QueryResult d;
+    d.columns = {"configuration", "runs", "observed", "seed sd", "predicted"};
+    for (const auto& r : h.rows) {
+      d.rows.push_back({r.configuration, static_cast<int64_t>(r.runs), r.observed,
+                        r.runs > 1 ? Value(r.observed_sd) : Value(), r.predicted});
+    }
+    PrintResult(d, Format::kTable, out);
+    out << fmt::format(
+        "chosen there: {}; best observed: {}; {}\n", h.chosen, h.observed_best,
+        h.agrees ? std::string("the decision holds")
+        : h.holds
+            ? fmt::format("the decision holds within the seed noise (the chosen one is {:.2f}% "
+                          "worse, noise sd of the difference {:.3g} nats)",
+                          100.0 * h.regret, h.noise)
+            : fmt::format("the decision FAILS (the chosen one is {:.2f}% worse; noise sd of the "
+                          "difference {})",
+                          100.0 * h.regret,
+                          h.noise > 0 ? fmt::format("{:.3g} nats", h.noise)
+                                      : std::string("unknown: no replicates there")));
+  } else {
+    out << "\ndecision hold-out: not available: " << h.why << "\n";
+  }
+  for (const std::string& note : a.notes) out << "note: " << note << "\n";
+  out << "\nverdict: " << a.verdict << "\n";
+}
+
+absl::Status RunAdviseCommand(const AdviseCommandOptions& o, std::ostream& out) {
+  ASSIGN_OR_RETURN(Format format, ParseFormat(o.format));
+  if (format == Format::kCsv) {
+    return absl::InvalidArgumentError("--format: advise prints table or json");
+  }
+  if (o.metric != "auto" && o.metric != "val_loss" && o.metric != "val_loss_causal") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metric ", o.metric, ": unknown metric (known: auto, val_loss, val_loss_causal)"));
+  }
+  SqliteStore::Options store_options;
+  store_options.path = o.db;
+  store_options.read_only = true;
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(store_options));
+  ASSIGN_OR_RETURN(const std::vector<JobResultRow> jobs, store->JobResultRows(o.sweep));
+  PointOptions point_options;
+  point_options.metric = o.metric;
+  std::vector<std::string> notes;
+  ASSIGN_OR_RETURN(const std::vector<LawPoint> points, AdvicePoints(jobs, point_options, &notes));
+  if (points.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sweep '", o.sweep, "': no finished run a law reads yet (", jobs.size(), " jobs)"));
+  }
+  ASSIGN_OR_RETURN(Advice advice, Advise(points, o.advise));
+  advice.notes.insert(advice.notes.end(), notes.begin(), notes.end());
+  if (format == Format::kJson) {
+    nlohmann::json j = AdviceJson(advice);
+    j["sweep"] = o.sweep;
+    out << j.dump(2) << "\n";
+  } else {
+    out << fmt::format("sweep '{}': {} runs read by the laws\n", o.sweep, points.size());
+    PrintAdvice(advice, out);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace xmod
