@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 
 #include "orchestrator/store/sqlite_store.h"
 #include "tests/fixtures.h"
@@ -412,6 +413,61 @@ TEST_F(Cli, FitOfAFinishedSweepRecoversTheLawAndStoresIt) {
   EXPECT_FALSE(std::filesystem::exists(Path("typo.db")));
   rows = (*store)->Query("SELECT COUNT(*) FROM fits");
   EXPECT_EQ(std::get<int64_t>(rows->rows[0][0]), 5);
+}
+
+// xmod advise on the finished law grid: every configuration with its interval and
+// P(best) (summing to one), both X-MoD forms with the sweep's design.fix applied,
+// the unranked MoD runs named, and a budget outside the runs refused unless
+// --extrapolate, which then says by how much.
+TEST_F(Cli, AdviseRanksTheConfigurationsOfAFinishedSweep) {
+  const std::string db = Path("advise.db");
+  std::ifstream in(LawGrid());
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string spec = Path("lawgrid-fixed.yaml");
+  std::ofstream(spec) << text.str() << "  fix:\n    xmod: {psi: 0.8}\n";
+  ASSERT_EQ(Xmod({"submit", spec, "--db", db}).code, 0);
+  FinishWithLawLosses(db, "lawgrid", 0.002, 5);
+  CommandResult r = Xmod({"advise", "lawgrid", "--db", db, "--compute", "1e12", "--context", "128",
+                          "--bootstrap", "20", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto advice = nlohmann::json::parse(r.out);
+  ASSERT_EQ(advice["configurations"].size(), 5u);  // dense and the 2 x 2 X-MoD grid
+  double total = 0;
+  for (const auto& c : advice["configurations"]) {
+    total += c["p_best"].get<double>();
+    EXPECT_LE(c["loss_interval"][0].get<double>(), c["loss_interval"][1].get<double>());
+    EXPECT_NEAR(6.0 * c["N_active"].get<double>() * c["D"].get<double>(), 1e12, 1e3);
+  }
+  EXPECT_NEAR(total, 1.0, 1e-12);
+  EXPECT_GE(advice["refits"].get<int>(), 15);  // resamples that fitted, of 20
+  EXPECT_LE(advice["refits"].get<int>(), 20);
+  EXPECT_EQ(advice["fixed"]["xmod"]["psi"], 0.8);
+  ASSERT_EQ(advice["forms"].size(), 2u);
+  EXPECT_EQ(advice["forms"][0]["law"], "xmod");
+  EXPECT_TRUE(advice["forms"][0]["fitted"].get<bool>());
+  EXPECT_TRUE(advice["decision_holdout"]["available"].get<bool>());
+  EXPECT_THAT(advice["notes"].dump(), HasSubstr("mod: "));
+  EXPECT_FALSE(advice["verdict"].get<std::string>().empty());
+  // As a table, with the frozen parameter named.
+  r = Xmod({"advise", "lawgrid", "--db", db, "--compute", "1e12", "--context", "64", "--bootstrap",
+            "10"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("frozen in law xmod by the sweep's design.fix: psi=0.8"));
+  EXPECT_THAT(r.out, HasSubstr("competing X-MoD forms"));
+  EXPECT_THAT(r.out, HasSubstr("verdict: "));
+  // Outside the runs: refused, then answered with --extrapolate.
+  r = Xmod({"advise", "lawgrid", "--db", db, "--compute", "1e16", "--context", "128"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("x the largest compute run"));
+  EXPECT_THAT(r.err, HasSubstr("--extrapolate"));
+  r = Xmod({"advise", "lawgrid", "--db", db, "--compute", "1e16", "--context", "128",
+            "--extrapolate", "--bootstrap", "0"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("EXTRAPOLATING: C = 1e+16 FLOPs is"));
+  r = Xmod({"advise", "lawgrid", "--db", db, "--compute", "1e12", "--context", "256"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("the sweep ran T = 64, 128 only"));
 }
 
 // A moe-family sweep (tests/fixtures/moe_lawgrid.yaml) finished with losses from

@@ -258,6 +258,8 @@ absl::StatusOr<LawReport> FitLaw(const std::string& law, const std::vector<LawPo
   a.seed = o.seed;
   a.confidence = o.confidence;
   a.fit.threads = o.threads;
+  const auto fixed = o.fixed.find(law);
+  if (fixed != o.fixed.end()) a.fixed = fixed->second;
   return FitNamedLaw(points, a);
 }
 
@@ -744,7 +746,8 @@ nlohmann::json AdviceJson(const Advice& a) {
                     {"noise", a.holdout.noise},
                     {"holds", a.holdout.holds}});
   }
-  return {{"compute", a.options.compute},
+  return {{"fixed", a.options.fixed},
+          {"compute", a.options.compute},
           {"context", a.options.context},
           {"n_active", a.options.n_active > 0 ? nlohmann::json(a.options.n_active) : nullptr},
           {"confidence", a.options.confidence},

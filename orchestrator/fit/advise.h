@@ -17,6 +17,7 @@
 #define XMOD_ORCHESTRATOR_FIT_ADVISE_H_
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -40,6 +41,8 @@ struct AdviseOptions {
   // The X-MoD correction forms that compete (law names); the one with the lowest
   // information criterion gives the advice.
   std::vector<std::string> forms = {"xmod", "xmod-scaled"};
+  // Parameters frozen per law (the sweep's design.fix): law -> reported name -> value.
+  std::map<std::string, std::map<std::string, double>> fixed;
 };
 
 // A configuration one could train, as the sweep ran it.

@@ -611,8 +611,20 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   FlagBounds(*law, fixed, &report);
   report.lack_of_fit = TestLackOfFit(report, *law, fixed, *full, options, &report.information);
   RETURN_IF_ERROR(PredictHoldout(&report));
+  if (law->derived != nullptr) report.derived = law->derived(report.fit.raw.data(), fit_points);
   if (options.bootstrap > 0) {
     RETURN_IF_ERROR(Bootstrap(fit_points, options, *law, fixed, *full, &report));
+    std::map<std::string, std::vector<double>> derived;
+    for (const BootstrapRefit& r : report.refits) {
+      for (const auto& [name, v] : law->derived(r.raw.data(), fit_points)) {
+        if (std::isfinite(v)) derived[name].push_back(v);
+      }
+    }
+    const double tail = (1.0 - options.confidence) / 2.0;
+    for (const auto& [name, v] : derived) {
+      if (v.size() >= 2)
+        report.derived_intervals[name] = {Quantile(v, tail), Quantile(v, 1 - tail)};
+    }
   }
   report.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -684,6 +696,16 @@ nlohmann::json ReportJson(const LawReport& report) {
   j["on_bound"] = report.on_bound;
   j["fixed"] = report.fixed;
   j["lack_of_fit"] = LackOfFitJson(report.lack_of_fit);
+  if (!report.derived.empty()) {
+    nlohmann::json derived = nlohmann::json::array();
+    for (const auto& [name, value] : report.derived) {
+      nlohmann::json d = {{"name", name}, {"value", value}};
+      const auto iv = report.derived_intervals.find(name);
+      if (iv != report.derived_intervals.end()) d["interval"] = {iv->second.low, iv->second.high};
+      derived.push_back(d);
+    }
+    j["derived"] = derived;
+  }
   if (report.information.available) {
     j["information_criterion"] = {{"aic", report.information.aic},
                                   {"parameters", report.information.parameters},

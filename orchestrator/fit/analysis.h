@@ -111,6 +111,10 @@ struct LawReport {
   // (lack_of_fit.h), on the fitted points with the fitted parameters.
   LackOfFit lack_of_fit;
   InformationCriterion information;
+  // Identifiable quantities of the parameters (LawSpec::derived), in the law's
+  // order, with the bootstrap's intervals.
+  std::vector<std::pair<std::string, double>> derived;
+  std::map<std::string, Interval> derived_intervals;
   std::string holdout_scale;
   std::vector<HoldoutPoint> holdout;
   double holdout_rmse = 0.0;  // of log-loss over the held-out points

@@ -148,6 +148,17 @@ struct LawDefaults {
   // D, T, capacity, stride, expansion) need for the law's own parameters; the
   // dense law's part is checked per context by the design check itself.
   static void CheckDesign(const std::vector<LawPoint>& /*planned*/, DesignSink* /*sink*/) {}
+  // Quantities of the fitted parameters that are identifiable where the raw ones
+  // are not (a correction at a design point, an exponent at a reference size), by
+  // name, at internal parameters `p`; `points` are the fitted runs (the full fit's,
+  // also for a bootstrap refit, so that design points and references stay fixed).
+  // The report gives each with the bootstrap's interval.
+  static std::vector<std::pair<std::string, double>> Derived(
+      const double* /*p*/, const std::vector<LawPoint>& /*points*/) {
+    return {};
+  }
+  // One line on what Derived's numbers are ("" none).
+  static const char* DerivedNote() { return ""; }
 };
 
 // A dense run with N parameters, D tokens and final loss `loss`.

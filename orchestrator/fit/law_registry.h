@@ -37,6 +37,10 @@ struct LawSpec {
   bool (*applies)(const SweepFamilies&) = nullptr;     // fitted by default for a sweep
   absl::Status (*check_csv_row)(const LawPoint&) = nullptr;
   void (*check_design)(const std::vector<LawPoint>&, DesignSink*) = nullptr;
+  // Identifiable quantities of the parameters (law.h, LawDefaults::Derived).
+  std::vector<std::pair<std::string, double>> (*derived)(
+      const double* raw, const std::vector<LawPoint>& points) = nullptr;
+  std::string derived_note;
   // Predicted log-loss at internal parameters `raw` (size: parameters.size()).
   double (*log_loss)(const double* raw, const LawPoint&) = nullptr;
   // The fit of the points it reads (stages.h).

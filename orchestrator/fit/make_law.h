@@ -34,6 +34,8 @@ LawSpec MakeLawSpec() {
   s.applies = &Law::Applies;
   s.check_csv_row = &Law::CheckCsvRow;
   s.check_design = &Law::CheckDesign;
+  s.derived = &Law::Derived;
+  s.derived_note = Law::DerivedNote();
   s.log_loss = [](const double* raw, const LawPoint& x) { return Law::LogLoss(raw, x); };
   if constexpr (Law::kTwoStage) {
     s.fit = &FitTwoStage<Law>;

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "orchestrator/fit/dense_law.h"
 
 namespace xmod {
@@ -101,6 +102,30 @@ struct MoeLaw : LawDefaults {
     return r;
   }
   static std::vector<double> Inputs(const LawPoint& x) { return {x.n, x.d, x.expansion}; }
+  // delta and omega at the MoE runs' geometric-mean N₀ and D₀: the N term's
+  // Ê-dependence is Ê^(delta + gamma·ln N), so delta(N₀) = delta + gamma·ln N₀ (and
+  // omega(D₀) = omega + zeta·ln D₀) is what the runs pin down; delta and gamma
+  // themselves trade along a ridge set by the uncentred ln N.
+  static std::vector<std::pair<std::string, double>> Derived(const double* p,
+                                                             const std::vector<LawPoint>& points) {
+    double log_n = 0.0, log_d = 0.0;
+    int count = 0;
+    for (const LawPoint& x : points) {
+      if (x.expansion <= 1.0) continue;
+      log_n += std::log(x.n);
+      log_d += std::log(x.d);
+      ++count;
+    }
+    if (count == 0) return {};
+    log_n /= count;
+    log_d /= count;
+    return {{absl::StrFormat("delta[N0=%.3g]", std::exp(log_n)), p[5] + p[6] * log_n},
+            {absl::StrFormat("omega[D0=%.3g]", std::exp(log_d)), p[7] + p[8] * log_d}};
+  }
+  static const char* DerivedNote() {
+    return "delta and omega at the MoE runs' geometric-mean N0 and D0 (delta + gamma ln N0, "
+           "omega + zeta ln D0)";
+  }
   // What the four extras need from the MoE runs: the N term's pair (delta, gamma)
   // needs two N at Ê > 1 and the D term's pair two D. One Ê > 1 is enough, since
   // the dense runs (Ê = 1) fix the law where ln Ê = 0.

@@ -17,6 +17,7 @@
 #ifndef XMOD_ORCHESTRATOR_FIT_XMOD_LAW_H_
 #define XMOD_ORCHESTRATOR_FIT_XMOD_LAW_H_
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
@@ -27,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "orchestrator/fit/dense_law.h"
 
 namespace xmod {
@@ -120,6 +122,38 @@ struct XModLaw : LawDefaults {
     if (x.dense()) return {x.n, x.d, x.context};
     return {x.n, x.NTotal(), x.d, x.context, x.capacity, x.stride, x.layers};
   }
+  // Δ_ctx, Δ_anc and their sum at each sparse design point of the fitted runs
+  // (capacity ρ, stride s, context T, the routed share of its layout): what the
+  // runs pin down where c_T, beta_T, c_s and psi are not separately identifiable
+  // (with one context the split between Δ_ctx and Δ_anc can stay loose while the
+  // sum is tight).
+  static std::vector<std::pair<std::string, double>> Derived(const double* p,
+                                                             const std::vector<LawPoint>& points) {
+    std::set<std::tuple<double, double, double, double>> designs;
+    for (const LawPoint& x : points) {
+      if (!x.dense() && x.expansion <= 1.0) {
+        designs.insert({x.capacity, x.stride, x.context, x.RoutedFraction()});
+      }
+    }
+    std::vector<std::pair<std::string, double>> out;
+    std::set<std::string> names;
+    for (const auto& [rho, s, t, routed] : designs) {
+      const double ctx =
+          p[6] * routed * (std::exp(-p[7] * std::log(rho * t)) - std::exp(-p[7] * std::log(t)));
+      const double anc = p[8] * (1.0 - rho) * std::exp(p[9] * std::log(s - 1.0));
+      const std::string at =
+          absl::StrFormat("sparsity=%g,stride=%g,T=%g,f_r=%.3g", 1.0 - rho, s, t, routed);
+      if (names.insert(at).second) {
+        out.push_back({absl::StrCat("Delta_ctx[", at, "]"), ctx});
+        out.push_back({absl::StrCat("Delta_anc[", at, "]"), anc});
+        out.push_back({absl::StrCat("Delta_total[", at, "]"), ctx + anc});
+      }
+    }
+    return out;
+  }
+  static const char* DerivedNote() {
+    return "the corrections at each sparse design point (nats added to the dense law at N_eff)";
+  }
   // What the five extras need to be identifiable from the sparse runs.
   static absl::Status CheckPoints(const std::vector<LawPoint>& points) {
     std::set<double> strides;
@@ -193,6 +227,10 @@ struct XModLaw : LawDefaults {
 // beside the constant form by `xmod advise` and on request (`--law xmod-scaled`).
 struct XModScaledLaw : XModLaw {
   static const char* Name() { return "xmod-scaled"; }
+  static const char* DerivedNote() {
+    return "the corrections at each sparse design point (fractions of the dense model's "
+           "reducible loss L_dense(N_eff, D) - E)";
+  }
   static const char* Label() { return "X-MoD (scaled corrections)"; }
   static bool Applies(const SweepFamilies& /*families*/) { return false; }
   template <typename T>

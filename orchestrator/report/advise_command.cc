@@ -61,6 +61,12 @@ void PrintAdvice(const Advice& a, std::ostream& out) {
       "active parameter, T in {{{}}}\n",
       a.compute_min, a.compute_max, a.n_min, a.n_max, a.tpp_min, a.tpp_max,
       fmt::join(a.contexts, ", "));
+  for (const auto& [law, values] : a.options.fixed) {
+    std::vector<std::string> parts;
+    for (const auto& [name, value] : values) parts.push_back(fmt::format("{}={:g}", name, value));
+    out << fmt::format("frozen in law {} by the sweep's design.fix: {}\n", law,
+                       fmt::join(parts, ", "));
+  }
   if (!a.extrapolation.empty()) out << "EXTRAPOLATING: " << a.extrapolation << "\n";
   const int pct = static_cast<int>(std::lround(100.0 * a.options.confidence));
   QueryResult t;
@@ -163,7 +169,9 @@ absl::Status RunAdviseCommand(const AdviseCommandOptions& o, std::ostream& out) 
     return absl::InvalidArgumentError(absl::StrCat(
         "sweep '", o.sweep, "': no finished run a law reads yet (", jobs.size(), " jobs)"));
   }
-  ASSIGN_OR_RETURN(Advice advice, Advise(points, o.advise));
+  AdviseOptions options = o.advise;
+  ASSIGN_OR_RETURN(options.fixed, SweepDesignFix(*store, o.sweep));
+  ASSIGN_OR_RETURN(Advice advice, Advise(points, options));
   advice.notes.insert(advice.notes.end(), notes.begin(), notes.end());
   if (format == Format::kJson) {
     nlohmann::json j = AdviceJson(advice);

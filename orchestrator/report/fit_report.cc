@@ -19,6 +19,7 @@
 #include "orchestrator/fit/law_registry.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
+#include "orchestrator/sweep/spec.h"
 
 namespace xmod {
 
@@ -91,6 +92,26 @@ void PrintReport(const LawReport& r, const AnalysisOptions& options, std::ostrea
     if (!r.bootstrap_failure.empty()) {
       out << fmt::format("commonest failure of a resample: {}\n", r.bootstrap_failure);
     }
+  }
+  const LawSpec* spec = FindLaw(r.law);
+  if (!r.derived.empty() && spec != nullptr) {
+    out << spec->derived_note << ":\n";
+    QueryResult d;
+    d.columns = {"quantity", "value"};
+    if (!r.derived_intervals.empty()) {
+      d.columns.push_back(Percent(options.confidence, true));
+      d.columns.push_back(Percent(options.confidence, false));
+    }
+    for (const auto& [name, value] : r.derived) {
+      std::vector<Value> row{name, value};
+      if (!r.derived_intervals.empty()) {
+        const auto iv = r.derived_intervals.find(name);
+        row.push_back(iv == r.derived_intervals.end() ? Value() : Value(iv->second.low));
+        row.push_back(iv == r.derived_intervals.end() ? Value() : Value(iv->second.high));
+      }
+      d.rows.push_back(std::move(row));
+    }
+    PrintResult(d, Format::kTable, out);
   }
   if (!r.fixed.empty()) {
     out << fmt::format("frozen (--fix): {}\n", fmt::join(r.fixed, ", "));
@@ -490,12 +511,37 @@ absl::StatusOr<int64_t> StoreFit(SqliteStore& store, const std::string& sweep,
 
 }  // namespace
 
+absl::StatusOr<DesignFix> SweepDesignFix(SqliteStore& store, const std::string& sweep) {
+  ASSIGN_OR_RETURN(const SweepText text, store.SweepSpecText(sweep));
+  absl::StatusOr<SweepSpec> spec = ParseSweepSpec(text.yaml, text.source);
+  if (!spec.ok()) {
+    return absl::Status(spec.status().code(),
+                        absl::StrCat("sweep '", sweep,
+                                     "': its stored text no longer parses, so "
+                                     "its design.fix cannot be read (give --fix): ",
+                                     spec.status().message()));
+  }
+  return spec->design.fix;
+}
+
 absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
   ASSIGN_OR_RETURN(Format format, ParseFormat(o.format));
   using FixedValues = std::map<std::string, double>;
-  ASSIGN_OR_RETURN(const FixedValues fixed, CheckFitOptions(o));
+  ASSIGN_OR_RETURN(FixedValues fixed, CheckFitOptions(o));
   std::unique_ptr<SqliteStore> store;
   ASSIGN_OR_RETURN(const std::vector<LawPoint> points, LoadFitPoints(o, &store));
+  // The sweep's design.fix for this law, unless --fix says otherwise.
+  std::string frozen_by_design;
+  if (store != nullptr && o.fix.empty()) {
+    ASSIGN_OR_RETURN(const DesignFix design_fix, SweepDesignFix(*store, o.sweep));
+    const auto it = design_fix.find(o.law);
+    if (it != design_fix.end()) {
+      fixed = it->second;
+      std::vector<std::string> parts;
+      for (const auto& [name, value] : fixed) parts.push_back(fmt::format("{}={:g}", name, value));
+      frozen_by_design = fmt::format("{}", fmt::join(parts, ", "));
+    }
+  }
   AnalysisOptions options;
   options.law = o.law;
   options.joint = o.joint;
@@ -516,6 +562,7 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
   json["metric"] = metric_used;
   json["params_counted"] = o.params;
   json["points_hash"] = PointsHash(report.points);
+  if (!frozen_by_design.empty()) json["fixed_by"] = "design.fix";
   if (store != nullptr) {
     ASSIGN_OR_RETURN(const int64_t fit_id, StoreFit(*store, o.sweep, report, json));
     json["fit_id"] = fit_id;
@@ -527,6 +574,10 @@ absl::Status RunFitCommand(const FitCommandOptions& o, std::ostream& out) {
   } else {
     out << fmt::format("metric: {}; N: {} parameters; D: tokens trained (steps x batch)\n",
                        metric_used, o.params);
+    if (!frozen_by_design.empty()) {
+      out << fmt::format("frozen by the sweep's design.fix: {} (override with --fix)\n",
+                         frozen_by_design);
+    }
     PrintReport(report, options, out);
     if (json.contains("fit_id")) {
       out << fmt::format("stored as fit {} of sweep '{}' (points {})\n",

@@ -6,6 +6,7 @@
 #define XMOD_ORCHESTRATOR_REPORT_REPORT_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -39,6 +40,11 @@ struct FitCommandOptions {
 };
 
 absl::Status RunFitCommand(const FitCommandOptions& options, std::ostream& out);
+
+// A sweep's design.fix (law -> parameter -> value), read from the text it was
+// submitted with. NOT_FOUND for no such sweep.
+using DesignFix = std::map<std::string, std::map<std::string, double>>;
+absl::StatusOr<DesignFix> SweepDesignFix(SqliteStore& store, const std::string& sweep);
 
 struct PlotCommandOptions {
   std::string sweep;

@@ -825,7 +825,7 @@ class SpecParser {
 
   void ParseDesign(const YAML::Node& node, SweepSpec* spec) {
     if (!ExpectMap(node, "design")) return;
-    CheckKeys(node, "design", {"laws", "flop_tolerance"});
+    CheckKeys(node, "design", {"laws", "flop_tolerance", "fix"});
     DesignSpec& d = spec->design;
     d.line = KeyLine("design");
     if (node["laws"]) {
@@ -848,11 +848,51 @@ class SpecParser {
         }
       }
     }
+    if (node["fix"]) ParseFix(node["fix"], &d);
     if (node["flop_tolerance"] &&
         Double(node["flop_tolerance"], "design.flop_tolerance", &d.flop_tolerance) &&
         !(d.flop_tolerance > 0 && d.flop_tolerance <= 1)) {
       Error(Line(node["flop_tolerance"]), "design.flop_tolerance",
             absl::StrCat("must be in (0, 1], got ", node["flop_tolerance"].Scalar()));
+    }
+  }
+
+  // design.fix: {LAW: {PARAMETER: VALUE, ...}, ...}, a known law's reported
+  // parameters with finite values (positive for A, B and E).
+  void ParseFix(const YAML::Node& node, DesignSpec* d) {
+    if (!ExpectMap(node, "design.fix")) return;
+    for (const auto& entry : node) {
+      const std::string law_name = entry.first.Scalar();
+      const std::string field = absl::StrCat("design.fix.", law_name);
+      const LawSpec* law = FindLaw(law_name);
+      if (law == nullptr) {
+        Error(Line(entry.first), field,
+              absl::StrCat(UnknownLaw(law_name), DidYouMean(law_name, LawNames())));
+        continue;
+      }
+      if (!ExpectMap(entry.second, field)) continue;
+      for (const auto& p : entry.second) {
+        const std::string name = p.first.Scalar();
+        const std::string pfield = absl::StrCat(field, ".", name);
+        const auto it = std::find(law->parameters.begin(), law->parameters.end(), name);
+        if (it == law->parameters.end()) {
+          Error(Line(p.first), pfield,
+                absl::StrCat("law ", law_name, " has no parameter '", name,
+                             "' (it has: ", absl::StrJoin(law->parameters, ", "), ")",
+                             DidYouMean(name, law->parameters)));
+          continue;
+        }
+        double value = 0;
+        if (!Double(p.second, pfield, &value)) continue;
+        const bool log_scaled = law->log_scaled[it - law->parameters.begin()];
+        if (!std::isfinite(value) || (log_scaled && !(value > 0))) {
+          Error(Line(p.second), pfield,
+                absl::StrCat("must be a finite number", log_scaled ? " above 0" : "", ", got ",
+                             p.second.Scalar()));
+          continue;
+        }
+        d->fix[law_name][name] = value;
+      }
     }
   }
 

@@ -131,6 +131,10 @@ struct DesignSpec {
   std::vector<std::string> laws;  // laws the sweep will be fitted with
   bool laws_given = false;        // false: dense (and xmod when the sweep has X-MoD jobs)
   double flop_tolerance = 0.05;   // |FLOPs per token / dense FLOPs per token − 1|
+  // Parameters frozen when the sweep's laws are fitted (`xmod run`, `xmod fit
+  // SWEEP` without --fix, `xmod advise`): law -> reported name -> value, for a
+  // design that cannot identify them (docs/design-checks.md).
+  std::map<std::string, std::map<std::string, double>> fix;
   int line = 0;
 };
 
