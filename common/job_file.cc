@@ -1,5 +1,6 @@
 #include "common/job_file.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -111,6 +112,7 @@ nlohmann::json CanonicalJson(const JobFile& job) {
       {"data", data},
   };
   if (job.final_eval_tokens.has_value()) j["final_eval_tokens"] = *job.final_eval_tokens;
+  if (job.lr_factor.has_value()) j["lr_factor"] = *job.lr_factor;
   if (job.recompute) j["recompute"] = true;
   // Linear was the only wsd shape before the field existed: its jobs keep their ids.
   if (job.schedule == Schedule::kWsd && job.decay_shape != DecayShape::kLinear) {
@@ -223,6 +225,9 @@ absl::Status CheckRanges(const JobFile& job) {
     return absl::InvalidArgumentError(
         "job: field 'final_eval_tokens' must be 0 (the whole validation split) or positive");
   }
+  if (job.lr_factor.has_value() && !(*job.lr_factor > 0.0 && std::isfinite(*job.lr_factor))) {
+    return absl::InvalidArgumentError("job: field 'lr_factor' must be a positive number");
+  }
   for (int64_t s : job.keep_steps) {
     if (s > job.steps) {
       return absl::InvalidArgumentError(absl::StrCat("job: field 'keep_steps' holds step ", s,
@@ -306,6 +311,11 @@ absl::StatusOr<JobFile> JobFileFromJson(const nlohmann::json& json) {
     int64_t final_tokens = 0;
     r.Int("final_eval_tokens", &final_tokens);
     job.final_eval_tokens = final_tokens;
+  }
+  if (r.Has("lr_factor")) {
+    double factor = 0.0;
+    r.Real("lr_factor", &factor);
+    job.lr_factor = factor;
   }
   r.Int("checkpoint_interval", &job.checkpoint_interval);
   r.Int("log_interval", &job.log_interval);

@@ -91,6 +91,10 @@ struct JobFile {
   // windows as eval_tokens; absent means eval_tokens (and keeps the job's id as it
   // was before the field existed).
   std::optional<int64_t> final_eval_tokens;
+  // A job of the sweep's lr scan (train.lr_scan): its lr is the sweep's times this
+  // factor. Absent outside a scan (and for the scan's factor 1), which keeps those
+  // jobs' ids; the worker trains at `lr` and reads nothing else from it.
+  std::optional<double> lr_factor;
   int64_t checkpoint_interval = 0;
   int64_t log_interval = 1;
   uint64_t seed = 0;

@@ -465,9 +465,19 @@ TEST_F(Cli, AdviseRanksTheConfigurationsOfAFinishedSweep) {
             "--extrapolate", "--bootstrap", "0"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("EXTRAPOLATING: C = 1e+16 FLOPs is"));
+  // A context it did not run: refused, then answered from the dense-context law.
   r = Xmod({"advise", "lawgrid", "--db", db, "--compute", "1e12", "--context", "256"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("the sweep ran T = 64, 128 only"));
+  EXPECT_THAT(r.err, HasSubstr("T = 256 was not run (the sweep ran T = 64, 128; nearest 128, 2x"));
+  EXPECT_THAT(r.err, HasSubstr("--extrapolate"));
+  r = Xmod({"advise", "lawgrid", "--db", db, "--compute", "1e12", "--context", "256",
+            "--extrapolate", "--bootstrap", "0"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("EXTRAPOLATING: T = 256 was not run"));
+  EXPECT_THAT(r.out, HasSubstr("the dense reference's forms"));
+  EXPECT_THAT(r.out, HasSubstr("reads its dense reference from this law (EXTRAPOLATED in T)"));
+  r = Xmod({"advise", "lawgrid", "--db", db, "--compute", "0", "--context", "128"});
+  EXPECT_EQ(r.code, 2);
 }
 
 // A moe-family sweep (tests/fixtures/moe_lawgrid.yaml) finished with losses from
@@ -627,7 +637,7 @@ TEST_F(Cli, FitReadsAnXModCsvWithHoldOutAndNamesMissingColumns) {
   EXPECT_THAT(r.err, HasSubstr(Path("junk.csv") + ":2: D: not a finite number"));
 }
 
-TEST_F(Cli, PlotWritesTheFourPlotsWithLabelsAndLegends) {
+TEST_F(Cli, PlotWritesTheFivePlotsWithLabelsAndLegends) {
   const std::string db = Path("demo.db");
   ASSERT_EQ(Xmod({"submit", LawGrid(), "--db", db}).code, 0);
   FinishWithLawLosses(db, "lawgrid", 0.005, 2);
@@ -645,7 +655,10 @@ TEST_F(Cli, PlotWritesTheFourPlotsWithLabelsAndLegends) {
         "predicted = observed"}},
       {"xmod_vs_dense",
        {"sparsity", "relative to dense (%)", "X-MoD, stride s=2: mean",
-        "X-MoD, stride s=4: each run", "MoD baseline"}}};
+        "X-MoD, stride s=4: each run", "MoD baseline"}},
+      {"pairs",
+       {"compute-matched pairs", "95% seed interval", "sparsity: skipped tokens (1 - capacity)",
+        "X-MoD; matched: ", "MoD; matched: ", "stride s=4", "loss minus dense"}}};
   for (const auto& [name, texts] : expected) {
     const std::string path = Path("plots/" + name + ".svg");
     EXPECT_THAT(r.out, HasSubstr(path));

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
@@ -34,6 +35,7 @@
 #include "orchestrator/store/sqlite_store.h"
 #include "orchestrator/sweep/design_check.h"
 #include "orchestrator/sweep/expand.h"
+#include "orchestrator/sweep/power.h"
 #include "orchestrator/sweep/spec.h"
 #include "proto/channel.h"
 
@@ -71,6 +73,8 @@ struct Flags {
   int64_t max_jobs = kDefaultMaxJobs;  // expand, check, submit, serve: the sweep size bound
   bool by_config = false;              // results: one row per configuration (seeds together)
   bool slopes = false;                 // results: local slopes d ln L / d ln D and d ln L / d ln N
+  bool pairs = false;                  // results: routed configurations minus their dense partners
+  bool lr_scan = false;                // results: the lr scan's mean losses and choices
   bool baselines = false;              // results: each sized baseline beside its matched job
   std::ostream* err = nullptr;         // where design warnings go
   // Remote coordinator.
@@ -89,6 +93,10 @@ struct Flags {
   std::string http;  // serve, dashboard: the dashboard's HOST:PORT (empty: none)
   // run
   LocalRunOptions run;
+  // check --power
+  bool power = false;
+  PowerOptions power_options;
+  std::vector<std::string> assume;
   // fit, plot
   FitCommandOptions fit;
   PlotCommandOptions plot;
@@ -244,6 +252,20 @@ absl::Status Check(const Flags& f, std::ostream& out) {
         "design.laws, or pass --allow-unidentifiable"));
   }
   out << (design.ok() ? "design check passed\n" : "design check failed (allowed)\n");
+  if (f.power) {
+    PowerOptions options = f.power_options;
+    for (const std::string& a : f.assume) {
+      const size_t eq = a.find('=');
+      double value = 0;
+      if (eq == std::string::npos || eq == 0 || !absl::SimpleAtod(a.substr(eq + 1), &value)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--assume ", a, ": expected NAME=VALUE (e.g. --assume eta=0.3)"));
+      }
+      options.assume[a.substr(0, eq)] = value;
+    }
+    ASSIGN_OR_RETURN(const PowerReport power, PowerCheck(spec, jobs, options));
+    out << PowerText(power);
+  }
   return absl::OkStatus();
 }
 
@@ -463,13 +485,16 @@ absl::Status Dashboard(const Flags& f, std::ostream& out) {
 absl::Status Results(const Flags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
   ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
-  if (f.by_config || f.baselines || f.slopes) {
-    if (int{f.by_config} + int{f.baselines} + int{f.slopes} > 1) {
-      return absl::InvalidArgumentError("give one of --by-config, --baselines and --slopes");
+  if (f.by_config || f.baselines || f.slopes || f.pairs || f.lr_scan) {
+    if (int{f.by_config} + int{f.baselines} + int{f.slopes} + int{f.pairs} + int{f.lr_scan} > 1) {
+      return absl::InvalidArgumentError(
+          "give one of --by-config, --baselines, --slopes, --pairs and --lr-scan");
     }
     ASSIGN_OR_RETURN(std::vector<JobResultRow> jobs, store->JobResultRows(f.sweep));
     PrintResult(f.by_config   ? ReplicateTable(jobs)
                 : f.baselines ? BaselineComparison(jobs)
+                : f.pairs     ? PairedDifferences(jobs)
+                : f.lr_scan   ? LrScanTable(jobs)
                               : LocalSlopes(jobs),
                 format, out);
     return absl::OkStatus();
@@ -584,6 +609,23 @@ void ExpandFlags(CLI::App* cmd, Flags& f) {
 void CheckFlags(CLI::App* cmd, Flags& f) {
   AddSpec(cmd, &f.spec);
   AddAllow(cmd, f);
+  CLI::Option* power =
+      cmd->add_flag("--power", f.power,
+                    "Simulate the design under an assumed X-MoD law: expected standard errors, "
+                    "lack-of-fit size, and how often advise picks the right configuration");
+  cmd->add_option("--noise", f.power_options.noise, "--power: relative seed noise per run")
+      ->capture_default_str()
+      ->needs(power);
+  cmd->add_option("--simulations", f.power_options.simulations, "--power: simulated sweeps")
+      ->capture_default_str()
+      ->needs(power);
+  cmd->add_option("--seed", f.power_options.seed, "--power: seed of the simulated noise")
+      ->capture_default_str()
+      ->needs(power);
+  cmd->add_option("--assume", f.assume,
+                  "--power: a parameter of the assumed law, NAME=VALUE (E, A, B, alpha, beta, "
+                  "eta, c_T, beta_T, c_s, psi), repeatable")
+      ->needs(power);
 }
 void SubmitFlags(CLI::App* cmd, Flags& f) {
   AddSpec(cmd, &f.spec);
@@ -607,6 +649,12 @@ void ResultsFlags(CLI::App* cmd, Flags& f) {
   cmd->add_flag("--slopes", f.slopes,
                 "Local slopes d ln L/d ln D at each scale and d ln L/d ln N at each budget, "
                 "with seed intervals");
+  cmd->add_flag("--pairs", f.pairs,
+                "Each routed configuration minus the dense runs of its scale, context and "
+                "budget, with seed error bars, FLOPs and capacity checks");
+  cmd->add_flag("--lr-scan", f.lr_scan,
+                "The lr scan (train.lr_scan): mean loss per family, scale and lr factor, and "
+                "the factor the laws read");
 }
 void CurvesFlags(CLI::App* cmd, Flags& f) {
   cmd->add_option("job", f.job, "Job id")->required();
@@ -698,9 +746,14 @@ void AdviseFlags(CLI::App* cmd, Flags& f) {
   AdviseCommandOptions& o = f.advise;
   cmd->add_option("sweep", o.sweep, "Sweep name")->required();
   cmd->add_option("--db", o.db, "SQLite database file")->required();
-  cmd->add_option("--compute", o.advise.compute, "Training FLOPs C (6 N_active D)")->required();
-  cmd->add_option("--context", o.advise.context, "Context length T (one the sweep ran)")
-      ->required();
+  cmd->add_option("--compute", o.advise.compute, "Training FLOPs C (6 N_active D)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--context", o.advise.context,
+                  "Context length T: one the sweep ran, or with --extrapolate another when it "
+                  "ran two or more")
+      ->required()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--n-active", o.advise.n_active,
                   "Active (FLOP-matched dense) parameters N; default: each configuration at its "
                   "compute-optimal N");

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "orchestrator/report/output.h"
+#include "orchestrator/report/report.h"
 #include "orchestrator/report/views.h"
 #include "orchestrator/scheduler/progress.h"
 
@@ -308,6 +309,7 @@ absl::StatusOr<nlohmann::json> CompareJson(StoreReader* store, const std::string
                         {"relative_pct", p.relative_pct}});
   }
   out["relative_to_dense"] = std::move(relative);
+  out["pairs"] = ResultJson(PairedDifferences(jobs));
   out["law_lines"] = nlohmann::json::array();
   out["isoflop"] = nlohmann::json::array();
   // The newest stored dense-law fit (xmod fit --law dense) draws the law.
@@ -355,6 +357,26 @@ absl::StatusOr<nlohmann::json> CompareJson(StoreReader* store, const std::string
                               {"loss", loss},
                               {"lowest", {{"n", p.lowest.first}, {"loss", p.lowest.second}}}});
   }
+  return out;
+}
+
+absl::StatusOr<nlohmann::json> AdviseJson(StoreReader* store, const std::string& sweep,
+                                          double compute, double context, int bootstrap,
+                                          bool extrapolate) {
+  if (bootstrap < 0 || bootstrap > 1000) {
+    return absl::InvalidArgumentError("bootstrap: expected 0 to 1000 refits");
+  }
+  ASSIGN_OR_RETURN(std::vector<JobResultRow> jobs, store->JobResultRows(sweep));
+  AdviseOptions options;
+  options.compute = compute;
+  options.context = context;
+  options.bootstrap = bootstrap;
+  options.extrapolate = extrapolate;
+  int runs = 0;
+  ASSIGN_OR_RETURN(Advice advice, AdviseSweep(*store, sweep, options, "auto", &runs));
+  nlohmann::json out = xmod::AdviceJson(advice);
+  out["sweep"] = sweep;
+  out["runs"] = runs;
   return out;
 }
 

@@ -47,9 +47,20 @@ absl::StatusOr<nlohmann::json> SweepCurvesJson(StoreReader* store, const std::st
 // sweep's succeeded runs: relative_to_dense (each sparse run against its
 // FLOP-matched dense run), and from the newest stored dense fit (`law`: fit_id,
 // params) the law's loss against training FLOPs at each dense N (law_lines) and
-// its isoFLOP profiles (isoflop); `law_missing` says why there is no law.
+// its isoFLOP profiles (isoflop); `law_missing` says why there is no law; and
+// `pairs`, the compute-matched paired differences of `xmod results --pairs` (one
+// object per routed configuration, seeds together, with its 95% interval).
 // NOT_FOUND for an unknown sweep.
 absl::StatusOr<nlohmann::json> CompareJson(StoreReader* store, const std::string& sweep);
+
+// /api/advise?sweep=&compute=&context=&bootstrap=: `xmod advise --format json` on
+// the sweep's finished runs (report.h AdviseSweep): compute and context default to
+// the largest the runs reached, bootstrap to 100 refits (at most 1000); `extrapolate`
+// (1) as --extrapolate. INVALID_ARGUMENT (400) for a malformed number or a
+// request outside the sweep's support, NOT_FOUND for an unknown sweep.
+absl::StatusOr<nlohmann::json> AdviseJson(StoreReader* store, const std::string& sweep,
+                                          double compute, double context, int bootstrap,
+                                          bool extrapolate);
 
 // /api/job?id=: the job's results row, its attempts, its checkpoints and its
 // resolved config (the job file). NOT_FOUND for an unknown job.

@@ -430,6 +430,10 @@ class CountingReader : public StoreReader {
     ++reads_;
     return store_->LatestFit(sweep, law);
   }
+  absl::StatusOr<SweepText> SweepSpecText(const std::string& sweep) override {
+    ++reads_;
+    return store_->SweepSpecText(sweep);
+  }
   absl::StatusOr<int64_t> SweepDataVersion(const std::string& sweep) override {
     return store_->SweepDataVersion(sweep);
   }

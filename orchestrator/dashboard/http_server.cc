@@ -197,6 +197,25 @@ std::vector<JsonRoute> JsonRoutes(StoreReader* store, Scheduler* scheduler) {
          ASSIGN_OR_RETURN(std::string sweep, Param(req, "sweep"));
          return CompareJson(store, sweep);
        }},
+      {"/api/advise", sweep_version,
+       [store](const httplib::Request& req) -> absl::StatusOr<nlohmann::json> {
+         ASSIGN_OR_RETURN(std::string sweep, Param(req, "sweep"));
+         double compute = 0, context = 0;
+         int bootstrap = 100;
+         for (auto [name, value] :
+              {std::pair<const char*, double*>{"compute", &compute}, {"context", &context}}) {
+           if (req.has_param(name) &&
+               (!absl::SimpleAtod(req.get_param_value(name), value) || !(*value > 0))) {
+             return absl::InvalidArgumentError(absl::StrCat(name, ": expected a positive number"));
+           }
+         }
+         if (req.has_param("bootstrap") &&
+             !absl::SimpleAtoi(req.get_param_value("bootstrap"), &bootstrap)) {
+           return absl::InvalidArgumentError("bootstrap: expected an integer");
+         }
+         return AdviseJson(store, sweep, compute, context, bootstrap,
+                           req.get_param_value("extrapolate") == "1");
+       }},
       {"/api/fits", sweep_version,
        [store](const httplib::Request& req) -> absl::StatusOr<nlohmann::json> {
          ASSIGN_OR_RETURN(std::string sweep, Param(req, "sweep"));

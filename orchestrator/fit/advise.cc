@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "orchestrator/fit/dense_context_law.h"
 #include "orchestrator/fit/law_registry.h"
 #include "orchestrator/fit/stages.h"
 
@@ -75,21 +76,34 @@ std::vector<Configuration> Configurations(const std::vector<LawPoint>& points) {
   return out;
 }
 
-// A fitted law reduced to what prediction needs; one per refit.
-LawReport Model(const LawReport& full, const BootstrapRefit* refit) {
+// A fitted law reduced to what prediction needs; one per refit (`b`, or -1 for
+// the full fit). `context_law` (the dense-context law, or null) supplies the dense
+// reference at `context` when the law has none there (a context the sweep did not
+// run).
+LawReport Model(const LawReport& full, int b, const LawReport* context_law, double context) {
   LawReport m;
   m.law = full.law;
   m.method = full.method;
+  const BootstrapRefit* refit = b >= 0 ? &full.refits[b] : nullptr;
   m.fit.raw = refit != nullptr ? refit->raw : full.fit.raw;
+  bool at_context = false;
   for (const ContextFit& c : full.dense) {
     ContextFit d;
     d.context = c.context;
     d.fit.raw = c.fit.raw;
     if (refit != nullptr) {
-      for (const auto& [context, raw] : refit->dense_raw) {
-        if (context == c.context) d.fit.raw = raw;
+      for (const auto& [t, raw] : refit->dense_raw) {
+        if (t == c.context) d.fit.raw = raw;
       }
     }
+    at_context |= c.context == context;
+    m.dense.push_back(std::move(d));
+  }
+  if (!at_context && context_law != nullptr && !full.dense.empty()) {
+    ContextFit d;
+    d.context = context;
+    d.fit.raw = DenseContextLaw::DenseAt(b >= 0 ? context_law->refits[b].raw : context_law->fit.raw,
+                                         context);
     m.dense.push_back(std::move(d));
   }
   return m;
@@ -132,7 +146,8 @@ Best Optimise(const LawReport& model, const Configuration& c, const Search& s, d
 // The laws behind a ranking: which fitted law predicts each configuration.
 struct Ranking {
   std::vector<const Configuration*> configurations;
-  std::vector<const LawReport*> laws;  // per configuration
+  std::vector<const LawReport*> laws;      // per configuration
+  const LawReport* context_law = nullptr;  // the dense reference at an unrun context
 };
 
 struct Ranked {
@@ -148,6 +163,9 @@ Ranked Rank(const Ranking& ranking, const Search& search, const AdviseOptions& o
   const size_t n = ranking.configurations.size();
   size_t refits = std::numeric_limits<size_t>::max();
   for (const LawReport* law : ranking.laws) refits = std::min(refits, law->refits.size());
+  if (ranking.context_law != nullptr) {
+    refits = std::min(refits, ranking.context_law->refits.size());
+  }
   out.refits = static_cast<int>(refits);
   const Configuration* dense = nullptr;
   for (const Configuration* c : ranking.configurations) {
@@ -158,7 +176,9 @@ Ranked Rank(const Ranking& ranking, const Search& search, const AdviseOptions& o
     return dense != nullptr ? Optimise(model, *dense, search, o.compute, o.context).loss : kInf;
   };
   std::map<const LawReport*, LawReport> full_models;
-  for (const LawReport* law : ranking.laws) full_models.emplace(law, Model(*law, nullptr));
+  for (const LawReport* law : ranking.laws) {
+    full_models.emplace(law, Model(*law, -1, ranking.context_law, o.context));
+  }
   std::map<const LawReport*, double> full_dense;
   for (auto& [law, model] : full_models) full_dense[law] = dense_loss(model);
   for (size_t i = 0; i < n; ++i) {
@@ -181,7 +201,7 @@ Ranked Rank(const Ranking& ranking, const Search& search, const AdviseOptions& o
     std::map<const LawReport*, double> dense_at;
     for (const LawReport* law : ranking.laws) {
       if (models.count(law) > 0) continue;
-      models.emplace(law, Model(*law, &law->refits[b]));
+      models.emplace(law, Model(*law, static_cast<int>(b), ranking.context_law, o.context));
       dense_at[law] = dense_loss(models.at(law));
     }
     size_t winner = n;
@@ -389,6 +409,23 @@ void HoldOut(const std::vector<LawPoint>& points, const std::string& moe_law,
       h.holds = h.agrees || (h.noise > 0 && chosen->observed - best->observed <= 2.0 * h.noise);
     }
   }
+  // The dense reference's forms: held-out error only (they rank nothing).
+  for (FormAdvice& form : advice->dense_forms) {
+    if (!form.fitted) continue;
+    absl::StatusOr<LawReport> fitted = FitLaw(form.law, fit_points, o, 0);
+    if (!fitted.ok()) continue;
+    double squares = 0.0;
+    int count = 0;
+    for (const LawPoint& x : held) {
+      if (!x.dense()) continue;
+      const double p = PredictOr(*fitted, x);
+      if (!std::isfinite(p)) continue;
+      squares += std::pow(std::log(x.loss) - std::log(p), 2);
+      ++count;
+    }
+    form.holdout_points = count;
+    form.holdout_rmse = count > 0 ? std::sqrt(squares / count) : -1.0;
+  }
   if (!h.available && h.why.empty()) h.why = "no law could be refitted without that scale";
 }
 
@@ -459,59 +496,11 @@ void Verdict(Advice* a) {
   a->verdict = absl::StrJoin(parts, "; ");
 }
 
-}  // namespace
-
-LawPoint Configuration::At(double n, double d, double context) const {
-  LawPoint x;
-  x.n = n;
-  x.d = d;
-  x.loss = 1.0;
-  x.context = context;
-  x.family = family;
-  x.capacity = capacity;
-  x.stride = stride;
-  x.expansion = expansion;
-  x.n_total = n * total_ratio;
-  double nearest = kInf;
-  for (const auto& [runs_n, l] : layers) {
-    const double distance = std::abs(std::log(runs_n / n));
-    if (distance < nearest) {
-      nearest = distance;
-      x.layers = l;
-    }
-  }
-  return x;
-}
-
-absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOptions& o) {
-  Advice a;
-  a.options = o;
-  if (!(o.compute > 0) || !std::isfinite(o.compute)) {
-    return absl::InvalidArgumentError("--compute: a positive number of training FLOPs is needed");
-  }
-  if (!(o.n_active >= 0) || !std::isfinite(o.n_active)) {
-    return absl::InvalidArgumentError("--n-active: must be a positive number of parameters");
-  }
-  if (!(o.confidence > 0 && o.confidence < 1)) {
-    return absl::InvalidArgumentError("confidence must be in (0, 1)");
-  }
-  if (o.bootstrap < 0) return absl::InvalidArgumentError("--bootstrap: must be >= 0");
-  std::vector<LawPoint> points;
-  for (const LawPoint& x : all) {
-    if (x.Valid()) points.push_back(x);
-  }
-  const std::vector<Configuration> configurations = Configurations(points);
-  bool any_dense = false, any_xmod = false, any_moe = false;
-  for (const Configuration& c : configurations) {
-    any_dense |= c.family == "dense";
-    any_xmod |= c.family == "xmod";
-    any_moe |= c.family == "moe";
-  }
-  if (!any_dense) {
-    return absl::InvalidArgumentError(
-        "no dense runs: every configuration is judged against the FLOP-matched dense model");
-  }
-  // The support.
+// The runs' support (into `a`), the N_active range searched at C, and how far
+// outside the support the request is (refused unless extrapolating).
+absl::StatusOr<Search> Support(const std::vector<LawPoint>& points, const AdviseOptions& o,
+                               Advice* out) {
+  Advice& a = *out;
   std::set<double> contexts;
   a.n_min = a.compute_min = a.tpp_min = kInf;
   for (const LawPoint& x : points) {
@@ -524,17 +513,29 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
     a.compute_max = std::max(a.compute_max, 6.0 * x.n * x.d);
   }
   a.contexts.assign(contexts.begin(), contexts.end());
+  std::vector<std::string> outside;
   if (contexts.count(o.context) == 0) {
     std::vector<std::string> ran;
     for (double t : a.contexts) ran.push_back(absl::StrFormat("%g", t));
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--context ", absl::StrFormat("%g", o.context),
-        ": the sweep ran T = ", absl::StrJoin(ran, ", "),
-        " only; the laws' dense reference is fitted per context, so another context cannot be "
-        "answered (not even with --extrapolate): run the sweep at that context"));
+    if (contexts.size() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--context ", absl::StrFormat("%g", o.context),
+          ": the sweep ran T = ", absl::StrJoin(ran, ", "),
+          " only; another context needs the dense law with a context term, which needs runs "
+          "at two or more contexts (not even --extrapolate answers it): run the sweep at that "
+          "context"));
+    }
+    const double near =
+        *std::min_element(a.contexts.begin(), a.contexts.end(), [&](double x, double y) {
+          return std::abs(std::log(x / o.context)) < std::abs(std::log(y / o.context));
+        });
+    outside.push_back(absl::StrFormat(
+        "T = %g was not run (the sweep ran T = %s; nearest %g, %.3gx away): its dense "
+        "reference comes from the dense-context law",
+        o.context, absl::StrJoin(ran, ", "), near,
+        o.context > near ? o.context / near : near / o.context));
   }
   // How far outside the support, refused unless extrapolating.
-  std::vector<std::string> outside;
   if (o.compute > a.compute_max * 1.0000001) {
     outside.push_back(absl::StrFormat("C = %s FLOPs is %.3gx the largest compute run (%s)",
                                       Sci(o.compute), o.compute / a.compute_max,
@@ -583,6 +584,100 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
           ": outside what the sweep supports; pass --extrapolate to predict there anyway"));
     }
     a.extrapolation = absl::StrJoin(outside, "; ");
+  }
+
+  return search;
+}
+
+}  // namespace
+
+LawPoint Configuration::At(double n, double d, double context) const {
+  LawPoint x;
+  x.n = n;
+  x.d = d;
+  x.loss = 1.0;
+  x.context = context;
+  x.family = family;
+  x.capacity = capacity;
+  x.stride = stride;
+  x.expansion = expansion;
+  x.n_total = n * total_ratio;
+  double nearest = kInf;
+  for (const auto& [runs_n, l] : layers) {
+    const double distance = std::abs(std::log(runs_n / n));
+    if (distance < nearest) {
+      nearest = distance;
+      x.layers = l;
+    }
+  }
+  return x;
+}
+
+absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOptions& o) {
+  Advice a;
+  a.options = o;
+  if (!(o.compute > 0) || !std::isfinite(o.compute)) {
+    return absl::InvalidArgumentError("--compute: a positive number of training FLOPs is needed");
+  }
+  if (!(o.n_active >= 0) || !std::isfinite(o.n_active)) {
+    return absl::InvalidArgumentError("--n-active: must be a positive number of parameters");
+  }
+  if (!(o.confidence > 0 && o.confidence < 1)) {
+    return absl::InvalidArgumentError("confidence must be in (0, 1)");
+  }
+  if (o.bootstrap < 0) return absl::InvalidArgumentError("--bootstrap: must be >= 0");
+  if (!(o.context > 0) || !std::isfinite(o.context)) {
+    return absl::InvalidArgumentError("--context: a positive context length T is needed");
+  }
+  std::vector<LawPoint> points;
+  for (const LawPoint& x : all) {
+    if (x.Valid()) points.push_back(x);
+  }
+  const std::vector<Configuration> configurations = Configurations(points);
+  bool any_dense = false, any_xmod = false, any_moe = false;
+  for (const Configuration& c : configurations) {
+    any_dense |= c.family == "dense";
+    any_xmod |= c.family == "xmod";
+    any_moe |= c.family == "moe";
+  }
+  if (!any_dense) {
+    return absl::InvalidArgumentError(
+        "no dense runs: every configuration is judged against the FLOP-matched dense model");
+  }
+  ASSIGN_OR_RETURN(const Search search, Support(points, o, &a));
+  a.context_from_law =
+      std::find(a.contexts.begin(), a.contexts.end(), o.context) == a.contexts.end();
+
+  // The dense reference's two forms, when the runs span two or more contexts: the
+  // one with a context term answers a context the sweep did not run.
+  std::optional<LawReport> context_law;
+  if (a.contexts.size() >= 2) {
+    for (const std::string law : {"dense", "dense-context"}) {
+      FormAdvice f;
+      f.law = law;
+      const bool answers = law != "dense" && a.context_from_law;
+      absl::StatusOr<LawReport> fitted = FitLaw(law, points, o, answers ? o.bootstrap : 0);
+      if (!fitted.ok()) {
+        f.error = std::string(fitted.status().message());
+        if (answers) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--context ", absl::StrFormat("%g", o.context),
+                           ": the dense law with a context term could not be fitted: ", f.error));
+        }
+      } else {
+        f.fitted = true;
+        f.information = fitted->information;
+        f.lack_of_fit = fitted->lack_of_fit;
+        f.on_bound = fitted->on_bound;
+        if (law != "dense") {
+          a.kappa = fitted->fit.params.at("kappa");
+          const auto interval = fitted->intervals.find("kappa");
+          if (interval != fitted->intervals.end()) a.kappa_interval = interval->second;
+          context_law = std::move(*fitted);
+        }
+      }
+      a.dense_forms.push_back(f);
+    }
   }
 
   // The laws: each X-MoD form, the MoE law, or the dense law alone.
@@ -635,6 +730,7 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
   // The ranking under each form (the other configurations' laws unchanged).
   auto ranking_for = [&](const LawReport* form) {
     Ranking r;
+    if (a.context_from_law) r.context_law = &*context_law;
     const LawReport* dense_by = form != nullptr ? form : dense_law;
     for (const Configuration& c : configurations) {
       const LawReport* law = c.family == "dense" ? dense_by : c.family == "xmod" ? form : moe;
@@ -677,7 +773,11 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
                                      "(the optimum may lie outside what the sweep ran)"));
     }
   }
-  HoldOut(points, moe != nullptr ? "moe" : "", o, &a);
+  if (o.holdout) {
+    HoldOut(points, moe != nullptr ? "moe" : "", o, &a);
+  } else {
+    a.holdout.why = "not asked for";
+  }
   Verdict(&a);
   return a;
 }
@@ -705,8 +805,7 @@ nlohmann::json AdviceJson(const Advice& a) {
                     {"at_edge", r.at_edge},
                     {"runs", c.runs}});
   }
-  nlohmann::json forms = nlohmann::json::array();
-  for (const FormAdvice& f : a.forms) {
+  auto form_json = [](const FormAdvice& f) {
     nlohmann::json j = {{"law", f.law}, {"fitted", f.fitted}};
     if (!f.fitted) {
       j["error"] = f.error;
@@ -722,8 +821,12 @@ nlohmann::json AdviceJson(const Advice& a) {
       j["best"] = f.best;
       j["p_best"] = f.p_best;
     }
-    forms.push_back(j);
-  }
+    return j;
+  };
+  nlohmann::json forms = nlohmann::json::array();
+  for (const FormAdvice& f : a.forms) forms.push_back(form_json(f));
+  nlohmann::json dense_forms = nlohmann::json::array();
+  for (const FormAdvice& f : a.dense_forms) dense_forms.push_back(form_json(f));
   nlohmann::json holdout = {{"available", a.holdout.available}};
   if (!a.holdout.available) {
     holdout["why"] = a.holdout.why;
@@ -756,6 +859,10 @@ nlohmann::json AdviceJson(const Advice& a) {
           {"refits", a.refits},
           {"configurations", rows},
           {"forms", forms},
+          {"dense_forms", dense_forms},
+          {"kappa", a.dense_forms.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.kappa)},
+          {"kappa_interval", interval(a.kappa_interval)},
+          {"context_from_law", a.context_from_law},
           {"answer_changes_between_forms", a.answer_changes},
           {"support",
            {{"compute", {a.compute_min, a.compute_max}},
@@ -767,6 +874,29 @@ nlohmann::json AdviceJson(const Advice& a) {
           {"decision_holdout", holdout},
           {"notes", a.notes},
           {"verdict", a.verdict}};
+}
+
+}  // namespace xmod
+
+namespace xmod {
+
+absl::StatusOr<std::string> BestConfiguration(const LawReport& model,
+                                              const std::vector<LawPoint>& points,
+                                              const AdviseOptions& o) {
+  Advice a;
+  ASSIGN_OR_RETURN(const Search search, Support(points, o, &a));
+  std::string best;
+  double lowest = kInf;
+  for (const Configuration& c : Configurations(points)) {
+    if (c.family != "dense" && c.family != "xmod") continue;
+    const double loss = Optimise(model, c, search, o.compute, o.context).loss;
+    if (loss < lowest) {
+      lowest = loss;
+      best = c.name;
+    }
+  }
+  if (best.empty()) return absl::InvalidArgumentError("no configuration could be predicted");
+  return best;
 }
 
 }  // namespace xmod

@@ -43,6 +43,7 @@ struct AdviseOptions {
   std::vector<std::string> forms = {"xmod", "xmod-scaled"};
   // Parameters frozen per law (the sweep's design.fix): law -> reported name -> value.
   std::map<std::string, std::map<std::string, double>> fixed;
+  bool holdout = true;  // re-make the decision without the largest decisive scale
 };
 
 // A configuration one could train, as the sweep ran it.
@@ -123,7 +124,16 @@ struct Advice {
   std::vector<ConfigurationAdvice> rows;  // by predicted loss
   int refits = 0;                         // refits behind intervals and probabilities
   std::vector<FormAdvice> forms;
-  bool answer_changes = false;  // whether the fitted forms pick different configurations
+  // The dense reference's two forms when the runs span two or more contexts: the
+  // dense law per context ("dense") and one law with a context term
+  // ("dense-context"), each with its information criterion and lack of fit on the
+  // dense runs; `kappa` is the context exponent of the second (with its interval
+  // over the refits when it answers a context the sweep did not run).
+  std::vector<FormAdvice> dense_forms;
+  double kappa = 0.0;
+  Interval kappa_interval;
+  bool context_from_law = false;  // T was not run: its dense reference is dense-context's
+  bool answer_changes = false;    // whether the fitted forms pick different configurations
   // What the sweep supports: the fitted runs' ranges.
   double compute_min = 0.0, compute_max = 0.0;
   double n_min = 0.0, n_max = 0.0;
@@ -142,6 +152,14 @@ struct Advice {
 absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& points, const AdviseOptions& options);
 
 nlohmann::json AdviceJson(const Advice& advice);
+
+// The dense or X-MoD configuration of `points` with the lowest loss under `model`
+// (a fitted law, or a truth written as one: law, method, fit.raw and the dense law
+// per context) at the options' compute and context, searched as Advise searches.
+// What the power check compares advise's pick with.
+absl::StatusOr<std::string> BestConfiguration(const LawReport& model,
+                                              const std::vector<LawPoint>& points,
+                                              const AdviseOptions& options);
 
 }  // namespace xmod
 

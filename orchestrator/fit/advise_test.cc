@@ -253,5 +253,98 @@ TEST(Advise, AFixedActiveSizeIsKeptForEveryConfiguration) {
   }
 }
 
+// Dense and X-MoD runs at T = 512 and 1024 whose dense part carries a context
+// factor (T/1024)^-kappa; with `interacting`, alpha also differs between the two
+// contexts (0.34 at 1024, 0.30 at 512), which no single context term can follow.
+std::vector<LawPoint> TwoContexts(double kappa, bool interacting, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<LawPoint> points;
+  for (double t : {512.0, 1024.0}) {
+    std::vector<double> truth = kConstantTruth;
+    for (int k = 0; k < 3; ++k) truth[k] -= kappa * std::log(t / 1024.0);
+    if (interacting && t == 512.0) truth[3] = 0.30;
+    for (const auto& [scale, n] :
+         std::vector<std::pair<std::string, double>>{{"s1", 2e6}, {"s2", 6e6}, {"s3", 2e7}}) {
+      std::vector<LawPoint> at;
+      for (double tpp : {10.0, 20.0, 40.0}) at.push_back(Point(n, tpp, 1, 1));
+      for (double tpp : {10.0, 40.0}) at.push_back(Point(n, tpp, 0.5, 2));
+      for (LawPoint x : at) {
+        x.context = t;
+        for (int s = 0; s < 2; ++s) {
+          LawPoint y = x;
+          y.scale = scale;
+          y.loss = std::exp(XModLaw::LogLoss(truth.data(), x)) * std::exp(0.003 * normal(rng));
+          y.config = absl::StrFormat("%s/%g/%g/%g", scale, x.d / x.n, x.capacity, t);
+          y.id = absl::StrCat(y.config, "/", s);
+          points.push_back(y);
+        }
+      }
+    }
+  }
+  return points;
+}
+
+TEST(Advise, AContextTheSweepDidNotRunIsAnsweredByTheContextLawWhenExtrapolating) {
+  const double kappa = 0.05;
+  const std::vector<LawPoint> points = TwoContexts(kappa, false, 11);
+  AdviseOptions o = Options(6.0 * 6e6 * 20 * 6e6);
+  o.context = 2048;
+  o.bootstrap = 20;
+  o.holdout = false;
+  absl::StatusOr<Advice> a = Advise(points, o);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("T = 2048 was not run"), std::string::npos) << a.status();
+  EXPECT_NE(a.status().message().find("--extrapolate"), std::string::npos);
+  o.extrapolate = true;
+  a = Advise(points, o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->context_from_law);
+  EXPECT_NE(a->verdict.find("EXTRAPOLATED"), std::string::npos) << a->verdict;
+  ASSERT_EQ(a->dense_forms.size(), 2u);
+  EXPECT_TRUE(a->dense_forms[0].fitted && a->dense_forms[1].fitted) << a->dense_forms[1].error;
+  EXPECT_NEAR(a->kappa, kappa, 0.01);
+  EXPECT_LE(a->kappa_interval.low, a->kappa_interval.high);
+  // The dense row's prediction at T = 2048 is the truth's there, within 1%.
+  std::vector<double> truth = kConstantTruth;
+  for (int k = 0; k < 3; ++k) truth[k] -= kappa * std::log(2.0);
+  bool found = false;
+  for (const ConfigurationAdvice& r : a->rows) {
+    if (r.configuration.family != "dense") continue;
+    found = true;
+    LawPoint x = Point(r.n_active, r.tokens / r.n_active, 1, 1);
+    x.context = 2048;
+    EXPECT_NEAR(r.loss / std::exp(XModLaw::LogLoss(truth.data(), x)), 1.0, 0.01);
+  }
+  EXPECT_TRUE(found);
+  // At a context it ran, the table uses the dense law fitted there.
+  o.context = 1024;
+  o.extrapolate = false;
+  a = Advise(points, o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->context_from_law);
+  EXPECT_TRUE(a->extrapolation.empty());
+}
+
+TEST(Advise, TheDenseFormsCompeteOnTheirInformationCriterion) {
+  AdviseOptions o = Options(6.0 * 6e6 * 20 * 6e6);
+  o.bootstrap = 0;
+  o.holdout = false;
+  // A context effect that changes alpha: the per-context reference wins and the
+  // single context term is rejected by the replicates.
+  absl::StatusOr<Advice> a = Advise(TwoContexts(0.05, true, 12), o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->dense_forms.size(), 2u);
+  ASSERT_TRUE(a->dense_forms[0].fitted && a->dense_forms[1].fitted);
+  EXPECT_LT(a->dense_forms[0].information.aic, a->dense_forms[1].information.aic);
+  EXPECT_TRUE(a->dense_forms[1].lack_of_fit.available);
+  EXPECT_TRUE(a->dense_forms[1].lack_of_fit.rejected) << a->dense_forms[1].lack_of_fit.p_value;
+  // A pure context factor: the context term is not rejected.
+  a = Advise(TwoContexts(0.05, false, 13), o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(a->dense_forms[1].fitted);
+  EXPECT_FALSE(a->dense_forms[1].lack_of_fit.rejected) << a->dense_forms[1].lack_of_fit.p_value;
+}
+
 }  // namespace
 }  // namespace xmod

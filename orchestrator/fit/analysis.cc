@@ -225,6 +225,10 @@ absl::StatusOr<std::vector<LawPoint>> HoldOutLargest(const std::vector<LawPoint>
 // extras' own flags and the dense reference's per context (unless fitted jointly).
 void FlagBounds(const LawSpec& law, const Fixed& fixed, LawReport* report) {
   report->on_bound.clear();
+  if (report->method == "across-contexts") {
+    report->on_bound = OnBound(report->fit.raw, law.parameters, law.bounds, fixed.all);
+    return;
+  }
   if (!law.two_stage) {
     for (const ContextFit& c : report->dense) {
       for (const std::string& name : c.on_bound) {
@@ -393,7 +397,7 @@ absl::StatusOr<Fixed> CheckOptions(const AnalysisOptions& options, const LawSpec
 absl::StatusOr<double> LawReport::Predict(const LawPoint& x) const {
   const LawSpec* spec = FindLaw(law);
   if (spec == nullptr) return absl::InvalidArgumentError(UnknownLaw(law));
-  if (method == "joint") return PredictLoss(law, fit.raw, x);
+  if (method == "joint" || method == "across-contexts") return PredictLoss(law, fit.raw, x);
   if (!spec->two_stage || x.dense()) {
     const ContextFit* c = AtContext(dense, x.context);
     if (c == nullptr) {

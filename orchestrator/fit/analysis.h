@@ -86,8 +86,10 @@ struct InformationCriterion {
 };
 
 struct LawReport {
-  std::string law;     // "dense", "xmod" or "moe"
-  std::string method;  // "single", "per-context", "two-stage" or "joint"
+  std::string law;  // "dense", "xmod" or "moe"
+  // "single", "per-context", "two-stage", "joint" or "across-contexts" (one fit
+  // of a law with a context term over every context; `dense` is then empty)
+  std::string method;
   // The final parameters; objective and rmse over every fitted point. With a dense
   // reference per context, the dense part of `fit` is the first context's; the
   // other contexts are in `dense` (use Predict, not the raw vector, to predict).

@@ -98,6 +98,7 @@ struct LawPoint {
 struct SweepFamilies {
   std::set<std::string> blocks;
   std::set<std::string> baselines;
+  std::set<double> contexts;  // the contexts its grid runs
   bool Has(const std::string& family) const {
     return blocks.count(family) > 0 || baselines.count(family) > 0;
   }
@@ -124,6 +125,9 @@ struct LawDefaults {
   // the dense law and the laws built on it, whose designs need a dense law at
   // every context they span; 0 for a law with nothing of the dense law in it.
   static constexpr int kDenseParameters = 0;
+  // One fit over every context of its points (a law with a context term), not
+  // one per context.
+  static constexpr bool kAcrossContexts = false;
   // Whether reported parameter k is exp(internal) (A, B, E), for --fix.
   static bool LogScaled(int /*k*/) { return false; }
   // The sweep families whose succeeded runs become its points ...

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "orchestrator/fit/dense_context_law.h"
 #include "orchestrator/fit/dense_law.h"
 #include "orchestrator/fit/make_law.h"
 #include "orchestrator/fit/moe_law.h"
@@ -14,10 +15,8 @@ namespace {
 // The table: one row per law. A new law is its header and a row here.
 std::vector<LawSpec>* Table() {
   static std::vector<LawSpec>* const table = new std::vector<LawSpec>{
-      MakeLawSpec<DenseLaw>(),
-      MakeLawSpec<XModLaw>(),
-      MakeLawSpec<MoeLaw>(),
-      MakeLawSpec<XModScaledLaw>(),
+      MakeLawSpec<DenseLaw>(),      MakeLawSpec<XModLaw>(),         MakeLawSpec<MoeLaw>(),
+      MakeLawSpec<XModScaledLaw>(), MakeLawSpec<DenseContextLaw>(),
   };
   return table;
 }

@@ -15,6 +15,8 @@ template <typename Law>
 LawSpec MakeLawSpec() {
   static_assert(Law::kDenseParameters == 0 || Law::kDenseParameters == DenseLaw::kParameters,
                 "a law either starts with the dense law's five parameters or has none of them");
+  static_assert(!(Law::kTwoStage && Law::kAcrossContexts),
+                "a two-stage law's reference is fitted per context");
   static_assert(!Law::kTwoStage || Law::kDenseParameters == DenseLaw::kParameters,
                 "a two-stage law fits its extras against the dense law");
   LawSpec s;
@@ -39,6 +41,8 @@ LawSpec MakeLawSpec() {
   s.log_loss = [](const double* raw, const LawPoint& x) { return Law::LogLoss(raw, x); };
   if constexpr (Law::kTwoStage) {
     s.fit = &FitTwoStage<Law>;
+  } else if constexpr (Law::kAcrossContexts) {
+    s.fit = &FitAcrossContexts<Law>;
   } else {
     s.fit = &FitSingleStage<Law>;
   }

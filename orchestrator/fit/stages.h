@@ -126,6 +126,25 @@ absl::StatusOr<Fitted> FitSingleStage(const std::vector<LawPoint>& points, bool 
   return out;
 }
 
+// A single-stage law with a context term: one fit over all its points, whatever
+// their contexts (method "across-contexts"; no per-context fits).
+template <typename Law>
+absl::StatusOr<Fitted> FitAcrossContexts(const std::vector<LawPoint>& points, bool /*joint*/,
+                                         const Fixed& fixed, const FitOptions& options,
+                                         const Fitted* previous) {
+  Fitted out;
+  out.method = "across-contexts";
+  absl::StatusOr<FitResult> r = FitLaw<Law>(points, options,
+                                            Starts(fixed.all, previous ? &previous->fit : nullptr,
+                                                   Law::StartGrid(), 0, Law::kParameters, {}));
+  if (!r.ok()) {
+    return absl::Status(r.status().code(), absl::StrCat(Law::Name(), " law (", points.size(),
+                                                        " runs): ", r.status().message()));
+  }
+  out.fit = *std::move(r);
+  return out;
+}
+
 // A law whose first five parameters are the dense law's (xmod, moe), fitted in two
 // stages: the dense law at each context on the dense runs, then the law's extras on
 // the other runs, each against the dense law of its context (frozen). With `joint`,

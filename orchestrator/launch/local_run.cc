@@ -23,6 +23,7 @@
 #include "orchestrator/coordinator/coordinator.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
+#include "orchestrator/report/slopes.h"
 #include "orchestrator/scheduler/progress.h"
 #include "orchestrator/scheduler/scheduler.h"
 #include "orchestrator/service/server.h"
@@ -143,6 +144,7 @@ class LocalRun {
   void StopGroups();
   // The results table, the laws (when runs support them) and the closing line.
   int Report();
+  void ReportDecision();
 
   int Fail(const absl::Status& s) {
     err << s.message() << "\n";
@@ -363,6 +365,63 @@ QueryResult RunResultsTable(const QueryResult& results) {
   return table;
 }
 
+// What the finished runs say beyond the laws: the compute-matched paired
+// differences with their seed error bars, the local slopes, and `xmod advise` at
+// the largest compute the sweep ran (its first context).
+void LocalRun::ReportDecision() {
+  absl::StatusOr<std::vector<JobResultRow>> jobs = coordinator->store().JobResultRows(spec.name);
+  if (!jobs.ok()) return;
+  const QueryResult pairs = PairedDifferences(*jobs);
+  if (!pairs.rows.empty()) {
+    out << "\npaired differences (each routed configuration minus the dense runs of its scale, "
+           "context and budget; causal loss; 95% from the pooled seed sd; xmod results --pairs "
+           "has every column):\n";
+    QueryResult shown;
+    std::vector<size_t> keep;
+    for (const char* column :
+         {"family", "scale", "sparsity", "stride", "experts", "seeds", "dense_seeds", "difference",
+          "diff_pct", "low_95", "high_95", "flops_ratio", "capacity_flag"}) {
+      for (size_t i = 0; i < pairs.columns.size(); ++i) {
+        if (pairs.columns[i] == column) keep.push_back(i);
+      }
+    }
+    for (size_t i : keep) shown.columns.push_back(pairs.columns[i]);
+    for (const auto& row : pairs.rows) {
+      std::vector<Value> r;
+      for (size_t i : keep) r.push_back(row[i]);
+      shown.rows.push_back(std::move(r));
+    }
+    PrintResult(shown, Format::kTable, out);
+  }
+  const QueryResult slopes = LocalSlopes(*jobs);
+  if (!slopes.rows.empty()) {
+    out << "\nlocal slopes (model-free, between neighbouring N or D; xmod results --slopes):\n";
+    PrintResult(slopes, Format::kTable, out);
+  }
+  std::vector<std::string> notes;
+  absl::StatusOr<std::vector<LawPoint>> points = AdvicePoints(*jobs, PointOptions{}, &notes);
+  if (!points.ok() || points->empty()) return;
+  AdviseOptions advise;
+  advise.bootstrap = 100;
+  for (const LawPoint& x : *points) {
+    advise.compute = std::max(advise.compute, 6.0 * x.n * x.d);
+    if (advise.context == 0 || x.context < advise.context) advise.context = x.context;
+  }
+  if (absl::StatusOr<DesignFix> fix = SweepDesignFix(coordinator->store(), spec.name); fix.ok()) {
+    advise.fixed = *fix;
+  }
+  out << fmt::format(
+      "\nxmod advise {} --db {} --compute {:.3g} --context {:g} (the largest compute run):\n",
+      spec.name, db_path, advise.compute, advise.context);
+  absl::StatusOr<Advice> advice = Advise(*points, advise);
+  if (!advice.ok()) {
+    out << "not advised: " << advice.status().message() << "\n";
+    return;
+  }
+  advice->notes.insert(advice->notes.end(), notes.begin(), notes.end());
+  PrintAdvice(*advice, out);
+}
+
 int LocalRun::Report() {
   if (auto results = coordinator->store().JobResults(spec.name); results.ok()) {
     out << "\n";
@@ -390,6 +449,7 @@ int LocalRun::Report() {
         out << "xmod fit --law " << law << ": not fitted: " << fitted.message() << "\n";
     }
   }
+  if (c.counts.at(JobState::kSucceeded) > 0 && !g_interrupted) ReportDecision();
   out << fmt::format("\nxmod run: {} succeeded, {} failed or cancelled, {} unfinished\n",
                      c.counts.at(JobState::kSucceeded), failed, left);
   if (left > 0 && !g_interrupted) {

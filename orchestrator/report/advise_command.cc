@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -115,6 +116,39 @@ void PrintAdvice(const Advice& a, std::ostream& out) {
     out << (a.answer_changes ? "the forms pick DIFFERENT configurations at C\n"
                              : "the forms pick the same configuration at C\n");
   }
+  if (!a.dense_forms.empty()) {
+    out << "\nthe dense reference's forms (on the dense runs; lower AIC is better): per context, "
+           "and one law with a context term L = (E + A/N^alpha + B/D^beta)(T/1024)^-kappa\n";
+    QueryResult f;
+    f.columns = {"form", "AIC", "params", "lack of fit p", "verdict", "held-out RMSE"};
+    for (const FormAdvice& form : a.dense_forms) {
+      if (!form.fitted) {
+        f.rows.push_back(
+            {form.law, Value(), Value(), Value(), "not fitted: " + form.error, Value()});
+        continue;
+      }
+      f.rows.push_back({form.law, form.information.aic,
+                        static_cast<int64_t>(form.information.parameters),
+                        form.lack_of_fit.available ? Value(form.lack_of_fit.p_value) : Value(),
+                        !form.lack_of_fit.available ? std::string("untestable")
+                        : form.lack_of_fit.rejected ? std::string("REJECTED")
+                                                    : std::string("not rejected"),
+                        form.holdout_rmse >= 0 ? Value(form.holdout_rmse) : Value()});
+    }
+    PrintResult(f, Format::kTable, out);
+    if (a.dense_forms.size() > 1 && a.dense_forms[1].fitted) {
+      out << fmt::format(
+          "kappa = {:.4g}{}", a.kappa,
+          a.context_from_law && a.refits > 0
+              ? fmt::format(" [{:.4g}, {:.4g}]", a.kappa_interval.low, a.kappa_interval.high)
+              : std::string());
+      out << (a.context_from_law
+                  ? fmt::format("; T = {:g} was not run: every prediction above reads its dense "
+                                "reference from this law (EXTRAPOLATED in T)\n",
+                                a.options.context)
+                  : std::string("; the table above uses the dense law fitted at T itself\n"));
+    }
+  }
   const DecisionHoldout& h = a.holdout;
   if (h.available) {
     out << fmt::format(
@@ -147,38 +181,50 @@ void PrintAdvice(const Advice& a, std::ostream& out) {
   out << "\nverdict: " << a.verdict << "\n";
 }
 
+absl::StatusOr<Advice> AdviseSweep(StoreReader& store, const std::string& sweep,
+                                   AdviseOptions options, const std::string& metric, int* runs) {
+  if (metric != "auto" && metric != "val_loss" && metric != "val_loss_causal") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metric ", metric, ": unknown metric (known: auto, val_loss, val_loss_causal)"));
+  }
+  ASSIGN_OR_RETURN(const std::vector<JobResultRow> jobs, store.JobResultRows(sweep));
+  PointOptions point_options;
+  point_options.metric = metric;
+  std::vector<std::string> notes;
+  ASSIGN_OR_RETURN(const std::vector<LawPoint> points, AdvicePoints(jobs, point_options, &notes));
+  if (points.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sweep '", sweep, "': no finished run a law reads yet (", jobs.size(), " jobs)"));
+  }
+  const bool largest_compute = options.compute == 0, largest_context = options.context == 0;
+  for (const LawPoint& x : points) {
+    if (largest_compute) options.compute = std::max(options.compute, 6.0 * x.n * x.d);
+    if (largest_context) options.context = std::max(options.context, x.context);
+  }
+  ASSIGN_OR_RETURN(options.fixed, SweepDesignFix(store, sweep));
+  ASSIGN_OR_RETURN(Advice advice, Advise(points, options));
+  advice.notes.insert(advice.notes.end(), notes.begin(), notes.end());
+  if (runs != nullptr) *runs = static_cast<int>(points.size());
+  return advice;
+}
+
 absl::Status RunAdviseCommand(const AdviseCommandOptions& o, std::ostream& out) {
   ASSIGN_OR_RETURN(Format format, ParseFormat(o.format));
   if (format == Format::kCsv) {
     return absl::InvalidArgumentError("--format: advise prints table or json");
   }
-  if (o.metric != "auto" && o.metric != "val_loss" && o.metric != "val_loss_causal") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--metric ", o.metric, ": unknown metric (known: auto, val_loss, val_loss_causal)"));
-  }
   SqliteStore::Options store_options;
   store_options.path = o.db;
   store_options.read_only = true;
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(store_options));
-  ASSIGN_OR_RETURN(const std::vector<JobResultRow> jobs, store->JobResultRows(o.sweep));
-  PointOptions point_options;
-  point_options.metric = o.metric;
-  std::vector<std::string> notes;
-  ASSIGN_OR_RETURN(const std::vector<LawPoint> points, AdvicePoints(jobs, point_options, &notes));
-  if (points.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sweep '", o.sweep, "': no finished run a law reads yet (", jobs.size(), " jobs)"));
-  }
-  AdviseOptions options = o.advise;
-  ASSIGN_OR_RETURN(options.fixed, SweepDesignFix(*store, o.sweep));
-  ASSIGN_OR_RETURN(Advice advice, Advise(points, options));
-  advice.notes.insert(advice.notes.end(), notes.begin(), notes.end());
+  int runs = 0;
+  ASSIGN_OR_RETURN(Advice advice, AdviseSweep(*store, o.sweep, o.advise, o.metric, &runs));
   if (format == Format::kJson) {
     nlohmann::json j = AdviceJson(advice);
     j["sweep"] = o.sweep;
     out << j.dump(2) << "\n";
   } else {
-    out << fmt::format("sweep '{}': {} runs read by the laws\n", o.sweep, points.size());
+    out << fmt::format("sweep '{}': {} runs read by the laws\n", o.sweep, runs);
     PrintAdvice(advice, out);
   }
   return absl::OkStatus();

@@ -240,7 +240,7 @@ std::vector<LawPoint> FitPoints(const std::vector<JobResultRow>& jobs,
   const std::vector<std::string> families =
       law != nullptr ? law->families : std::vector<std::string>{};
   std::vector<LawPoint> points;
-  for (const JobResultRow& j : jobs) {
+  for (const JobResultRow& j : BestLrRuns(jobs)) {
     if (j.state != JobState::kSucceeded || !j.Loss(options.metric).has_value()) continue;
     if (j.role == JobRole::kTrunk) continue;  // its loss is taken before any cooldown
     if (std::count(families.begin(), families.end(), std::string(FamilyName(j.family))) == 0) {
@@ -511,7 +511,7 @@ absl::StatusOr<int64_t> StoreFit(SqliteStore& store, const std::string& sweep,
 
 }  // namespace
 
-absl::StatusOr<DesignFix> SweepDesignFix(SqliteStore& store, const std::string& sweep) {
+absl::StatusOr<DesignFix> SweepDesignFix(StoreReader& store, const std::string& sweep) {
   ASSIGN_OR_RETURN(const SweepText text, store.SweepSpecText(sweep));
   absl::StatusOr<SweepSpec> spec = ParseSweepSpec(text.yaml, text.source);
   if (!spec.ok()) {

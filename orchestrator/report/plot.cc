@@ -257,6 +257,10 @@ class PlotRun {
   // 4. Sparse runs relative to their FLOP-matched dense baseline (same scale,
   // context and budget), across sparsity and stride.
   absl::Status XmodVsDense();
+  // 5. Compute-matched pairs (PairedDifferences): each routed configuration's
+  // mean loss minus its dense partners', with the 95% seed interval, one panel per
+  // family on its own sparsity axis, labelled with what the pair matches.
+  absl::Status Pairs();
 
   const PlotCommandOptions& o;
   std::optional<std::string> gnuplot;
@@ -561,6 +565,101 @@ absl::Status PlotRun::XmodVsDense() {
   return absl::OkStatus();
 }
 
+absl::Status PlotRun::Pairs() {
+  const QueryResult t = PairedDifferences(done);
+  if (t.rows.empty()) {
+    problems.push_back(
+        "pairs: no routed configuration has finished dense runs of the same scale, context and "
+        "budget");
+    return absl::OkStatus();
+  }
+  auto column = [&](const char* name) {
+    return static_cast<size_t>(std::find(t.columns.begin(), t.columns.end(), name) -
+                               t.columns.begin());
+  };
+  auto number = [](const Value& v) {
+    if (const double* d = std::get_if<double>(&v)) return *d;
+    if (const int64_t* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+    return std::nan("");
+  };
+  auto text = [](const Value& v) {
+    const std::string* s = std::get_if<std::string>(&v);
+    return s != nullptr ? *s : std::string();
+  };
+  const size_t family = column("family"), sparsity = column("sparsity"),
+               kind = column("sparsity_kind"), stride = column("stride"),
+               experts = column("experts"), pct = column("diff_pct"), low = column("low_95"),
+               high = column("high_95"), dense_loss = column("dense_loss"),
+               matched = column("matched"), flag = column("capacity_flag");
+  // family -> setting (stride or experts) -> rows
+  std::map<std::string, std::map<std::string, std::vector<const std::vector<Value>*>>> panels;
+  for (const auto& row : t.rows) {
+    const std::string setting = std::isnan(number(row[stride]))
+                                    ? text(row[experts])
+                                    : fmt::format("stride s={:g}", number(row[stride]));
+    panels[text(row[family])][setting].push_back(&row);
+  }
+  const std::map<std::string, std::string> names = {
+      {"xmod", "X-MoD"}, {"mod", "MoD"}, {"moe", "MoE"}, {"deco", "DECO"}};
+  std::ofstream data(plot.File("pairs.dat"));
+  std::ofstream gp(plot.File("pairs.gp"));
+  gp << plot.Header("pairs")
+     << fmt::format(
+            "set multiplot layout 1,{} title {}\n", panels.size(),
+            Quote(fmt::format("Sweep {}: compute-matched pairs, loss minus the dense runs of "
+                              "the same scale, context and budget (causal metric for routed "
+                              "runs; bars: 95% seed interval)",
+                              o.sweep)));
+  int block = 0;
+  for (const auto& [fam, settings] : panels) {
+    std::set<std::string> kinds, matches;
+    int flagged = 0;
+    std::string plots;
+    int k = 0;
+    for (const auto& [setting, rows] : settings) {
+      data << "# " << fam << " " << setting << "\n";
+      for (const auto* row : rows) {
+        const double base = number((*row)[dense_loss]);
+        const double lo = number((*row)[low]), hi = number((*row)[high]);
+        const double y = number((*row)[pct]);
+        data << fmt::format("{:.6g} {:.6g} {:.6g} {:.6g}\n", number((*row)[sparsity]), y,
+                            std::isnan(lo) ? y : 100.0 * lo / base,
+                            std::isnan(hi) ? y : 100.0 * hi / base);
+        kinds.insert(text((*row)[kind]));
+        matches.insert(text((*row)[matched]));
+        flagged += !text((*row)[flag]).empty();
+      }
+      data << "\n\n";
+      plots += fmt::format(
+          "{}'pairs.dat' index {} using 1:2:3:4 with yerrorbars pt 7 ps 1 lw 1.5 lc rgb '{}' "
+          "title {}",
+          plots.empty() ? "" : ", \\\n     ", block, kColours[(k + 3) % kNumColours],
+          Quote(setting));
+      ++block;
+      ++k;
+    }
+    const auto pretty = names.find(fam);
+    gp << fmt::format(
+              "set title {}\n",
+              Quote(fmt::format(
+                  "{}; matched: {}{}", pretty != names.end() ? pretty->second : fam,
+                  absl::StrJoin(matches, ", "),
+                  flagged > 0 ? fmt::format("; {} capacity flag(s)", flagged) : std::string())))
+       << fmt::format("set xlabel {}\n",
+                      Quote(fmt::format("sparsity: {}", absl::StrJoin(kinds, ", "))))
+       << "set ylabel 'loss minus dense (% of dense)'\nset offsets graph 0.1, graph 0.1, "
+          "graph 0.1, graph 0.1\nset key top left\n"
+       << "set arrow 1 from graph 0, first 0 to graph 1, first 0 nohead lc rgb '#444444' dt 2\n"
+       << "plot " << plots << "\n";
+  }
+  gp << "unset multiplot\n";
+  data.close();
+  gp.close();
+  RETURN_IF_ERROR(RunGnuplot(*gnuplot, plot.dir, "pairs.gp"));
+  written.push_back("pairs." + o.image);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
@@ -594,9 +693,10 @@ absl::Status RunPlotCommand(const PlotCommandOptions& o, std::ostream& out) {
   RETURN_IF_ERROR(run.LossVsFlops());
   RETURN_IF_ERROR(run.PredictedVsObserved());
   RETURN_IF_ERROR(run.XmodVsDense());
+  RETURN_IF_ERROR(run.Pairs());
   for (const std::string& w : run.written) out << (run.plot.dir / w).string() << "\n";
   if (!run.problems.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("wrote ", run.written.size(), " of 4 plots; ",
+    return absl::FailedPreconditionError(absl::StrCat("wrote ", run.written.size(), " of 5 plots; ",
                                                       absl::StrJoin(run.problems, "; ")));
   }
   return absl::OkStatus();

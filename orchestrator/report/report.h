@@ -44,7 +44,7 @@ absl::Status RunFitCommand(const FitCommandOptions& options, std::ostream& out);
 // A sweep's design.fix (law -> parameter -> value), read from the text it was
 // submitted with. NOT_FOUND for no such sweep.
 using DesignFix = std::map<std::string, std::map<std::string, double>>;
-absl::StatusOr<DesignFix> SweepDesignFix(SqliteStore& store, const std::string& sweep);
+absl::StatusOr<DesignFix> SweepDesignFix(StoreReader& store, const std::string& sweep);
 
 struct PlotCommandOptions {
   std::string sweep;
@@ -66,6 +66,15 @@ struct AdviseCommandOptions {
 };
 
 absl::Status RunAdviseCommand(const AdviseCommandOptions& options, std::ostream& out);
+
+// The advice on a stored sweep's finished runs (its design.fix applied), the
+// command's and the dashboard's: `metric` as --metric; a `compute` or `context`
+// of 0 in `options` becomes the largest training compute the runs reached
+// (6 · N_active · D) or their largest context. `runs` (optional) receives how
+// many runs the laws read. INVALID_ARGUMENT before any run finished.
+absl::StatusOr<Advice> AdviseSweep(StoreReader& store, const std::string& sweep,
+                                   AdviseOptions options, const std::string& metric,
+                                   int* runs = nullptr);
 
 // Which number of a job a law reads.
 struct PointOptions {
@@ -100,6 +109,37 @@ QueryResult ReplicateTable(const std::vector<JobResultRow>& jobs);
 // the laws read them), loss_ratio, params_ratio (total) and flops_ratio (training
 // FLOPs per token). A baseline whose matched job has no loss yet has empty cells.
 QueryResult BaselineComparison(const std::vector<JobResultRow>& jobs);
+
+// Compute-matched paired differences (pairs.cc): each routed configuration (X-MoD,
+// MoD, MoE, DECO, seeds together) beside the dense runs of its scale, context and
+// budget: mean losses (the causal metric for routed families), their difference
+// with a seed standard error from the sweep's pooled seed sd and a 95% interval,
+// the training-FLOPs ratio and whether that is matched within 1%, the total-
+// parameter ratio, and the realised capacity flagged when it exceeds the
+// nominal one by more than 5%.
+QueryResult PairedDifferences(const std::vector<JobResultRow>& jobs);
+
+// The lr scan's choice at one family and scale (train.lr_scan): the mean final
+// loss at each factor over the configurations that finished every factor, and
+// the factor with the lowest (1 when fewer than two factors finished everywhere).
+struct LrScanChoice {
+  std::string family, scale;
+  std::map<double, double> mean_loss;  // factor -> mean over the configurations
+  int configurations = 0;              // that scanned
+  double factor = 1.0;
+  bool complete = false;
+};
+
+// The runs the laws, pairs and slopes read: `jobs` as they are for a sweep without
+// an lr scan; with one, at each family and scale that scanned, each configuration
+// at the family's best factor there (its sweep lr where it has no finished run at
+// that factor), the other factors left out. `choices` (optional) gets the choices.
+std::vector<JobResultRow> BestLrRuns(const std::vector<JobResultRow>& jobs,
+                                     std::vector<LrScanChoice>* choices = nullptr);
+
+// `xmod results --lr-scan`: one row per family, scale and factor with its mean
+// loss, the chosen factor marked "best".
+QueryResult LrScanTable(const std::vector<JobResultRow>& jobs);
 
 // The points a law is fitted to: succeeded jobs of the law's families with a
 // final val_loss (MoD baselines use a different gate and DECO a different router;

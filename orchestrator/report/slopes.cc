@@ -7,6 +7,8 @@
 #include <map>
 #include <tuple>
 
+#include "orchestrator/report/report.h"
+
 namespace xmod {
 
 namespace {
@@ -69,7 +71,8 @@ void AddSlopes(const std::string& config, int64_t context, const std::string& al
 
 }  // namespace
 
-QueryResult LocalSlopes(const std::vector<JobResultRow>& jobs) {
+QueryResult LocalSlopes(const std::vector<JobResultRow>& all) {
+  const std::vector<JobResultRow> jobs = BestLrRuns(all);
   // (config, context, budget kind) → scale → D → cell; and → budget → N → cell.
   using Key = std::tuple<std::string, int64_t, std::string>;
   std::map<Key, std::map<std::string, std::map<double, Cell>>> along_d;

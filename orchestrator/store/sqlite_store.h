@@ -109,8 +109,7 @@ class SqliteStore : public StoreReader {
   // (`xmod curves`). NOT_FOUND for an unknown job.
   absl::StatusOr<QueryResult> JobCurve(const std::string& job_id);
 
-  // The text the sweep was last submitted with. NOT_FOUND for an unknown sweep.
-  absl::StatusOr<SweepText> SweepSpecText(const std::string& sweep);
+  absl::StatusOr<SweepText> SweepSpecText(const std::string& sweep) override;
   // Every sweep's name, in name order.
   absl::StatusOr<std::vector<std::string>> SweepNames();
   // The names of the sweeps holding any of `job_ids` (unknown ids hold none), in

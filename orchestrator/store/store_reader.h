@@ -56,6 +56,9 @@ class StoreReader {
   virtual absl::StatusOr<std::optional<FitRow>> LatestFit(const std::string& sweep,
                                                           const std::string& law) = 0;
 
+  // The text the sweep was last submitted with. NOT_FOUND for an unknown sweep.
+  virtual absl::StatusOr<SweepText> SweepSpecText(const std::string& sweep) = 0;
+
   // A number that grows whenever anything this reader returns about the sweep
   // changes: its text, its jobs' states, attempts, metrics and checkpoints, its
   // fits. Read before the data it stands for, an unchanged number means an

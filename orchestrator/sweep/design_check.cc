@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -13,6 +14,26 @@
 #include "orchestrator/fit/law_registry.h"
 
 namespace xmod {
+
+LawPoint PlannedPoint(const ResolvedJob& j) {
+  LawPoint x;
+  x.id = j.file.id;
+  x.family = std::string(FamilyName(j.file.shape.family));
+  x.n = static_cast<double>(j.n_params_active);
+  x.n_total = static_cast<double>(j.n_params_total);
+  x.d = static_cast<double>(j.tokens_trained());
+  x.context = static_cast<double>(j.file.shape.context);
+  x.capacity =
+      static_cast<double>(j.file.routed_tokens) / static_cast<double>(j.file.shape.context);
+  x.stride = static_cast<double>(j.file.shape.stride);
+  x.layers = static_cast<double>(j.file.shape.n_layers);
+  const ExpertShape& e = j.file.shape.experts;
+  if (e.experts > 0) {
+    x.extra["granularity"] = static_cast<double>(j.file.shape.d_ff / std::max<int64_t>(1, e.width));
+    if (e.top_k > 0) x.expansion = static_cast<double>(e.experts) / static_cast<double>(e.top_k);
+  }
+  return x;
+}
 
 namespace {
 
@@ -72,6 +93,7 @@ class Checker {
     if (!laws.empty()) CheckReplicates();
     CheckJobs();
     NoteComputePairs();
+    CheckComputeRuleRange();
   }
 
  private:
@@ -98,26 +120,7 @@ class Checker {
   // A planned job as the laws see it, before it has a loss: N, N_total, D the
   // tokens it will train, its context, capacity k/T and stride, and for a
   // token-choice expert model its expansion E/k and granularity d_ff/d_e.
-  static LawPoint Planned(const ResolvedJob& j) {
-    LawPoint x;
-    x.id = j.file.id;
-    x.family = std::string(FamilyName(j.file.shape.family));
-    x.n = static_cast<double>(j.n_params_active);
-    x.n_total = static_cast<double>(j.n_params_total);
-    x.d = static_cast<double>(j.tokens_trained());
-    x.context = static_cast<double>(j.file.shape.context);
-    x.capacity =
-        static_cast<double>(j.file.routed_tokens) / static_cast<double>(j.file.shape.context);
-    x.stride = static_cast<double>(j.file.shape.stride);
-    x.layers = static_cast<double>(j.file.shape.n_layers);
-    const ExpertShape& e = j.file.shape.experts;
-    if (e.experts > 0) {
-      x.extra["granularity"] =
-          static_cast<double>(j.file.shape.d_ff / std::max<int64_t>(1, e.width));
-      if (e.top_k > 0) x.expansion = static_cast<double>(e.experts) / static_cast<double>(e.top_k);
-    }
-    return x;
-  }
+  static LawPoint Planned(const ResolvedJob& j) { return PlannedPoint(j); }
 
   void Error(int line, const std::string& field, const std::string& message) {
     for (const DesignFinding& f : report_->findings) {
@@ -131,6 +134,30 @@ class Checker {
       if (!f.error && f.message == message) return;
     }
     report_->findings.push_back({false, line, field, message});
+  }
+
+  // The compute rule of `lr: auto` and `batch_tokens: auto` was fitted by DeepSeek
+  // LLM on runs from 1e17 FLOPs up (docs/design-checks.md); below that its lr and
+  // batch are an extrapolation, which the check says with the distance.
+  void CheckComputeRuleRange() {
+    const TrainSpec& t = spec_.train;
+    if (!t.lr_auto && !t.batch_auto) return;
+    double lowest = std::numeric_limits<double>::infinity(), highest = 0.0;
+    for (const ResolvedJob& j : jobs_) {
+      const double c = RuleCompute(DenseReference(j.file.shape, j.dense_layers),
+                                   j.rule_tokens > 0 ? j.rule_tokens : j.file.tokens);
+      lowest = std::min(lowest, c);
+      highest = std::max(highest, c);
+    }
+    if (!(lowest < kRuleFittedFrom)) return;
+    const std::string field = t.lr_auto ? "train.lr" : "train.batch_tokens";
+    Warn(spec_.LineOf(field, 1), field,
+         absl::StrFormat(
+             "auto: the compute rule is applied at C = %.2g-%.2g FLOPs, %.1f decades below the "
+             "%.0e FLOPs its fit starts at (DeepSeek LLM, arXiv:2401.02954, section 3.1): its lr "
+             "and batch are extrapolated there; give lr (and batch_tokens) per scale, or check "
+             "a few lr values at the smallest scales",
+             lowest, highest, std::log10(kRuleFittedFrom / lowest), kRuleFittedFrom));
   }
 
   // How well each sparse job's training compute matches its dense partner's (the
@@ -269,6 +296,7 @@ std::vector<std::string> SweepLaws(const SweepSpec& spec) {
   for (const GridBlock& b : spec.Blocks()) {
     families.blocks.insert(std::string(FamilyName(b.family)));
     for (Family f : b.baselines) families.baselines.insert(std::string(FamilyName(f)));
+    for (int64_t t : b.context) families.contexts.insert(static_cast<double>(t));
   }
   return DefaultLaws(families);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "orchestrator/fit/law.h"
 #include "orchestrator/sweep/expand.h"
 #include "orchestrator/sweep/spec.h"
 
@@ -32,6 +33,11 @@ struct DesignReport {
 };
 
 DesignReport CheckDesign(const SweepSpec& spec, const std::vector<ResolvedJob>& jobs);
+
+// A planned job as a law sees it, without a loss: family, N_active, N_total, the
+// tokens it will train, T, capacity (routed tokens / T), stride, layers and, for
+// an expert model, its expansion E/k and granularity.
+LawPoint PlannedPoint(const ResolvedJob& job);
 
 // The laws a sweep is checked and fitted for: design.laws when given, else every
 // law of the registry whose applies() holds for the sweep's block and baseline

@@ -38,10 +38,15 @@ std::string Errors(const DesignReport& r) {
 }
 
 TEST(DesignCheck, TheShippedSweepsIdentifyBothLaws) {
+  // The cluster sweep runs several contexts, so the dense law with a context term
+  // competes there; the demo runs one.
   for (const char* name : {"xmod-cluster", "demo"}) {
     const DesignReport r = Check(ReadSweep(name), name);
     EXPECT_TRUE(r.ok()) << name << "\n" << Errors(r);
-    EXPECT_EQ(r.laws, (std::vector<std::string>{"dense", "xmod"})) << name;
+    EXPECT_EQ(r.laws, std::string(name) == "demo"
+                          ? (std::vector<std::string>{"dense", "xmod"})
+                          : (std::vector<std::string>{"dense", "xmod", "dense-context"}))
+        << name;
   }
 }
 
@@ -49,8 +54,18 @@ TEST(DesignCheck, TheShippedSweepsIdentifyBothLaws) {
 // the demo's budgets are tokens per active parameter, so its pairs train on
 // unequal compute (the science review counted 12 of 15 more than 5% apart, the
 // largest 0.83x); the note says so, with the worst pair.
+// The demo without budget.match (its sparse budgets per own active parameter).
+std::string UnmatchedDemo() {
+  std::string text = ReadSweep("demo");
+  const std::string matched = "budget: {tokens_per_param: 20, match: training_flops}";
+  const size_t at = text.find(matched);
+  EXPECT_NE(at, std::string::npos);
+  if (at != std::string::npos) text.replace(at, matched.size(), "budget: {tokens_per_param: 20}");
+  return text;
+}
+
 TEST(DesignCheck, TheComputeMismatchOfSparseAndDensePairsIsReported) {
-  const DesignReport r = Check(ReadSweep("demo"), "demo");
+  const DesignReport r = Check(UnmatchedDemo(), "demo");
   std::string note;
   for (const std::string& n : r.notes) {
     if (n.rfind("compute-matched pairs:", 0) == 0) note = n;
@@ -59,6 +74,53 @@ TEST(DesignCheck, TheComputeMismatchOfSparseAndDensePairsIsReported) {
   EXPECT_NE(note.find("15 sparse job(s)"), std::string::npos) << note;
   EXPECT_NE(note.find("more than 1% in 15 and more than 5% in 12"), std::string::npos) << note;
   EXPECT_NE(note.find("largest: -16.6%"), std::string::npos) << note;
+}
+
+// budget.match: training_flops sizes each sparse job from its dense partner's
+// training FLOPs: every pair within 1%, the dense jobs untouched.
+TEST(DesignCheck, MatchingTrainingFlopsBringsEveryPairWithinOnePercent) {
+  const std::string xmod_budget = "    budget: {tokens_per_param: 20}";
+  auto matched = ParseSweepSpec(ReadSweep("demo"), "demo.yaml");  // the demo matches
+  ASSERT_TRUE(matched.ok()) << matched.status();
+  auto jobs = ExpandSweep(*matched);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  auto plain = ExpandSweep(*ParseSweepSpec(UnmatchedDemo(), "demo.yaml"));
+  ASSERT_TRUE(plain.ok());
+  std::map<std::string, double> dense_flops;  // scale -> the budget-20 dense job's
+  std::set<std::string> plain_ids;
+  for (const ResolvedJob& j : *plain) plain_ids.insert(j.file.id);
+  for (const ResolvedJob& j : *jobs) {
+    if (j.file.shape.family == Family::kDense && j.budget_value == 20) {
+      dense_flops[j.scale] = j.train_flops;
+      EXPECT_EQ(plain_ids.count(j.file.id), 1u) << "a dense job changed: " << j.file.id;
+    }
+  }
+  int sparse = 0;
+  for (const ResolvedJob& j : *jobs) {
+    if (j.file.shape.family == Family::kDense) continue;
+    ++sparse;
+    EXPECT_NEAR(j.train_flops / dense_flops.at(j.scale), 1.0, 0.01) << j.file.id;
+    EXPECT_EQ(plain_ids.count(j.file.id), 0u) << "a matched job kept its unmatched id";
+  }
+  EXPECT_EQ(sparse, 15);
+  const DesignReport r = CheckDesign(*matched, *jobs);
+  std::string note;
+  for (const std::string& n : r.notes) {
+    if (n.rfind("compute-matched pairs:", 0) == 0) note = n;
+  }
+  EXPECT_NE(note.find("more than 1% in 0 "), std::string::npos) << note;
+  // A flops budget is matched already; an unknown match is named.
+  for (const auto& [budget, error] : std::vector<std::pair<std::string, std::string>>{
+           {"{flops: 1e12, match: training_flops}", "match applies to tokens_per_param"},
+           {"{tokens_per_param: 20, match: flops}", "unknown match 'flops'"}}) {
+    std::string bad = UnmatchedDemo();
+    const size_t at = bad.find(xmod_budget);
+    ASSERT_NE(at, std::string::npos);
+    bad.replace(at, xmod_budget.size(), "    budget: " + budget);
+    auto spec = ParseSweepSpec(bad, "bad.yaml");
+    ASSERT_FALSE(spec.ok()) << budget;
+    EXPECT_NE(spec.status().message().find(error), std::string::npos) << spec.status();
+  }
 }
 
 // The cooldown-branch example: its branch ends identify the dense law (the

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <limits>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -204,10 +206,22 @@ absl::Status SetBudget(const SweepSpec& spec, const GridBlock& block, const Scal
         f.flops_per_token, " training FLOPs per token) ", tokens.status().message()));
   }
   f.tokens = *tokens;
+  job->rule_tokens = f.tokens;
+  if (block.match_training_flops && !IsDenseRun(f.shape.family, f.shape.stride)) {
+    // The dense partner's budget (the same scale and context), then the tokens
+    // that give this job the same training FLOPs at its own FLOPs per token.
+    const ModelShape dense = DenseReference(f.shape, scale.n_layers);
+    ASSIGN_OR_RETURN(const int64_t dense_tokens,
+                     BudgetTokens(block.budget_kind, job->budget_value,
+                                  ActiveParams(dense, scale.n_layers), TrainFlopsPerToken(dense)));
+    f.tokens = std::max<int64_t>(1, std::llround(static_cast<double>(dense_tokens) *
+                                                 TrainFlopsPerToken(dense) / f.flops_per_token));
+    job->rule_tokens = dense_tokens;
+  }
   if (scale.batch_tokens.has_value()) {
     f.batch_tokens = *scale.batch_tokens;
   } else if (t.batch_auto) {
-    const double compute = RuleCompute(DenseReference(f.shape, scale.n_layers), f.tokens);
+    const double compute = RuleCompute(DenseReference(f.shape, scale.n_layers), job->rule_tokens);
     f.batch_tokens = RuleBatchTokens(compute, context * spec.resources.ranks);
     if (f.batch_tokens > kMaxBatchTokens) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -248,7 +262,8 @@ void SetSchedule(const SweepSpec& spec, const ScaleSpec& scale, ResolvedJob* job
   const TrainSpec& t = spec.train;
   JobFile& f = job->file;
   const int64_t context = f.shape.context;
-  const double compute = RuleCompute(DenseReference(f.shape, scale.n_layers), f.tokens);
+  const double compute = RuleCompute(DenseReference(f.shape, scale.n_layers),
+                                     job->rule_tokens > 0 ? job->rule_tokens : f.tokens);
   f.lr = scale.lr.has_value() ? *scale.lr : (t.lr_auto ? RuleLr(compute) : t.lr);
   f.min_lr = f.lr * t.min_lr_ratio;
   const int64_t warmup_given = scale.warmup_steps.value_or(t.warmup_steps);
@@ -563,6 +578,50 @@ absl::Status MakeCooldownBranches(const SweepSpec& spec, std::vector<ResolvedJob
   return absl::OkStatus();
 }
 
+namespace {
+
+// train.lr_scan: every job of the `lr_scan_scales` smallest scales (by the dense
+// model's non-embedding parameters, 12 · L0 · d²) again at lr × each factor other
+// than 1, its lr_factor recorded (docs/design-checks.md).
+absl::Status AddLrScan(const SweepSpec& spec, std::vector<ResolvedJob>* jobs) {
+  const TrainSpec& t = spec.train;
+  if (t.lr_scan_factors.empty()) return absl::OkStatus();
+  std::vector<std::pair<double, std::string>> sizes;
+  for (const ScaleSpec& s : spec.scales) {
+    sizes.emplace_back(12.0 * static_cast<double>(s.n_layers) * static_cast<double>(s.d_model) *
+                           static_cast<double>(s.d_model),
+                       s.name);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  if (t.lr_scan_scales > static_cast<int64_t>(sizes.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.source, ":", t.lr_scan_line, ": train.lr_scan.scales: ", t.lr_scan_scales,
+                     " smallest scales asked for, but the sweep defines ", sizes.size()));
+  }
+  std::set<std::string> scanned;
+  for (int64_t i = 0; i < t.lr_scan_scales; ++i) scanned.insert(sizes[i].second);
+  std::unordered_set<std::string> seen;
+  for (const ResolvedJob& j : *jobs) seen.insert(j.file.id);
+  std::vector<ResolvedJob> extra;
+  for (const ResolvedJob& j : *jobs) {
+    if (scanned.count(j.scale) == 0) continue;
+    for (double factor : t.lr_scan_factors) {
+      if (factor == 1.0) continue;
+      ResolvedJob c = j;
+      c.file.lr = j.file.lr * factor;
+      c.file.min_lr = j.file.min_lr * factor;
+      c.file.lr_factor = factor;
+      c.file.id = HexId(c.CanonicalConfig().dump());
+      if (seen.insert(c.file.id).second) extra.push_back(std::move(c));
+    }
+  }
+  jobs->insert(jobs->end(), std::make_move_iterator(extra.begin()),
+               std::make_move_iterator(extra.end()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec, int64_t max_jobs) {
   const int64_t count = CountGridPoints(spec);
   if (count > max_jobs) {
@@ -597,6 +656,13 @@ absl::StatusOr<std::vector<ResolvedJob>> ExpandSweep(const SweepSpec& spec, int6
         }
       }
     }
+  }
+  RETURN_IF_ERROR(AddLrScan(spec, &jobs));
+  if (static_cast<int64_t>(jobs.size()) > max_jobs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.source, ":", spec.train.lr_scan_line, ": train.lr_scan: the scan brings the sweep to ",
+        jobs.size(), " jobs, more than the limit of ", max_jobs,
+        " (fewer factors or scales, or raise the limit with --max-jobs)"));
   }
   RETURN_IF_ERROR(MakeCooldownBranches(spec, &jobs));
   if (spec.resources.adaptive_order &&

@@ -47,6 +47,9 @@ struct ResolvedJob {
   // Budget: what the sweep asked for; file.tokens is the D it gives.
   BudgetKind budget_kind = BudgetKind::kTokensPerParam;
   double budget_value = 0.0;
+  // The tokens the lr/batch compute rule is read at: the dense partner's under
+  // budget.match: training_flops, else file.tokens (not part of the id).
+  int64_t rule_tokens = 0;
   // flops_per_token × (steps − start_step) × batch_tokens: what this job trains
   // (a branch only its cooldown, the trunk its constant part).
   double train_flops = 0.0;
@@ -99,6 +102,9 @@ struct ResolvedJob {
 std::string SizingReport(const std::vector<ResolvedJob>& jobs);
 
 double RuleCompute(const ModelShape& dense, int64_t tokens);
+// The smallest compute of the runs the rule was fitted on (DeepSeek LLM, §3.1):
+// the design check warns below it.
+inline constexpr double kRuleFittedFrom = 1e17;
 double RuleLr(double compute);
 // B_opt rounded to the nearest whole multiple of `unit` (context x ranks), at least one.
 int64_t RuleBatchTokens(double compute, int64_t unit);

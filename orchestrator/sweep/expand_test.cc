@@ -103,6 +103,71 @@ TEST(Expand, IdsAreStableAcrossExpansions) {
   EXPECT_EQ((*a)[2].file.id, "565dc07eba5346ea");
 }
 
+// train.lr_scan: the jobs of the smallest scales again at lr × each other factor,
+// their lr_factor recorded; every other job keeps its id; too many scales refused.
+TEST(Expand, AnLrScanRepeatsTheSmallestScalesJobsAtEachFactor) {
+  SweepSpec spec = Load("smoke");
+  const auto plain = ExpandSweep(spec);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  spec.train.lr_scan_factors = {0.5, 1.0, 2.0};
+  spec.train.lr_scan_scales = 1;
+  const auto scanned = ExpandSweep(spec);
+  ASSERT_TRUE(scanned.ok()) << scanned.status();
+  // The smallest scale by 12 · L0 · d².
+  std::string smallest;
+  double size = 1e300;
+  for (const ScaleSpec& s : spec.scales) {
+    const double n = 12.0 * s.n_layers * s.d_model * s.d_model;
+    if (n < size) {
+      size = n;
+      smallest = s.name;
+    }
+  }
+  size_t at_smallest = 0;
+  std::map<std::string, const ResolvedJob*> by_id;
+  for (const ResolvedJob& j : *plain) {
+    at_smallest += j.scale == smallest;
+    by_id[j.file.id] = &j;
+  }
+  ASSERT_GT(at_smallest, 0u);
+  ASSERT_LT(at_smallest, plain->size());  // the test needs a scale that is not scanned
+  EXPECT_EQ(scanned->size(), plain->size() + 2 * at_smallest);
+  size_t kept = 0;
+  std::map<double, size_t> factors;
+  for (const ResolvedJob& j : *scanned) {
+    if (by_id.count(j.file.id) > 0) {
+      ++kept;
+      EXPECT_FALSE(j.file.lr_factor.has_value());
+      continue;
+    }
+    ASSERT_TRUE(j.file.lr_factor.has_value()) << j.file.id;
+    EXPECT_EQ(j.scale, smallest);
+    ++factors[*j.file.lr_factor];
+    // Its twin at the sweep's lr: the same job but for lr and min_lr.
+    JobFile twin = j.file;
+    twin.lr /= *j.file.lr_factor;
+    twin.min_lr /= *j.file.lr_factor;
+    twin.lr_factor.reset();
+    bool found = false;
+    for (const ResolvedJob& p : *plain) {
+      if (std::abs(p.file.lr - twin.lr) < 1e-15 && p.file.shape.family == twin.shape.family &&
+          p.scale == j.scale && p.file.seed == twin.seed && p.file.tokens == twin.tokens &&
+          p.file.shape.context == twin.shape.context && p.sparsity == j.sparsity) {
+        found = true;
+      }
+    }
+    EXPECT_TRUE(found) << j.file.id;
+  }
+  EXPECT_EQ(kept, plain->size());
+  EXPECT_EQ(factors, (std::map<double, size_t>{{0.5, at_smallest}, {2.0, at_smallest}}));
+  spec.train.lr_scan_scales = 99;
+  const auto refused = ExpandSweep(spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("train.lr_scan.scales: 99 smallest scales"),
+            std::string::npos)
+      << refused.status();
+}
+
 // Every shipped sweep keeps the ids of its jobs: an id is the hash of the job's
 // canonical config, so a change here means a change in what a job trains (or a
 // refactor that moved a field it should not have). The digest is HexId of every
@@ -113,7 +178,9 @@ TEST(Expand, TheShippedSweepsKeepTheirJobIds) {
     size_t jobs;
     const char* digest;
   } pinned[] = {
-      {"baselines", 14, "47ec9819a70f4c9e"}, {"demo", 33, "15f61b386aecff66"},
+      // demo: its sparse jobs train their dense partners' FLOPs (budget.match) since
+      // issue 32, so those 15 ids changed then.
+      {"baselines", 14, "47ec9819a70f4c9e"}, {"demo", 33, "e9472235fffbe040"},
       {"demo-wsd", 24, "8a6f21dab580b7fb"},  {"moe", 27, "6c94455cc9455f2f"},
       {"smoke", 8, "76fe354080e84e67"},      {"xmod-cluster", 408, "c947998da97ee25d"},
   };

@@ -44,6 +44,7 @@ std::vector<GridBlock> SweepSpec::Blocks() const {
   b.context = grid_context;
   b.baselines = baselines;
   b.budget_kind = budget_kind;
+  b.match_training_flops = match_training_flops;
   b.budget_values = budget_values;
   b.seeds = grid_seeds;
   b.top_k = grid_top_k;
@@ -467,7 +468,8 @@ class SpecParser {
     }
     if (root["baselines"]) ParseBaselines(root["baselines"], "baselines", &spec->baselines);
     if (root["budget"]) {
-      top_budget_ = ParseBudget(root["budget"], "budget", &spec->budget_kind, &spec->budget_values);
+      top_budget_ = ParseBudget(root["budget"], "budget", &spec->budget_kind, &spec->budget_values,
+                                &spec->match_training_flops);
     }
     if (root["grid"]) {
       ParseGrid(root["grid"], spec);
@@ -644,6 +646,7 @@ class SpecParser {
     block->baselines = spec->baselines;
     block->budget_kind = spec->budget_kind;
     block->budget_values = spec->budget_values;
+    block->match_training_flops = spec->match_training_flops;
     block->budget_line = KeyLine("budget");
     info.has_budget = top_budget_;
     if (in_list) ParseBlockOwn(node, prefix, block, &info);
@@ -674,8 +677,9 @@ class SpecParser {
       block->budget_values.clear();
       block->budget_line = Line(node["budget"]);
       block->budget_field = prefix + ".budget";
+      block->match_training_flops = false;
       info->has_budget = ParseBudget(node["budget"], prefix + ".budget", &block->budget_kind,
-                                     &block->budget_values);
+                                     &block->budget_values, &block->match_training_flops);
     }
   }
 
@@ -779,9 +783,28 @@ class SpecParser {
 
   // Returns whether exactly one budget was given (errors are recorded otherwise).
   bool ParseBudget(const YAML::Node& node, const std::string& prefix, BudgetKind* kind_out,
-                   std::vector<double>* values) {
+                   std::vector<double>* values, bool* match_training_flops) {
     if (!ExpectMap(node, prefix)) return false;
-    CheckKeys(node, prefix, {"tokens_per_param", "flops", "tokens"});
+    CheckKeys(node, prefix, {"tokens_per_param", "flops", "tokens", "match"});
+    if (node["match"]) {
+      std::string match;
+      const std::string field = prefix + ".match";
+      if (String(node["match"], field, &match)) {
+        if (match == "training_flops") {
+          *match_training_flops = true;
+          if (node["flops"]) {
+            Error(Line(node["match"]), field,
+                  "a flops budget gives every job its FLOPs already; match applies to "
+                  "tokens_per_param and tokens budgets");
+          }
+        } else if (match != "tokens") {
+          Error(Line(node["match"]), field,
+                absl::StrCat("unknown match '", match,
+                             "' (known: tokens, the default: every job trains its own budget; "
+                             "training_flops: a sparse job trains its dense partner's FLOPs)"));
+        }
+      }
+    }
     int given = 0;
     // The keys in the order they are written, so a second budget is the later one.
     std::vector<std::pair<int, const char*>> written;
@@ -1005,6 +1028,7 @@ class SpecParser {
                "router_coef",
                "min_warmup_steps",
                "final_eval_tokens",
+               "lr_scan",
                "recompute",
                "optimizer_sharding"});
     train_node_ = node;
@@ -1012,11 +1036,50 @@ class SpecParser {
     ParseTrainBatch(node, &t);
     ParseTrainOptimizer(node, &t);
     ParseTrainSchedule(node, &t);
+    if (node["lr_scan"]) ParseLrScan(node["lr_scan"], spec);
     if (node["precision"] && String(node["precision"], "train.precision", &t.precision) &&
         t.precision != "fp32" && t.precision != "bf16") {
       Error(Line(node["precision"]), "train.precision",
             absl::StrCat("unknown precision '", t.precision, "' (known: fp32, bf16)",
                          DidYouMean(t.precision, {"fp32", "bf16"})));
+    }
+  }
+
+  // train.lr_scan: {factors: [0.5, 1, 2], scales: 2}: factors positive, distinct,
+  // 1 among them, at least two; scales at least 1 (and at most the sweep's scales,
+  // checked once the scales are read).
+  void ParseLrScan(const YAML::Node& node, SweepSpec* spec) {
+    TrainSpec& t = spec->train;
+    t.lr_scan_line = Line(node);
+    if (!ExpectMap(node, "train.lr_scan")) return;
+    CheckKeys(node, "train.lr_scan", {"factors", "scales"});
+    if (!node["factors"] || !node["factors"].IsSequence()) {
+      Error(Line(node), "train.lr_scan.factors",
+            "a list of lr multipliers with 1 among them is needed (e.g. [0.5, 1, 2])");
+      return;
+    }
+    Axis(node["factors"], "train.lr_scan.factors", &t.lr_scan_factors,
+         [&](const YAML::Node& n, const std::string& f, double* v) {
+           if (!Double(n, f, v)) return false;
+           if (!(*v > 0.0) || *v > 100.0) {
+             Error(Line(n), f, absl::StrCat("an lr factor must be in (0, 100], got ", n.Scalar()));
+             return false;
+           }
+           return true;
+         });
+    std::set<double> distinct(t.lr_scan_factors.begin(), t.lr_scan_factors.end());
+    if (distinct.size() != t.lr_scan_factors.size()) {
+      Error(Line(node["factors"]), "train.lr_scan.factors", "the factors must be distinct");
+    } else if (distinct.count(1.0) == 0) {
+      Error(Line(node["factors"]), "train.lr_scan.factors",
+            "1 must be among the factors (the sweep's own lr is the scan's centre)");
+    } else if (distinct.size() < 2) {
+      Error(Line(node["factors"]), "train.lr_scan.factors",
+            "a scan needs at least one factor besides 1");
+    }
+    t.lr_scan_scales = 1;
+    if (node["scales"]) {
+      IntIn(node["scales"], "train.lr_scan.scales", 1, kCountBound, &t.lr_scan_scales);
     }
   }
 
@@ -1332,6 +1395,7 @@ class SpecParser {
       spec->grid_granularity = b.granularity;
       spec->grid_line = b.line;
       spec->budget_line = b.budget_line;
+      spec->match_training_flops = b.match_training_flops;
       spec->blocks.clear();
     }
   }

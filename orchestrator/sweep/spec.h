@@ -62,6 +62,12 @@ struct TrainSpec {
   double min_lr_ratio = 0.1;
   int64_t warmup_steps = -1;  // -1: use warmup_fraction
   double warmup_fraction = 0.05;
+  // train.lr_scan (docs/design-checks.md, "An lr axis at the smallest scales"): at
+  // the `lr_scan_scales` smallest scales every job also runs at lr × each factor
+  // (factor 1 is the job itself); empty: no scan.
+  std::vector<double> lr_scan_factors;
+  int64_t lr_scan_scales = 0;
+  int lr_scan_line = 0;
   int64_t min_warmup_steps = 10;  // floor on the warm-up, at most a quarter of the steps
   Schedule schedule = Schedule::kCosine;
   double decay_fraction = 0.2;  // wsd: final fraction of steps spent decaying
@@ -119,6 +125,9 @@ struct GridBlock {
   std::vector<Family> baselines;
   BudgetKind budget_kind = BudgetKind::kTokensPerParam;
   std::vector<double> budget_values;
+  // budget.match: training_flops: a routed or expert job trains the tokens that
+  // give its dense partner's training FLOPs (docs/design-checks.md).
+  bool match_training_flops = false;
   int line = 0;         // of the block, for messages
   int budget_line = 0;  // of the budget the block uses
   // The field names messages use: "grid" or "grid[1]"; "budget" or "grid[1].budget".
@@ -160,6 +169,7 @@ struct SweepSpec {
   std::vector<Family> baselines;
   BudgetKind budget_kind = BudgetKind::kTokensPerParam;
   std::vector<double> budget_values;
+  bool match_training_flops = false;  // the top-level budget's `match: training_flops`
   TrainSpec train;
   // Each family's own section of the file (`moe:`, `deco:`; SweepFamily::section),
   // as the options object its parser read: section name → the values given.

@@ -218,6 +218,32 @@ design: {laws: []}
     await page.screenshot({ path: path.join(ART, 'sweep.png'), fullPage: true });
   });
 
+  await check('the sweep page shows the compute-matched pairs and the advice xmod advise gives', async () => {
+    // The pairs: one point per X-MoD configuration at its difference from dense, as
+    // `xmod results --pairs` computes it; the panel names what is matched.
+    const pairs = JSON.parse(run(['results', 'dashboard-run', '--db', db, '--pairs', '--format', 'json']));
+    assert.ok(pairs.length > 0);
+    const pc = await waitFor('the pairs chart', () => chart(page, 'pairs-xmod'));
+    const points = pc.data[pc.labels.findIndex((l) => l === 'xmod stride 2')];
+    assert.equal(points[1].length, pairs.filter((p) => p.family === 'xmod').length);
+    for (const p of pairs) assert.ok(points[1].some((v) => close(v, p.diff_pct)), `${p.scale}: ${p.diff_pct}`);
+    const heading = await page.locator('h4', { hasText: 'xmod: sparsity = skipped tokens' }).textContent();
+    assert.ok(heading.includes('matched: '), heading);
+    // The advice, asked for by the page once the sweep finished, is the command's.
+    const verdict = await waitFor('the advice', async () => {
+      const v = page.locator('#advise-verdict');
+      return (await v.count()) ? v.textContent() : null;
+    }, 180000);
+    const answer = await page.evaluate(async (u) => (await fetch(u)).json(), '/api/advise?sweep=dashboard-run');
+    assert.equal(verdict.trim(), answer.verdict);
+    const cli = JSON.parse(run(['advise', 'dashboard-run', '--db', db, '--compute', String(answer.compute),
+      '--context', String(answer.context), '--bootstrap', '100', '--format', 'json']));
+    assert.equal(cli.verdict, answer.verdict);
+    const rows = await page.locator('table#advise tbody tr').count();
+    assert.equal(rows, cli.configurations.length);
+    assert.equal(await cell(page, 'advise', 'configuration', cli.configurations[0].configuration, 'law'), cli.configurations[0].law);
+  });
+
   await check('curves overlay by the axis chosen, one line per job', async () => {
     const withCurves = sql("SELECT COUNT(DISTINCT m.job_id) AS n FROM metrics m JOIN sweep_jobs sj ON sj.job_id = m.job_id JOIN sweeps s ON s.sweep_id = sj.sweep_id WHERE s.name = 'dashboard-run' AND m.name IN ('val_loss', 'val_loss_causal')")[0].n;
     let ov = await chart(page, 'overlay');

@@ -251,6 +251,90 @@ function relativeSection(compare) {
     + table('relative', ['series', 'job_id', 'dense_job_id', 'sparsity', 'stride', 'relative_pct'], pts, { job_id: (r) => `#/job/${encodeURIComponent(r.job_id)}` });
 }
 
+// Compute-matched pairs (xmod results --pairs): each routed configuration, seeds
+// together, minus the dense runs of its scale, context and budget. One chart per
+// family, on that family's own sparsity axis (skipped tokens for X-MoD and MoD,
+// idle experts for MoE and DECO), each bar the 95% interval from the pooled seed sd.
+const PAIR_COLUMNS = ['family', 'scale', 'context', 'budget', 'sparsity', 'stride', 'experts', 'seeds',
+  'dense_seeds', 'loss', 'dense_loss', 'difference', 'diff_pct', 'low_95', 'high_95', 'flops_ratio',
+  'matched', 'params_ratio', 'capacity', 'capacity_realised', 'capacity_flag'];
+function pairsSection(compare) {
+  const rows = compare.pairs || [];
+  const title = '<h3>Compute-matched pairs</h3>';
+  if (!rows.length) return `${title}<p>no routed configuration has finished dense runs of the same scale, context and budget yet</p>`;
+  let html = `${title}<p class="note">100 (L − L<sub>dense</sub>) / L<sub>dense</sub> on the causal metric for routed runs; the bar is the 95% interval (1.96 × the pooled seed sd of the difference); below 0: better than dense. A capacity flag marks a run whose realised capacity exceeds the nominal one by more than 5%.</p>`;
+  const setting = (r) => (r.experts ?? `stride ${r.stride}`);
+  for (const family of [...new Set(rows.map((r) => r.family))].sort()) {
+    const mine = rows.filter((r) => r.family === family);
+    const kind = mine[0].sparsity_kind;
+    const matched = [...new Set(mine.map((r) => r.matched))].join(', ');
+    const settings = [...new Set(mine.map(setting))].sort();
+    const series = [];
+    for (const g of settings) {
+      const pts = mine.filter((r) => setting(r) === g);
+      series.push({ label: `${family} ${g}`, x: pts.map((r) => r.sparsity), y: pts.map((r) => r.diff_pct), colour: colourOf(settings, g), kind: 'points', size: 7 });
+      for (const r of pts) {
+        if (!present(r.low_95)) continue;
+        series.push({ label: `${family} ${g} 95%`, x: [r.sparsity, r.sparsity], y: [100 * r.low_95 / r.dense_loss, 100 * r.high_95 / r.dense_loss], colour: colourOf(settings, g), kind: 'line', width: 1.5 });
+      }
+    }
+    const flagged = mine.filter((r) => r.capacity_flag).length;
+    html += `<h4>${esc(family)}: sparsity = ${esc(kind)}; matched: ${esc(matched)}${flagged ? `; <span class="flag">${flagged} capacity flag(s)</span>` : ''}</h4>`
+      + legend(settings) + chartBox('facets', { name: `pairs-${family}`, series, legend: false, xlabel: `sparsity (${kind})`, ylabel: 'loss − dense (%)' });
+  }
+  return html + table('pairs', PAIR_COLUMNS, rows);
+}
+
+// The decision (xmod advise) at a compute and context, asked for on request or
+// once the sweep has nothing left to run: it refits the laws with their bootstrap
+// (seconds to a minute), so a running sweep does not recompute it at every poll.
+const advise = { sweep: null, url: null, compute: '', context: '', requested: false, answer: null };
+function adviseUrl(name) {
+  const q = [`sweep=${encodeURIComponent(name)}`];
+  if (advise.compute) q.push(`compute=${encodeURIComponent(advise.compute)}`);
+  if (advise.context) q.push(`context=${encodeURIComponent(advise.context)}`);
+  return `/api/advise?${q.join('&')}`;
+}
+// Asks once per press (or once per finished sweep and request): not at every
+// poll, since a running sweep's data change at every poll.
+function askAdvice(url) {
+  advise.url = url;
+  advise.answer = null;
+  getJson(url).then((r) => { if (advise.url === url) advise.answer = r.data; },
+    (err) => { if (advise.url === url) advise.answer = { error: err.message }; })
+    .finally(() => { if (advise.url === url) redraw(); });
+}
+function adviseSection(name, answer, finished) {
+  const form = `<p>C <input id="advise-compute" size="10" placeholder="largest run" value="${esc(advise.compute)}"> FLOPs, T <input id="advise-context" size="6" placeholder="largest" value="${esc(advise.context)}"> <button id="advise-go">advise</button></p>`;
+  let html = '<h3>Which configuration to train</h3>' + form;
+  if (!advise.requested && !finished) return html + '<p class="note">the sweep is still running: press advise to refit now</p>';
+  if (!answer) return html + '<p class="note">refitting the laws…</p>';
+  if (answer.error) return html + `<div class="failures">${esc(answer.error)}</div>`;
+  const a = answer;
+  const pct = Math.round(100 * a.confidence);
+  html += `<p id="advise-verdict"><b>${esc(a.verdict)}</b></p><p class="note">C = ${fmt(a.compute)} FLOPs, T = ${fmt(a.context)}; X-MoD form ${esc(a.form || 'none')}; ${a.refits} bootstrap refits; laws ${esc(a.laws.join(', '))}${a.extrapolation ? `; EXTRAPOLATING: ${esc(a.extrapolation)}` : ''}</p>`;
+  const rows = a.configurations.map((r) => ({
+    configuration: r.configuration, law: r.law, N_active: r.N_active, D: r.D, loss: r.loss,
+    [`loss ${pct}%`]: a.refits ? `[${fmt(r.loss_interval[0])}, ${fmt(r.loss_interval[1])}]` : '',
+    gain_vs_dense: r.gain_vs_dense,
+    [`gain ${pct}%`]: a.refits ? `[${fmt(r.gain_interval[0])}, ${fmt(r.gain_interval[1])}]` : '',
+    'P(best)': a.refits ? r.p_best : null,
+  }));
+  html += table('advise', Object.keys(rows[0] || { configuration: '' }), rows);
+  const forms = [...a.forms, ...(a.dense_forms || [])].map((f) => ({
+    form: f.law, AIC: f.aic ?? null, params: f.parameters ?? null,
+    'lack of fit p': f.lack_of_fit?.available ? f.lack_of_fit.p : null,
+    verdict: !f.fitted ? `not fitted: ${f.error}` : !f.lack_of_fit?.available ? 'untestable' : f.lack_of_fit.rejected ? 'REJECTED' : 'not rejected',
+    'held-out RMSE': f.holdout_rmse ?? null, picks: f.best ?? '',
+  }));
+  html += '<h4>Competing forms (lower AIC is better)</h4>' + table('advise-forms', ['form', 'AIC', 'params', 'lack of fit p', 'verdict', 'held-out RMSE', 'picks'], forms);
+  const h = a.decision_holdout;
+  html += h.available
+    ? `<p id="advise-holdout">decision hold-out at scale ${esc(h.scale)}: chosen ${esc(h.chosen)}, best observed ${esc(h.observed_best)}: ${h.agrees ? 'the decision holds' : h.holds ? 'holds within the seed noise' : 'the decision FAILS'}</p>`
+    : `<p id="advise-holdout">decision hold-out: ${esc(h.why)}</p>`;
+  return html;
+}
+
 // Overlaid curves load with the page up to this many jobs; beyond, on request.
 const OVERLAY_JOBS = 500;
 async function sweepPage(name, force) {
@@ -283,7 +367,11 @@ async function sweepPage(name, force) {
   const byId = new Map(rows.map((r) => [r.job_id, r]));
   html += (compare.data ? lawSection(done, compare.data) : `<h3>Final loss against training FLOPs</h3>${loading}`)
     + predictedSection(fits.data, byId)
-    + (compare.data ? relativeSection(compare.data) : `<h3>Sparse runs against FLOP-matched dense</h3>${loading}`);
+    + (compare.data ? relativeSection(compare.data) + pairsSection(compare.data) : `<h3>Sparse runs against FLOP-matched dense</h3>${loading}`);
+  const finished = summary.total > 0 && ['pending', 'leased', 'running'].every((k) => !summary[k]);
+  if (advise.sweep !== name) Object.assign(advise, { sweep: name, url: null, compute: '', context: '', requested: false, answer: null });
+  if (finished && !advise.requested && advise.url !== adviseUrl(name)) askAdvice(adviseUrl(name));
+  html += adviseSection(name, advise.answer, finished);
   html += `<h3>Fits</h3>` + (fits.data.length
     ? table('fits', ['fit_id', 'law', 'method', 'n_points', 'objective', 'rmse', 'holdout_scale'], fits.data)
       + fits.data.map((f) => `<details><summary>fit ${f.fit_id}: ${esc(f.law)} parameters and intervals</summary><pre>${esc(JSON.stringify({ params: f.params, intervals: f.intervals, on_bound: f.on_bound }, null, 2))}</pre></details>`).join('')
@@ -350,6 +438,13 @@ async function render(force) {
 }
 
 document.addEventListener('click', (e) => {
+  if (e.target.id === 'advise-go') {
+    advise.compute = document.getElementById('advise-compute').value.trim();
+    advise.context = document.getElementById('advise-context').value.trim();
+    advise.requested = true;
+    askAdvice(adviseUrl(advise.sweep));
+    return;
+  }
   if (e.target.id === 'load-overlay') { sweepPage.overlay = decodeURIComponent(location.hash.split('/')[2] || ''); redraw(); return; }
   const all = e.target.closest('button[data-all]');
   if (all) { table.state[all.dataset.all].all = true; redraw(); return; }
