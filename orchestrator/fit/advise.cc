@@ -651,7 +651,7 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
   // The dense reference's two forms, when the runs span two or more contexts: the
   // one with a context term answers a context the sweep did not run.
   std::optional<LawReport> context_law;
-  if (a.contexts.size() >= 2) {
+  if (a.contexts.size() >= 2 && (o.dense_forms || a.context_from_law)) {
     for (const std::string law : {"dense", "dense-context"}) {
       FormAdvice f;
       f.law = law;

@@ -44,6 +44,9 @@ struct AdviseOptions {
   // Parameters frozen per law (the sweep's design.fix): law -> reported name -> value.
   std::map<std::string, std::map<std::string, double>> fixed;
   bool holdout = true;  // re-make the decision without the largest decisive scale
+  // Fit the dense reference's two forms where the runs span two or more contexts
+  // (always, when --context is one the sweep did not run).
+  bool dense_forms = true;
 };
 
 // A configuration one could train, as the sweep ran it.

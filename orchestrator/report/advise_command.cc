@@ -43,7 +43,7 @@ absl::StatusOr<std::vector<LawPoint>> AdvicePoints(const std::vector<JobResultRo
   for (const auto& [family, count] : unranked) {
     notes->push_back(fmt::format(
         "{}: {} finished run(s) not ranked (no law predicts this family; compare them with "
-        "xmod results --baselines)",
+        "xmod results --pairs)",
         family, count));
   }
   return points;

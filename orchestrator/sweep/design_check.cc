@@ -155,8 +155,8 @@ class Checker {
          absl::StrFormat(
              "auto: the compute rule is applied at C = %.2g-%.2g FLOPs, %.1f decades below the "
              "%.0e FLOPs its fit starts at (DeepSeek LLM, arXiv:2401.02954, section 3.1): its lr "
-             "and batch are extrapolated there; give lr (and batch_tokens) per scale, or check "
-             "a few lr values at the smallest scales",
+             "and batch are extrapolated there; give lr (and batch_tokens) per scale, or scan "
+             "a few lr values at the smallest scales (train.lr_scan)",
              lowest, highest, std::log10(kRuleFittedFrom / lowest), kRuleFittedFrom));
   }
 

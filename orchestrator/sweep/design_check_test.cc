@@ -76,6 +76,23 @@ TEST(DesignCheck, TheComputeMismatchOfSparseAndDensePairsIsReported) {
   EXPECT_NE(note.find("largest: -16.6%"), std::string::npos) << note;
 }
 
+// lr: auto applied below the compute the rule was fitted on (1e17 FLOPs) is a
+// warning on train.lr with the range and the distance; a sweep whose rule stays
+// above it, or that gives lr, gets none.
+TEST(DesignCheck, TheComputeRuleIsFlaggedBelowTheRangeItWasFittedOn) {
+  const DesignReport r = Check(ReadSweep("demo"), "demo");
+  std::string warning;
+  for (const DesignFinding& f : r.findings) {
+    if (!f.error && f.field == "train.lr") warning = f.message;
+  }
+  EXPECT_NE(warning.find("applied at C = 4.8e+10-2.2e+12 FLOPs, 6.3 decades below the 1e+17"),
+            std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find("train.lr_scan"), std::string::npos) << warning;
+  const DesignReport fixed = Check(ReadSweep("smoke"), "smoke");  // lr: 3e-3 as written
+  for (const DesignFinding& f : fixed.findings) EXPECT_NE(f.field, "train.lr") << f.message;
+}
+
 // budget.match: training_flops sizes each sparse job from its dense partner's
 // training FLOPs: every pair within 1%, the dense jobs untouched.
 TEST(DesignCheck, MatchingTrainingFlopsBringsEveryPairWithinOnePercent) {

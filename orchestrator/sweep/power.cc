@@ -95,6 +95,7 @@ absl::StatusOr<PowerReport> PowerCheck(const SweepSpec& spec, const std::vector<
   AdviseOptions advise;
   advise.bootstrap = 0;
   advise.holdout = false;
+  advise.dense_forms = false;
   advise.threads = o.threads;
   advise.fixed = spec.design.fix;
   advise.context = planned.front().context;
