@@ -283,6 +283,22 @@ absl::StatusOr<LawReport> FitLaw(const std::string& law, const std::vector<LawPo
   return FitNamedLaw(points, a);
 }
 
+// The RMSE of log-loss of `fitted` on the held-out points its law reads.
+void HeldOutError(const LawReport& fitted, const std::vector<LawPoint>& held, FormAdvice* form) {
+  const LawSpec* spec = FindLaw(fitted.law);
+  double squares = 0.0;
+  int count = 0;
+  for (const LawPoint& x : held) {
+    if (spec == nullptr || !spec->reads(x)) continue;
+    const double p = PredictOr(fitted, x);
+    if (!std::isfinite(p)) continue;
+    squares += std::pow(std::log(x.loss) - std::log(p), 2);
+    ++count;
+  }
+  form->holdout_points = count;
+  form->holdout_rmse = count > 0 ? std::sqrt(squares / count) : -1.0;
+}
+
 // The decision hold-out and each form's held-out error: each form (and the moe
 // law, `moe_law` when fitted) refitted on the scales below the decisive one.
 void HoldOut(const std::vector<LawPoint>& points, const std::string& moe_law,
@@ -349,18 +365,7 @@ void HoldOut(const std::vector<LawPoint>& points, const std::string& moe_law,
       }
       continue;
     }
-    const LawSpec* spec = FindLaw(form.law);
-    double squares = 0.0;
-    int count = 0;
-    for (const LawPoint& x : held) {
-      if (spec == nullptr || !spec->reads(x)) continue;
-      const double p = PredictOr(*fitted, x);
-      if (!std::isfinite(p)) continue;
-      squares += std::pow(std::log(x.loss) - std::log(p), 2);
-      ++count;
-    }
-    form.holdout_points = count;
-    form.holdout_rmse = count > 0 ? std::sqrt(squares / count) : -1.0;
+    HeldOutError(*fitted, held, &form);
     // The decision among the bucket's configurations.
     std::map<std::string, std::vector<double>> observed, predicted;
     for (size_t i : bucket) {
@@ -413,18 +418,7 @@ void HoldOut(const std::vector<LawPoint>& points, const std::string& moe_law,
   for (FormAdvice& form : advice->dense_forms) {
     if (!form.fitted) continue;
     absl::StatusOr<LawReport> fitted = FitLaw(form.law, fit_points, o, 0);
-    if (!fitted.ok()) continue;
-    double squares = 0.0;
-    int count = 0;
-    for (const LawPoint& x : held) {
-      if (!x.dense()) continue;
-      const double p = PredictOr(*fitted, x);
-      if (!std::isfinite(p)) continue;
-      squares += std::pow(std::log(x.loss) - std::log(p), 2);
-      ++count;
-    }
-    form.holdout_points = count;
-    form.holdout_rmse = count > 0 ? std::sqrt(squares / count) : -1.0;
+    if (fitted.ok()) HeldOutError(*fitted, held, &form);
   }
   if (!h.available && h.why.empty()) h.why = "no law could be refitted without that scale";
 }

@@ -616,13 +616,31 @@ absl::Status PlotRun::Pairs() {
     int flagged = 0;
     std::string plots;
     int k = 0;
+    // Settings and scales side by side around each sparsity, so that the bars do
+    // not hide one another.
+    std::set<double> xs;
+    std::set<std::string> scale_names;
+    for (const auto& [setting, rows] : settings) {
+      for (const auto* row : rows) {
+        xs.insert(number((*row)[sparsity]));
+        scale_names.insert(text((*row)[column("scale")]));
+      }
+    }
+    const double span = xs.size() > 1 ? *xs.rbegin() - *xs.begin() : 0.1;
+    const std::vector<std::string> scale_order(scale_names.begin(), scale_names.end());
     for (const auto& [setting, rows] : settings) {
       data << "# " << fam << " " << setting << "\n";
       for (const auto* row : rows) {
         const double base = number((*row)[dense_loss]);
         const double lo = number((*row)[low]), hi = number((*row)[high]);
         const double y = number((*row)[pct]);
-        data << fmt::format("{:.6g} {:.6g} {:.6g} {:.6g}\n", number((*row)[sparsity]), y,
+        const double scale_at = static_cast<double>(
+            std::find(scale_order.begin(), scale_order.end(), text((*row)[column("scale")])) -
+            scale_order.begin());
+        const double offset =
+            span * (0.04 * (k - (static_cast<double>(settings.size()) - 1) / 2.0) +
+                    0.012 * (scale_at - (static_cast<double>(scale_order.size()) - 1) / 2.0));
+        data << fmt::format("{:.6g} {:.6g} {:.6g} {:.6g}\n", number((*row)[sparsity]) + offset, y,
                             std::isnan(lo) ? y : 100.0 * lo / base,
                             std::isnan(hi) ? y : 100.0 * hi / base);
         kinds.insert(text((*row)[kind]));
@@ -646,9 +664,13 @@ absl::Status PlotRun::Pairs() {
                   absl::StrJoin(matches, ", "),
                   flagged > 0 ? fmt::format("; {} capacity flag(s)", flagged) : std::string())))
        << fmt::format("set xlabel {}\n",
-                      Quote(fmt::format("sparsity: {}", absl::StrJoin(kinds, ", "))))
+                      Quote(fmt::format("sparsity: {}{}", absl::StrJoin(kinds, ", "),
+                                        scale_order.size() > 1
+                                            ? fmt::format("\nscales {} left to right at each point",
+                                                          absl::StrJoin(scale_order, ", "))
+                                            : std::string())))
        << "set ylabel 'loss minus dense (% of dense)'\nset offsets graph 0.1, graph 0.1, "
-          "graph 0.1, graph 0.1\nset key top left\n"
+          "graph 0.1, graph 0.1\nset key inside top left\n"
        << "set arrow 1 from graph 0, first 0 to graph 1, first 0 nohead lc rgb '#444444' dt 2\n"
        << "plot " << plots << "\n";
   }
