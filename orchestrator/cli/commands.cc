@@ -15,7 +15,6 @@
 #include <sstream>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
@@ -255,13 +254,8 @@ absl::Status Check(const Flags& f, std::ostream& out) {
   if (f.power) {
     PowerOptions options = f.power_options;
     for (const std::string& a : f.assume) {
-      const size_t eq = a.find('=');
-      double value = 0;
-      if (eq == std::string::npos || eq == 0 || !absl::SimpleAtod(a.substr(eq + 1), &value)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--assume ", a, ": expected NAME=VALUE (e.g. --assume eta=0.3)"));
-      }
-      options.assume[a.substr(0, eq)] = value;
+      ASSIGN_OR_RETURN(const auto name_value, ParseNameValue(a, "--assume", "eta=0.3"));
+      options.assume[name_value.first] = name_value.second;
     }
     ASSIGN_OR_RETURN(const PowerReport power, PowerCheck(spec, jobs, options));
     out << PowerText(power);

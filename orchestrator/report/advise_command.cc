@@ -17,6 +17,11 @@ namespace xmod {
 
 namespace {
 
+// A form's lack-of-fit verdict in one word.
+std::string LackOfFitVerdict(const LackOfFit& t) {
+  return !t.available ? "untestable" : t.rejected ? "REJECTED" : "not rejected";
+}
+
 std::string Range(const Interval& i, bool have) {
   return have ? fmt::format("[{:.4g}, {:.4g}]", i.low, i.high) : std::string("-");
 }
@@ -106,9 +111,7 @@ void PrintAdvice(const Advice& a, std::ostream& out) {
       f.rows.push_back({form.law + (form.law == a.form ? " (used)" : ""), form.information.aic,
                         static_cast<int64_t>(form.information.parameters),
                         form.lack_of_fit.available ? Value(form.lack_of_fit.p_value) : Value(),
-                        !form.lack_of_fit.available ? std::string("untestable")
-                        : form.lack_of_fit.rejected ? std::string("REJECTED")
-                                                    : std::string("not rejected"),
+                        LackOfFitVerdict(form.lack_of_fit),
                         form.holdout_rmse >= 0 ? Value(form.holdout_rmse) : Value(), form.best,
                         have ? Value(form.p_best) : Value(), form.holdout_choice});
     }
@@ -130,9 +133,7 @@ void PrintAdvice(const Advice& a, std::ostream& out) {
       f.rows.push_back({form.law, form.information.aic,
                         static_cast<int64_t>(form.information.parameters),
                         form.lack_of_fit.available ? Value(form.lack_of_fit.p_value) : Value(),
-                        !form.lack_of_fit.available ? std::string("untestable")
-                        : form.lack_of_fit.rejected ? std::string("REJECTED")
-                                                    : std::string("not rejected"),
+                        LackOfFitVerdict(form.lack_of_fit),
                         form.holdout_rmse >= 0 ? Value(form.holdout_rmse) : Value()});
     }
     PrintResult(f, Format::kTable, out);

@@ -404,14 +404,9 @@ absl::StatusOr<std::map<std::string, double>> CheckFitOptions(const FitCommandOp
   }
   std::map<std::string, double> fixed;
   for (const std::string& f : o.fix) {
-    const size_t eq = f.find('=');
-    double value = 0;
-    if (eq == std::string::npos || eq == 0 || !absl::SimpleAtod(f.substr(eq + 1), &value)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--fix ", f, ": expected NAME=VALUE (e.g. --fix beta_T=0.5)"));
-    }
-    if (!fixed.emplace(f.substr(0, eq), value).second) {
-      return absl::InvalidArgumentError(absl::StrCat("--fix ", f.substr(0, eq), ": given twice"));
+    ASSIGN_OR_RETURN(const auto name_value, ParseNameValue(f, "--fix", "beta_T=0.5"));
+    if (!fixed.insert(name_value).second) {
+      return absl::InvalidArgumentError(absl::StrCat("--fix ", name_value.first, ": given twice"));
     }
   }
   return fixed;
@@ -510,6 +505,18 @@ absl::StatusOr<int64_t> StoreFit(SqliteStore& store, const std::string& sweep,
 }
 
 }  // namespace
+
+absl::StatusOr<std::pair<std::string, double>> ParseNameValue(const std::string& item,
+                                                              const std::string& flag,
+                                                              const std::string& example) {
+  const size_t eq = item.find('=');
+  double value = 0;
+  if (eq == std::string::npos || eq == 0 || !absl::SimpleAtod(item.substr(eq + 1), &value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", item, ": expected NAME=VALUE (e.g. ", flag, " ", example, ")"));
+  }
+  return std::make_pair(item.substr(0, eq), value);
+}
 
 absl::StatusOr<DesignFix> SweepDesignFix(StoreReader& store, const std::string& sweep) {
   ASSIGN_OR_RETURN(const SweepText text, store.SweepSpecText(sweep));

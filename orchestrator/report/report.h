@@ -10,6 +10,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,6 +41,12 @@ struct FitCommandOptions {
 };
 
 absl::Status RunFitCommand(const FitCommandOptions& options, std::ostream& out);
+
+// One NAME=VALUE of a repeatable flag (--fix, --assume); INVALID_ARGUMENT naming
+// `flag` and showing `example` when it is not one.
+absl::StatusOr<std::pair<std::string, double>> ParseNameValue(const std::string& item,
+                                                              const std::string& flag,
+                                                              const std::string& example);
 
 // A sweep's design.fix (law -> parameter -> value), read from the text it was
 // submitted with. NOT_FOUND for no such sweep.
