@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -139,9 +140,18 @@ class Run {
   // per step: step, report, divergence, stop decision, checkpoint.
   absl::StatusOr<TrainResult> Go() {
     RETURN_IF_ERROR(Setup());
-    ASSIGN_OR_RETURN(const int64_t start, StartStep());
-    recorded_step_ = start;
+    ASSIGN_OR_RETURN(const std::optional<int64_t> agreed, StartStep());
     TrainResult result;
+    if (!agreed) {
+      result.outcome = TrainOutcome::kStopped;
+      result.step = std::max<int64_t>(o_.resume_step, 0);
+      result.message = absl::StrCat("job ", job_.id,
+                                    ": abandoned before its first step (its "
+                                    "lease moved while the group started)");
+      return result;
+    }
+    const int64_t start = *agreed;
+    recorded_step_ = start;
     result.resumed_from = start;
     result.step = start;
     if (start >= job_.steps) {
@@ -311,9 +321,9 @@ class Run {
     return (std::filesystem::path(o_.run_dir).parent_path() / job_.parent).string();
   }
 
-  absl::StatusOr<int64_t> StartStep() {
+  // This rank's step to start from (see StartStep).
+  absl::StatusOr<int64_t> FindStartStep() {
     int64_t start = 0;
-    if (comm_.rank() == 0) std::filesystem::create_directories(o_.run_dir);
     if (job_.is_branch() && !(o_.resume && o_.resume_step != 0)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "job ", job_.id, " is a cooldown branch of ", job_.parent, " from step ", job_.start_step,
@@ -373,31 +383,57 @@ class Run {
                          ")"));
       }
     }
+    return start;
+  }
+
+  // The step every rank starts from, or nullopt when a rank could not find it
+  // and the group no longer holds the job: a holder stopped past its lease may
+  // wake to find that the next holder has pruned the checkpoint it was resuming
+  // from, which is the lease's loss, not a fault of the group (nothing is
+  // written, and the group goes on). Every rank takes part in the agreement,
+  // so a rank that fails alone no longer leaves the others in a collective.
+  absl::StatusOr<std::optional<int64_t>> StartStep() {
+    if (comm_.rank() == 0) std::filesystem::create_directories(o_.run_dir);
+    const absl::StatusOr<int64_t> found = FindStartStep();
+    const double start = found.ok() ? double(*found) : 0.0;
     // Every rank must continue from the same step (a damaged or pruned checkpoint
     // seen by one rank only would split them): compare through one all-reduce.
-    {
-      std::vector<torch::Tensor> agree = {
-          torch::tensor({double(start), double(start) * double(start)},
-                        torch::dtype(torch::kFloat64).device(device_))};
-      RETURN_IF_ERROR(comm_.AllReduceSum(agree));
-      const torch::Tensor sums = agree[0].cpu();
-      const double n = comm_.size(), sum = sums[0].item<double>(), squares = sums[1].item<double>();
-      if (sum * sum != n * squares) {
-        return absl::DataLossError(absl::StrCat("job ", job_.id, " on ", comm_.Where(),
-                                                ": the ranks found different checkpoints (this "
-                                                "rank: step ",
-                                                start, ")"));
+    std::vector<torch::Tensor> agree = {
+        torch::tensor({found.ok() ? 0.0 : 1.0, start, start * start},
+                      torch::dtype(torch::kFloat64).device(device_))};
+    RETURN_IF_ERROR(comm_.AllReduceSum(agree));
+    const torch::Tensor sums = agree[0].cpu();
+    const double n = comm_.size(), failed = sums[0].item<double>(), sum = sums[1].item<double>(),
+                 squares = sums[2].item<double>();
+    if (failed > 0) {
+      std::string held(1, 'h');
+      if (comm_.rank() == 0 && o_.confirm_checkpoint && !o_.confirm_checkpoint()) held = "l";
+      RETURN_IF_ERROR(comm_.Broadcast(&held, 0));
+      if (held == "l") {
+        if (!found.ok()) std::cerr << comm_.Where() << ": " << found.status().message() << "\n";
+        return std::optional<int64_t>();
       }
+      if (!found.ok()) return found.status();
+      return absl::DataLossError(absl::StrCat("job ", job_.id, " on ", comm_.Where(), ": ", failed,
+                                              " other rank(s) could not find the step to start "
+                                              "from (this rank: step ",
+                                              *found, ")"));
+    }
+    if (sum * sum != n * squares) {
+      return absl::DataLossError(absl::StrCat("job ", job_.id, " on ", comm_.Where(),
+                                              ": the ranks found different checkpoints (this "
+                                              "rank: step ",
+                                              *found, ")"));
     }
     if (comm_.rank() == 0) {
-      if (start > 0) {
-        TruncateMetrics(metrics_path_, start);
+      if (*found > 0) {
+        TruncateMetrics(metrics_path_, *found);
       } else {
         std::ofstream(metrics_path_, std::ios::trunc);
       }
     }
     RETURN_IF_ERROR(comm_.Barrier());
-    return start;
+    return std::optional<int64_t>(*found);
   }
 
   std::vector<Metric> TrainingMetrics(int64_t step, double lr, const StepStats& stats,

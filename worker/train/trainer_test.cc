@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -330,6 +331,44 @@ TEST_F(Trainer, ACheckpointTheGroupCannotConfirmIsNotWritten) {
   const auto checkpoints = dir_ / "z" / "checkpoints";
   EXPECT_TRUE(std::filesystem::exists(checkpoints / "step_00000010"));
   EXPECT_FALSE(std::filesystem::exists(checkpoints / "step_00000020"));
+}
+
+// A holder stopped past its lease can wake inside its resume to find that the
+// next holder has already pruned the checkpoint it was sent to: the lost lease
+// ends the attempt quietly (nothing written, the group goes on); while the job
+// is still held the same damage is an error.
+TEST_F(Trainer, AResumeCheckpointPrunedAfterTheLeaseMovedEndsTheAttemptNotTheGroup) {
+  const JobFile job = TinyJob(Family::kDense, 30);
+  ASSERT_TRUE(Run(job, "p", false, 20).ok());  // checkpoints at 10 and 20
+  std::filesystem::remove(dir_ / "p" / "checkpoints" / "step_00000020" / "optimizer.pt");
+  std::filesystem::remove(dir_ / "p" / "checkpoints" / "step_00000010" / "meta.json");
+  auto metrics = [&] {
+    std::ifstream in(dir_ / "p" / "metrics.jsonl");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string metrics_before = metrics();
+  ASSERT_FALSE(metrics_before.empty());
+  int asked = 0;
+  auto lost = Run(job, "p", true, 0, [&](TrainerOptions& options) {
+    options.resume_step = 20;
+    options.confirm_checkpoint = [&] {
+      ++asked;
+      return false;
+    };
+  });
+  ASSERT_TRUE(lost.ok()) << lost.status();
+  EXPECT_EQ(lost->outcome, TrainOutcome::kStopped);
+  EXPECT_THAT(lost->message, ::testing::HasSubstr("lease moved"));
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(metrics(), metrics_before);
+
+  auto held = Run(job, "p", true, 0, [&](TrainerOptions& options) {
+    options.resume_step = 20;
+    options.confirm_checkpoint = [] { return true; };
+  });
+  ASSERT_FALSE(held.ok());
+  EXPECT_TRUE(absl::IsDataLoss(held.status())) << held.status();
+  EXPECT_THAT(std::string(held.status().message()), ::testing::HasSubstr("is missing or damaged"));
 }
 
 // Metric rows of a run's metrics.jsonl: every value finite, every step below `limit`.
