@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "worker/model/experts.h"
+#include "worker/model/gated_deltanet.h"
 #include "worker/model/model.h"
 #include "worker/model/precision.h"
 #include "worker/train/memory_meter.h"
@@ -174,6 +175,60 @@ INSTANTIATE_TEST_SUITE_P(
         MemoryCase{"DecoEagerBf16", Family::kDeco, 4, 1, 1.0, 8, false, true, kEager, kDecoExperts},
         MemoryCase{"DecoFused", Family::kDeco, 4, 1, 1.0, 8, false, false, kFused, kDecoExperts}),
     [](const ::testing::TestParamInfo<MemoryCase>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace xmod
+
+namespace xmod {
+namespace {
+
+// The peak bytes of one forward and backward pass of `mixer` on x [1, t, d]
+// (4 heads of 16),
+// above what was alive before (the input and the weights).
+int64_t MixerPeak(TokenMixerImpl& mixer, int64_t t, int64_t d) {
+  CpuMemoryMeter::Install();
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randn({1, t, d}).requires_grad_();
+  TokenPositions at;  // no rotation (attention reads the angles; DeltaNet ignores them)
+  at.cos = torch::ones({1, t, 8});
+  at.sin = torch::zeros({1, t, 8});
+  const int64_t before = CpuMemoryMeter::Current();
+  CpuMemoryMeter::ResetPeak();
+  mixer.forward(x, at).sum().backward();
+  return CpuMemoryMeter::Peak() - before;
+}
+
+// Gated DeltaNet's activations grow with T, not T²: quadrupling the context at
+// most quadruples the peak (plus slack for the fixed-size state and chunk
+// matrices). Eager softmax attention on the same shapes, which holds [H, T, T]
+// scores, grows by far more than that, so the measure can tell the two apart.
+TEST(GatedDeltaNetMemory, ActivationsGrowLinearlyWithTheContext) {
+  const int64_t d = 64;
+  torch::manual_seed(2);
+  GatedDeltaNet gdn(GatedDeltaNetOptions(d, 4));
+  Attention attention(d, 4);
+  {
+    torch::NoGradGuard no_grad;
+    gdn->InitWeights({});
+    attention->InitWeights({});
+  }
+  const AttentionPath was = CurrentAttentionPath();
+  SetAttentionPath(AttentionPath::kEager);
+  const int64_t gdn_short = MixerPeak(*gdn, 512, d), gdn_long = MixerPeak(*gdn, 2048, d);
+  const int64_t att_short = MixerPeak(*attention, 512, d),
+                att_long = MixerPeak(*attention, 2048, d);
+  SetAttentionPath(was);
+  const double gdn_growth = double(gdn_long) / double(gdn_short);
+  const double att_growth = double(att_long) / double(att_short);
+  std::printf(
+      "peak bytes at T = 512 / 2048: gated deltanet %lld / %lld (x%.2f), eager attention "
+      "%lld / %lld (x%.2f)\n",
+      static_cast<long long>(gdn_short), static_cast<long long>(gdn_long), gdn_growth,
+      static_cast<long long>(att_short), static_cast<long long>(att_long), att_growth);
+  EXPECT_LE(gdn_growth, 4.4);
+  EXPECT_GE(att_growth, 8.0);
+  EXPECT_LT(gdn_long, att_long);
+}
 
 }  // namespace
 }  // namespace xmod
