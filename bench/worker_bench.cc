@@ -17,11 +17,17 @@
 //      the dense MLP's FLOPs) vs the dense step of equal active FLOPs (target:
 //      <= 1.25), with the share of the MoE step that is dispatch overhead; a
 //      DECO step vs its dense twin (same total parameters, all experts computed).
+//   7. Gated DeltaNet (forward and backward of one token mixer, d = 256, 4 heads
+//      of 64): the chunked rule vs the token-by-token reference at T = 256 and
+//      1024 (target: chunked faster at 1024), and the DeltaNet mixer vs eager
+//      softmax attention at equal width over T = 128 ... 4096 with the tokens
+//      per call fixed (reported, with the crossover).
 // Every comparison runs A and B in alternating rounds and reports the median of
 // the pairwise ratios with their range (bench/paired_ratio.h).
 // Usage: worker_bench [--threads N] [--repeats N] [--python /usr/bin/python3]
 //        worker_bench --experts [--threads N] [--repeats N]   (part 6 alone)
-// Exits 1 when target 1, 2, 4 or 6 is missed (or the Python side cannot run).
+//        worker_bench --gdn [--threads N] [--repeats N]       (part 7 alone)
+// Exits 1 when target 1, 2, 4, 6 or 7 is missed (or the Python side cannot run).
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -41,6 +47,7 @@
 #include "bench/paired_ratio.h"
 #include "bench/stepper.h"
 #include "worker/model/fused_cpu.h"
+#include "worker/model/gated_deltanet.h"
 #include "worker/model/model.h"
 #include "worker/model/precision.h"
 #include "worker/train/adamw.h"
@@ -323,6 +330,94 @@ bool ExpertSteps(int repeats) {
   return met;
 }
 
+// Part 7: seconds of one forward and backward pass of each mixer on its input, in
+// alternating rounds (one call of each per round, after one warm-up call).
+std::vector<std::vector<double>> MixerTimes(const std::vector<TokenMixerImpl*>& mixers,
+                                            const torch::Tensor& x, const TokenPositions& at,
+                                            int repeats) {
+  std::vector<std::vector<double>> times(mixers.size());
+  auto once = [&](TokenMixerImpl* m) {
+    const torch::Tensor input = x.detach().requires_grad_();
+    const auto start = std::chrono::steady_clock::now();
+    m->forward(input, at).sum().backward();
+    const double s = bench::Seconds(start);
+    m->zero_grad();
+    return s;
+  };
+  for (TokenMixerImpl* m : mixers) once(m);
+  for (int r = 0; r < repeats; ++r) {
+    for (size_t i = 0; i < mixers.size(); ++i) times[i].push_back(once(mixers[i]));
+  }
+  return times;
+}
+
+// Part 7. Returns whether the chunked rule beat the recurrence at T = 1024.
+bool DeltaNetSteps(int repeats) {
+  constexpr int64_t d = 256, heads = 4;
+  torch::manual_seed(0);
+  GatedDeltaNet chunked(GatedDeltaNetOptions(d, heads));
+  GatedDeltaNet recurrent(GatedDeltaNetOptions(d, heads).recurrent(true));
+  Attention attention(d, heads);
+  {
+    torch::NoGradGuard no_grad;
+    chunked->InitWeights({});
+    attention->InitWeights({});
+    auto from = chunked->named_parameters();
+    for (auto& p : recurrent->named_parameters()) p.value().copy_(from[p.key()]);
+  }
+  auto positions = [&](int64_t t) {
+    TokenPositions at;  // attention's rotary angles (DeltaNet has none)
+    const torch::Tensor pos = torch::arange(t, torch::kFloat32).unsqueeze(1);
+    const torch::Tensor inv =
+        torch::pow(10000.0, -torch::arange(0, d / heads, 2) / double(d / heads));
+    at.cos = (pos * inv).cos().unsqueeze(0);
+    at.sin = (pos * inv).sin().unsqueeze(0);
+    return at;
+  };
+  std::printf(
+      "\n7. Gated DeltaNet mixer (d=%lld, %lld heads of %lld, chunk 64), forward and "
+      "backward of one mixer\n",
+      (long long)d, (long long)heads, (long long)(d / heads));
+  std::printf("   %-34s %10s %10s %s\n", "chunked vs recurrent", "chunked ms", "recur. ms",
+              "time ratio chunked / recurrent (median, range)");
+  bool met = true;
+  for (int64_t t : {256, 1024}) {
+    const torch::Tensor x = torch::randn({2, t, d});
+    const auto times =
+        MixerTimes({chunked.get(), recurrent.get()}, x, positions(t), std::max(3, repeats / 3));
+    const bench::PairedRatio r = Paired(times[0], times[1]);
+    if (t == 1024) met = r.median < 1.0;
+    char name[48];
+    std::snprintf(name, sizeof(name), "B=2 T=%lld", (long long)t);
+    std::printf("   %-34s %10.2f %10.2f %s%s\n", name, Median(times[0]) * 1e3,
+                Median(times[1]) * 1e3, r.Text().c_str(),
+                t == 1024 ? (met ? "  (target < 1: met)" : "  (target < 1: MISSED)") : "");
+  }
+  const AttentionPath was = CurrentAttentionPath();
+  SetAttentionPath(AttentionPath::kEager);
+  std::printf("   %-34s %10s %10s %s\n", "deltanet vs eager softmax", "deltanet", "softmax",
+              "time ratio deltanet / softmax (median, range)");
+  int64_t crossover = 0;
+  for (int64_t t : {128, 256, 512, 1024, 2048, 4096}) {
+    const int64_t b = std::max<int64_t>(1, 4096 / t);  // 4096 tokens per call
+    const torch::Tensor x = torch::randn({b, t, d});
+    const auto times = MixerTimes({chunked.get(), attention.get()}, x, positions(t), repeats);
+    const bench::PairedRatio r = Paired(times[0], times[1]);
+    if (crossover == 0 && r.median < 1.0) crossover = t;
+    char name[48];
+    std::snprintf(name, sizeof(name), "B=%lld T=%lld", (long long)b, (long long)t);
+    std::printf("   %-34s %10.2f %10.2f %s\n", name, Median(times[0]) * 1e3, Median(times[1]) * 1e3,
+                r.Text().c_str());
+  }
+  SetAttentionPath(was);
+  if (crossover > 0) {
+    std::printf("   deltanet is faster from T = %lld on (4096 tokens per call)\n",
+                (long long)crossover);
+  } else {
+    std::printf("   deltanet was not faster at any T measured\n");
+  }
+  return met;
+}
 }  // namespace
 }  // namespace xmod
 
@@ -344,9 +439,10 @@ int main(int argc, char** argv) {
   if (argc == 4 && !std::strcmp(argv[1], "--allocator-child")) {
     return AllocatorChild(argv[2], std::atoi(argv[3]));
   }
-  bool experts_only = false;
+  bool experts_only = false, gdn_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--experts")) experts_only = true;
+    if (!std::strcmp(argv[i], "--gdn")) gdn_only = true;
     if (i + 1 >= argc) continue;
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--repeats")) repeats = std::atoi(argv[i + 1]);
@@ -362,6 +458,7 @@ int main(int argc, char** argv) {
       threads, repeats);
 
   if (experts_only) return ExpertSteps(repeats) ? 0 : 1;
+  if (gdn_only) return DeltaNetSteps(repeats) ? 0 : 1;
 
   // 1. Step time vs FLOPs, same width and depth (match: layers).
   Stepper dense(Shape(Family::kDense, 1, 1.0));
@@ -509,6 +606,7 @@ int main(int argc, char** argv) {
   }
 
   met &= ExpertSteps(repeats);
+  met &= DeltaNetSteps(repeats);
   if (!met) {
     std::printf("\nworker_bench: a target was missed\n");
     return 1;

@@ -1,6 +1,6 @@
 // The two slots of a block (block.h). A token mixer moves information between
-// the positions of a sequence, causally: attention today (attention.h); a linear
-// attention such as Gated DeltaNet is another module behind the same slot. A
+// the positions of a sequence, causally: softmax attention (attention.h) or the
+// linear attention Gated DeltaNet (gated_deltanet.h). A
 // channel mixer transforms each position on its own: the SwiGLU MLP, top-k MoE
 // or DECO's experts (experts.h). A new kind of either is one class deriving
 // from these bases; the block, the layers and the decoder do not change.
