@@ -55,6 +55,10 @@ class LayerImpl : public torch::nn::Module {
   Block block{nullptr};
 
  protected:
+  // A layer that holds its blocks itself (a Mixture-of-Layers stage,
+  // mol_stage.h): `block` stays null and the subclass overrides forward and
+  // InitWeights.
+  LayerImpl() : recompute_(false) {}
   // block->Delta, or RecomputedDelta when this layer recomputes.
   torch::Tensor Delta(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                       const torch::Tensor& allowed, AuxRecord* aux);
