@@ -80,8 +80,13 @@ ParamCountAs<T> CountParamsAs(const ModelShape& s) {
   const T per_expert_extra =
       expert_layers > 0 ? ExpertMlpParamsAs<T>(s) - 3 * d * static_cast<T>(s.d_ff) : T{0};
   ParamCountAs<T> count;
-  count.non_embedding = static_cast<T>(s.n_layers) * per_layer + routed * per_routed_extra +
-                        expert_layers * per_expert_extra + d;
+  const FamilyTraits& traits = Traits(s.family);
+  if (traits.layer_params != nullptr) {
+    count.non_embedding = static_cast<T>(s.n_layers) * static_cast<T>(traits.layer_params(s)) + d;
+  } else {
+    count.non_embedding = static_cast<T>(s.n_layers) * per_layer + routed * per_routed_extra +
+                          expert_layers * per_expert_extra + d;
+  }
   count.embedding = static_cast<T>(s.vocab_size) * d;
   count.head = d * static_cast<T>(s.vocab_size);
   return count;
@@ -120,6 +125,11 @@ absl::Status CheckModelSize(const ModelShape& s) {
 
 double ForwardFlopsPerToken(const ModelShape& s) {
   const double d = static_cast<double>(s.d_model);
+  const FamilyTraits& traits = Traits(s.family);
+  if (traits.layer_flops != nullptr) {
+    return static_cast<double>(s.n_layers) * traits.layer_flops(s) +
+           2.0 * d * static_cast<double>(s.vocab_size);
+  }
   const double t = static_cast<double>(s.context);
   const double matmul = 2.0 * static_cast<double>(LayerMatmulParams(s));
   const double attention = 4.0 * t * d;
@@ -146,11 +156,14 @@ Sparsity SparsityOf(const ModelShape& s, int64_t dense_layers) {
   Sparsity out;
   const double total = static_cast<double>(CountParams(s).non_embedding);
   const int64_t expert_layers = ExpertLayerCount(s);
-  if (expert_layers > 0 && total > 0.0) {
+  const FamilyTraits& traits = Traits(s.family);
+  if (traits.layer_active_params != nullptr && total > 0.0) {
+    out.parameter = 1.0 - static_cast<double>(ActiveParams(s, dense_layers)) / total;
+    out.expert = traits.expert_sparsity != nullptr ? traits.expert_sparsity(s) : 0.0;
+  } else if (expert_layers > 0 && total > 0.0) {
     const double saved = static_cast<double>(expert_layers) *
                          (static_cast<double>(ExpertMlpParams(s)) - ExpertMlpActiveParams(s));
     out.parameter = saved / total;
-    const FamilyTraits& traits = Traits(s.family);
     out.expert = traits.expert_sparsity != nullptr ? traits.expert_sparsity(s) : 0.0;
   } else if (NumRoutedLayers(s) > 0 && total > 0.0) {
     out.parameter = 1.0 - static_cast<double>(ActiveParams(s, dense_layers)) / total;
@@ -185,6 +198,7 @@ absl::StatusOr<int64_t> ExpertsMatchingParams(const ModelShape& shape, int64_t t
 
 double ForwardFlopsPerTokenAt(const ModelShape& s,
                               const std::vector<double>& per_routed_layer_capacity) {
+  if (Traits(s.family).layer_flops != nullptr) return ForwardFlopsPerToken(s);
   const double d = static_cast<double>(s.d_model);
   const double t = static_cast<double>(s.context);
   const double matmul = 2.0 * static_cast<double>(LayerMatmulParams(s));

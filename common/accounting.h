@@ -61,6 +61,18 @@ struct ExpertShape {
   double target_ratio = 0.0;  // deco: activation ratio the controller steers to
 };
 
+// Mixture of Layers (mol, docs/mol.md): every layer is a split stage of `blocks`
+// thin blocks of width d_t behind down/up projections; the first `shared` run on
+// every token, and each token is routed to `top_k` of the others. Thin blocks
+// have the model's head width and a SwiGLU MLP of DefaultDff(d_t).
+struct MolShape {
+  int64_t thin_width = 0;       // d_t
+  int64_t blocks = 0;           // N, shared and routed
+  int64_t shared = 0;           // S
+  int64_t top_k = 0;            // k of the N − S routed blocks
+  bool routed_deltanet = true;  // routed blocks mix with Gated DeltaNet (false: softmax)
+};
+
 // The shape of one decoder, as the worker builds it.
 struct ModelShape {
   Family family = Family::kDense;
@@ -73,6 +85,7 @@ struct ModelShape {
   int64_t stride = 1;     // anchor stride s: layer l is dense when l % s == 0
   double capacity = 1.0;  // nominal ρ = 1 − σ of routed layers
   ExpertShape experts;    // moe and deco only
+  MolShape mol;           // mol only
 };
 
 // DECO's default shared-expert width for an MLP of width d_ff:

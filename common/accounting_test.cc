@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <tuple>
 
+#include "common/mol_accounting.h"
+
 namespace xmod {
 namespace {
 
@@ -202,14 +204,70 @@ TEST(Accounting, ExpertSearchOnAWideModelRefusesInsteadOfWrapping) {
   EXPECT_NE(std::string(e.status().message()).find("within a factor of 2"), std::string::npos);
 }
 
-TEST(Accounting, UnknownAndUnspecifiedFamiliesAreRejected) {
+TEST(Accounting, UnknownFamiliesAreRejected) {
   EXPECT_EQ(ParseFamily("xmod").value(), Family::kXmod);
-  for (Family f : {Family::kDense, Family::kXmod, Family::kMod, Family::kMoe, Family::kDeco}) {
+  for (Family f :
+       {Family::kDense, Family::kXmod, Family::kMod, Family::kMoe, Family::kDeco, Family::kMol}) {
     EXPECT_EQ(ParseFamily(FamilyName(f)).value(), f);
   }
-  EXPECT_FALSE(ParseFamily("mol").ok());
-  EXPECT_NE(ParseFamily("mol").status().message().find("not specified"), std::string::npos);
   EXPECT_NE(ParseFamily("dens").status().message().find("unknown family"), std::string::npos);
+}
+
+// The MoL paper's published sizes through the references' formula (its
+// counting convention: softmax thin blocks of 12·d_t² plus their projections,
+// a router per stage, no norms, the tied embedding once).
+TEST(MolAccounting, ThePapersConventionReproducesItsPublishedSizes) {
+  // Table 1: d 1024, 8 stages of 5 blocks of 256, top-3, no shared block, 32K tied.
+  const MolPaperCount t1 = MolPaperParams(1024, 256, 8, 5, 0, 3, 32000);
+  EXPECT_EQ(t1.total, 52469760);  // 52.5M
+  EXPECT_NEAR(static_cast<double>(t1.total + t1.embedding) / 1e6, 85.2, 0.05);
+  // Table 5: d 2048, 24 stages of 1+3of15 of 512, GPT-2's vocabulary: 0.607B active.
+  const MolPaperCount t5 = MolPaperParams(2048, 512, 24, 15, 1, 3, 50257);
+  EXPECT_EQ(t5.active + t5.embedding, 606930944);
+  // The projections' share of a thin block is d / (d + 6·d_t): 40% at d_t = 256, d = 1024.
+  const double block = 12.0 * 256 * 256 + 2.0 * 1024 * 256;
+  EXPECT_NEAR(2.0 * 1024 * 256 / block, 1024.0 / (1024 + 6 * 256), 1e-12);
+}
+
+ModelShape MolShapeOf(bool deltanet) {
+  ModelShape s;
+  s.family = Family::kMol;
+  s.d_model = 64;
+  s.n_heads = 4;  // head width 16
+  s.n_layers = 3;
+  s.d_ff = DefaultDff(64);
+  s.vocab_size = 100;
+  s.context = 128;
+  s.mol = {32, 5, 1, 2, deltanet};
+  return s;
+}
+
+TEST(MolAccounting, AStageCountsEveryBlockAndChargesTheSharedAndKRoutedOnes) {
+  const ModelShape s = MolShapeOf(true);
+  const int64_t ff = DefaultDff(32);  // 96
+  const int64_t softmax_block = 2 * 64 * 32 + 2 * 32 + 4 * 32 * 32 + 3 * 32 * ff;
+  const int64_t gdn_mixer = 5 * 32 * 32 + 2 * 32 * 2 + 12 * 32 + 2 * 2 + 16;
+  EXPECT_EQ(DeltaNetMixerParams(32, 16), gdn_mixer);
+  const int64_t gdn_block = 2 * 64 * 32 + 2 * 32 + gdn_mixer + 3 * 32 * ff;
+  const int64_t stage = softmax_block + 4 * gdn_block + 64 * 4;
+  EXPECT_EQ(CountParams(s).non_embedding, 3 * stage + 64);
+  EXPECT_EQ(ActiveParams(s, 0), 3 * (softmax_block + 2 * gdn_block + 64 * 4) + 64);
+  const Sparsity sparsity = SparsityOf(s, 0);
+  EXPECT_DOUBLE_EQ(sparsity.expert, 1.0 - 2.0 / 4.0);
+  EXPECT_NEAR(sparsity.parameter, 1.0 - double(ActiveParams(s, 0)) / CountParams(s).non_embedding,
+              1e-12);
+  // FLOPs: the DeltaNet core does not grow with T; the shared softmax block's
+  // attention does, by 4·d_t per token per unit of T.
+  ModelShape longer = s;
+  longer.context = 256;
+  EXPECT_NEAR(ForwardFlopsPerToken(longer) - ForwardFlopsPerToken(s), 3 * 4.0 * 32 * 128, 1e-6);
+  // Routed softmax blocks attend over the f = k/(N − S) of the tokens routed to them.
+  ModelShape softmax = MolShapeOf(false);
+  ModelShape softmax_longer = softmax;
+  softmax_longer.context = 256;
+  EXPECT_NEAR(ForwardFlopsPerToken(softmax_longer) - ForwardFlopsPerToken(softmax),
+              3 * (4.0 * 32 * 128 + 2 * 4.0 * 32 * 0.5 * 128), 1e-6);
+  EXPECT_DOUBLE_EQ(TrainFlopsPerToken(s), 3 * ForwardFlopsPerToken(s));
 }
 
 // A small shape (d = 32, 4 heads, d_ff = 96, V = 64) for the expert tests.
@@ -298,15 +356,17 @@ namespace xmod {
 namespace {
 
 TEST(FamilyTable, EveryFamilyHasOneRowAndItsNameRoundTrips) {
-  for (Family f : {Family::kDense, Family::kXmod, Family::kMod, Family::kMoe, Family::kDeco}) {
+  for (Family f :
+       {Family::kDense, Family::kXmod, Family::kMod, Family::kMoe, Family::kDeco, Family::kMol}) {
     EXPECT_EQ(Traits(f).id, f);
     const absl::StatusOr<Family> parsed = ParseFamily(FamilyName(f));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, f);
   }
-  EXPECT_EQ(Families().size(), 5u);
+  EXPECT_EQ(Families().size(), 6u);
   EXPECT_EQ(ParseFamily("moee").status().message(),
-            "unknown family 'moee' (known: dense, xmod, mod, moe, deco)");
+            "unknown family 'moee' (known: dense, xmod, mod, moe, deco, mol)");
+  EXPECT_EQ(Traits(Family::kMol).routing, RoutingKind::kLayers);
   EXPECT_EQ(Traits(Family::kXmod).routing, RoutingKind::kDepth);
   EXPECT_TRUE(Traits(Family::kXmod).routed_gate);
   EXPECT_FALSE(Traits(Family::kMod).routed_gate);

@@ -15,7 +15,7 @@ std::deque<FamilyTraits>& Registry() {
   // The table: one row per built-in family (its traits live in
   // common/families/<name>.cc); RegisterFamily appends.
   static std::deque<FamilyTraits>* const table = new std::deque<FamilyTraits>{
-      DenseFamily(), XmodFamily(), ModFamily(), MoeFamily(), DecoFamily(),
+      DenseFamily(), XmodFamily(), ModFamily(), MoeFamily(), DecoFamily(), MolFamily(),
   };
   return *table;
 }
@@ -45,7 +45,7 @@ absl::StatusOr<Family> RegisterFamily(FamilyTraits traits) {
           absl::StrCat("family '", std::string(traits.name), "' is registered already"));
     }
   }
-  // The built-in rows hold ids 0..4 in order, so a row's id is its index.
+  // The built-in rows hold ids 0..5 in order, so a row's id is its index.
   traits.id = static_cast<Family>(static_cast<int32_t>(table.size()));
   table.push_back(traits);
   return traits.id;
@@ -68,10 +68,6 @@ absl::StatusOr<Family> ParseFamily(std::string_view name) {
     known.emplace_back(traits.name);
   }
   const std::string list = absl::StrJoin(known, ", ");
-  if (name == "mol") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("family 'mol' is not specified yet (known: ", list, ")"));
-  }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown family '", std::string(name), "' (known: ", list, ")"));
 }

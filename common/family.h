@@ -22,7 +22,7 @@ namespace xmod {
 // (RegisterFamily: a plug-in, or a test's family) gets the next free value past
 // them, so code outside a family's files treats the value as opaque and asks
 // Traits().
-enum class Family : int32_t { kDense, kXmod, kMod, kMoe, kDeco };
+enum class Family : int32_t { kDense, kXmod, kMod, kMoe, kDeco, kMol };
 
 struct ModelShape;  // accounting.h
 struct JobFile;     // job_file.h
@@ -32,6 +32,7 @@ enum class RoutingKind {
   kNone,     // every token through every layer's dense MLP
   kDepth,    // layers between anchors process only the tokens a router picks (X-MoD, MoD)
   kExperts,  // every token passes every layer; the MLP routes it to experts (moe, deco)
+  kLayers,   // every layer is a split stage that routes each token to k thin blocks (mol)
 };
 
 // A run's routing fields as the read side (plots, reports, the dashboard) has them.
@@ -66,6 +67,13 @@ struct FamilyTraits {
   // The family's checks of a job file beyond the common ones (its experts, its
   // gate), as "job: field 'x' ..." errors; null: none.
   absl::Status (*check_job)(const JobFile& job) = nullptr;
+  // A family whose layers are not the standard block (mol): one layer's
+  // parameters (in long double, as expert_mlp_params), the parameters one token
+  // uses in it, and its forward FLOPs per token at the shape's context (the
+  // routing sparsity is expert_sparsity's); null: the standard block.
+  long double (*layer_params)(const ModelShape&) = nullptr;
+  double (*layer_active_params)(const ModelShape&) = nullptr;
+  double (*layer_flops)(const ModelShape&) = nullptr;
   // N_active (accounting.h, ActiveParams); null: the FLOP-equivalent dense size
   // N_dense(L0) · F_model / F_dense(L0).
   int64_t (*active_params)(const ModelShape&, int64_t dense_layers) = nullptr;
@@ -103,10 +111,9 @@ int FamilyPlotRank(Family family);
 // The traits of `family`.
 const FamilyTraits& Traits(Family family);
 
-// "dense", "xmod", "mod", "moe", "deco".
+// "dense", "xmod", "mod", "moe", "deco", "mol".
 std::string_view FamilyName(Family family);
-// Inverse of FamilyName; INVALID_ARGUMENT naming the known families otherwise, and
-// saying so for the literature baseline that is not specified yet (mol).
+// Inverse of FamilyName; INVALID_ARGUMENT naming the known families otherwise.
 absl::StatusOr<Family> ParseFamily(std::string_view name);
 
 }  // namespace xmod

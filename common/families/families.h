@@ -13,6 +13,7 @@ FamilyTraits XmodFamily();   // depth.cc
 FamilyTraits ModFamily();    // depth.cc
 FamilyTraits MoeFamily();    // moe.cc
 FamilyTraits DecoFamily();   // deco.cc
+FamilyTraits MolFamily();    // mol.cc
 
 // The "experts" options object of moe and deco (experts.cc).
 absl::Status ReadExpertOptions(const nlohmann::json& object, JobFile* job);

@@ -71,6 +71,8 @@ struct DecoderOptions {
   TORCH_ARG(double, entropy_multiplier) = 1.0;
   // moe: the aux-loss-free bias step after each optimizer step (0: off).
   TORCH_ARG(double, bias_rate) = 0.0;
+  // mol: the split stages' thin blocks (balance_coef is its CV² coefficient α).
+  TORCH_ARG(MolShape, mol) = {};
   // The job file's options object of a family that reads its own
   // (JobFile::family_options); null for the built-in families.
   TORCH_ARG(nlohmann::json, family_options);

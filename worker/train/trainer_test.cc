@@ -47,6 +47,12 @@ JobFile TinyJob(Family family, int64_t steps) {
     job.balance_coef = 0.01;
     job.expert_training.z_coef = 1e-3;
     job.expert_training.bias_rate = 1e-3;
+  } else if (family == Family::kMol) {
+    // Two stages of one shared and top-2 of 4 routed thin blocks of width 16.
+    job.shape.n_layers = 2;
+    job.shape.mol = MolShape{16, 5, 1, 2, true};
+    job.gate = "none";
+    job.balance_coef = 0.05;
   } else if (family == Family::kDeco) {
     job.shape.n_layers = 2;
     job.shape.experts = ExpertShape{8, 0, 16, 0, 16, 1, 0.2};
@@ -151,6 +157,58 @@ TEST_F(Trainer, TinyMoeAndDecoLearnTheSyntheticChainWithinTheirGoldenBands) {
     for (const std::string& name : names) EXPECT_EQ(seen[name], 80) << name;
     std::printf("golden %s: val_loss %.6f\n", std::string(FamilyName(family)).c_str(),
                 result->val_loss);
+  }
+}
+
+// A Mixture-of-Layers model learns the synthetic chain (its bigram floor is
+// log 4 = 1.386: below it the model uses context), reports its balancing loss and
+// realised block loads every step, tracks fp32 under bf16 autocast and resumes
+// bit for bit.
+TEST_F(Trainer, TinyMolLearnsReportsItsLoadsAndResumesExactly) {
+  std::vector<Metric> metrics;
+  JobFile job = TinyJob(Family::kMol, 80);
+  auto fp32 = Run(job, "mol-fp32", false, 0, [&](TrainerOptions& o) {
+    o.on_metrics = [&](const std::vector<Metric>& m) {
+      metrics.insert(metrics.end(), m.begin(), m.end());
+    };
+  });
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  EXPECT_NEAR(fp32->train_losses.front(), std::log(64.0), 0.15);
+  EXPECT_LT(fp32->val_loss, 1.386);
+  std::map<std::string, int> seen;
+  double spread = 0.0;
+  for (const Metric& m : metrics) {
+    seen[m.name] += 1;
+    if (m.name == "block_load_spread" && m.step == 80) spread = m.value;
+  }
+  for (const char* name : {"balance_loss", "block_load_spread", "block_load_min"}) {
+    EXPECT_EQ(seen[name], 80) << name;
+  }
+  EXPECT_GE(spread, 1.0);  // the busiest block's share against an even split
+  EXPECT_LT(spread, 4.0);  // 4 routed blocks: 4 would be one block taking every token
+  std::printf("golden mol: val_loss %.6f, block load spread %.3f\n", fp32->val_loss, spread);
+
+  job.steps = 30;
+  JobFile bf16 = job;
+  bf16.precision = "bf16";
+  auto a = Run(job, "mol-a");
+  auto b = Run(bf16, "mol-b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t i = 0; i < a->train_losses.size(); ++i) {
+    EXPECT_NEAR(b->train_losses[i], a->train_losses[i], 0.02 * a->train_losses[i]) << i + 1;
+  }
+  for (const JobFile& j : {job, bf16}) {
+    const std::string run = "mol-split-" + j.precision;
+    auto first = Run(j, run, false, 12);
+    auto second = Run(j, run, true);
+    ASSERT_TRUE(first.ok() && second.ok());
+    std::vector<double> joined = first->train_losses;
+    joined.insert(joined.end(), second->train_losses.begin(), second->train_losses.end());
+    const std::vector<double>& whole = j.precision == "bf16" ? b->train_losses : a->train_losses;
+    ASSERT_EQ(joined.size(), whole.size());
+    for (size_t i = 0; i < joined.size(); ++i) {
+      EXPECT_EQ(joined[i], whole[i]) << j.precision << " resumed, step " << i + 1;
+    }
   }
 }
 

@@ -22,6 +22,7 @@ std::deque<ModelFamily>& Table() {
       {Family::kMod,   ModLayer,   LayerCountDepth, ModObjectives,  true,       true,     nullptr},
       {Family::kMoe,   MoeLayer,   LayerCountDepth, MoeObjectives,  false,      false,    MoeConfigure},
       {Family::kDeco,  DecoLayer,  LayerCountDepth, DecoObjectives, false,      false,    DecoConfigure},
+      {Family::kMol,   MolLayer,   LayerCountDepth, MolObjectives,  false,      false,    MolConfigure},
   };
   // clang-format on
   return *table;

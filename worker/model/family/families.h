@@ -42,6 +42,11 @@ std::shared_ptr<LayerImpl> DecoLayer(const DecoderOptions& options, int64_t inde
 Objectives DecoObjectives(const DecoderOptions& options, DecoderImpl& model);
 void DecoConfigure(const JobFile& job, DecoderOptions* options);
 
+// mol.cc
+std::shared_ptr<LayerImpl> MolLayer(const DecoderOptions& options, int64_t index);
+Objectives MolObjectives(const DecoderOptions& options, DecoderImpl& model);
+void MolConfigure(const JobFile& job, DecoderOptions* options);
+
 }  // namespace xmod::family
 
 #endif  // XMOD_WORKER_MODEL_FAMILY_FAMILIES_H_
