@@ -29,9 +29,12 @@ struct Stepper {
                   .family(s.family)
                   .stride(s.stride)
                   .routed_tokens(RoutedTokens(s.capacity, s.context))
-                  .balance_coef(s.family == Family::kXmod || s.family == Family::kMoe ? 0.01 : 0.0)
+                  .balance_coef(s.family == Family::kXmod || s.family == Family::kMoe ? 0.01
+                                : s.family == Family::kMol                            ? 0.05
+                                                                                      : 0.0)
                   .router_coef(s.family == Family::kXmod || s.family == Family::kMod ? 0.01 : 0.0)
                   .experts(s.experts)
+                  .mol(s.mol)
                   .z_coef(s.family == Family::kMoe ? 1e-3 : 0.0)
                   .entropy_init(s.family == Family::kDeco ? 1e-8 : 0.0)
                   .entropy_multiplier(1.002)),

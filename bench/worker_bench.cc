@@ -22,12 +22,17 @@
 //      1024 (target: chunked faster at 1024), and the DeltaNet mixer vs eager
 //      softmax attention at equal width over T = 128 ... 4096 with the tokens
 //      per call fixed (reported, with the crossover).
+//   8. a Mixture-of-Layers step (thin width d/4, 1+2of5, Gated DeltaNet in the
+//      routed blocks, its stages matched to the dense model's forward FLOPs) vs
+//      the dense step, against their FLOP ratio (target: time ratio <= 1.3 x the
+//      FLOP ratio), with the routed share of the MoL step.
 // Every comparison runs A and B in alternating rounds and reports the median of
 // the pairwise ratios with their range (bench/paired_ratio.h).
 // Usage: worker_bench [--threads N] [--repeats N] [--python /usr/bin/python3]
 //        worker_bench --experts [--threads N] [--repeats N]   (part 6 alone)
 //        worker_bench --gdn [--threads N] [--repeats N]       (part 7 alone)
-// Exits 1 when target 1, 2, 4, 6 or 7 is missed (or the Python side cannot run).
+//        worker_bench --mol [--threads N] [--repeats N]       (part 8 alone)
+// Exits 1 when target 1, 2, 4, 6, 7 or 8 is missed (or the Python side cannot run).
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -74,6 +79,17 @@ ModelShape Shape(Family family, int64_t stride, double capacity, int64_t d = kD,
 }
 
 // A stepper on the CPU with the benchmark's batch.
+// Part 8's MoL model: thin width d/4, 1+2of5, Gated DeltaNet (or softmax) in the
+// routed blocks, as many stages as match the dense model's forward FLOPs.
+ModelShape MolBenchShape(bool deltanet) {
+  const ModelShape dense = Shape(Family::kDense, 1, 1.0);
+  ModelShape mol = dense;
+  mol.family = Family::kMol;
+  mol.mol = MolShape{kD / 4, 5, 1, 2, deltanet};
+  mol.n_layers = LayersMatchingFlops(mol, ForwardFlopsPerToken(dense)).value();
+  return mol;
+}
+
 struct Stepper : bench::Stepper {
   explicit Stepper(const ModelShape& s, int64_t batch = kBatch) : bench::Stepper(s, batch) {}
 };
@@ -242,7 +258,7 @@ int TimeOne(const std::string& config, int steps, int threads, const std::string
     }
     flops = 2.0 * static_cast<double>(m * k * n);
   } else if ((parts.size() == 3 || (parts.size() == 4 && parts[3] == "composite")) &&
-             (parts[0] == "dense" || parts[0] == "xmod")) {
+             (parts[0] == "dense" || parts[0] == "xmod" || parts[0] == "mol")) {
     const bool xmod = parts[0] == "xmod";
     // A fourth part "composite" runs the block's elementwise work and AdamW as
     // LibTorch ops instead of the fused CPU kernels (fused_cpu.h, adamw.h).
@@ -255,7 +271,9 @@ int TimeOne(const std::string& config, int steps, int threads, const std::string
       std::printf("time %s unavailable\n", config.c_str());
       return 0;
     }
-    Stepper stepper(xmod ? Shape(Family::kXmod, 2, 0.125) : Shape(Family::kDense, 1, 1.0));
+    Stepper stepper(xmod                ? Shape(Family::kXmod, 2, 0.125)
+                    : parts[0] == "mol" ? MolBenchShape(true)
+                                        : Shape(Family::kDense, 1, 1.0));
     stepper.path = path;
     stepper.bf16 = parts[2] == "bf16";
     stepper.Step();
@@ -270,10 +288,11 @@ int TimeOne(const std::string& config, int steps, int threads, const std::string
     }
     flops = stepper.flops_per_step;
   } else {
-    std::fprintf(stderr,
-                 "worker_bench: --time wants dense|xmod,eager|fused|auto,fp32|bf16[,composite] or "
-                 "mm,fp32|bf16; got %s\n",
-                 config.c_str());
+    std::fprintf(
+        stderr,
+        "worker_bench: --time wants dense|xmod|mol,eager|fused|auto,fp32|bf16[,composite] or "
+        "mm,fp32|bf16; got %s\n",
+        config.c_str());
     return 2;
   }
   std::printf("time %s %.6g %.6g\n", config.c_str(), Median(times), flops);
@@ -418,6 +437,38 @@ bool DeltaNetSteps(int repeats) {
   }
   return met;
 }
+
+// Part 8. Returns whether the MoL step met 1.3 x its FLOP ratio.
+bool MolSteps(int repeats) {
+  const ModelShape dense = Shape(Family::kDense, 1, 1.0);
+  const ModelShape mol = MolBenchShape(true), softmax = MolBenchShape(false);
+  torch::manual_seed(0);
+  Stepper dense_step(dense), mol_step(mol), softmax_step(softmax);
+  const std::vector<std::vector<double>> t =
+      StepTimes({&dense_step, &mol_step, &softmax_step}, repeats);
+  const double flops = mol_step.flops_per_step / dense_step.flops_per_step;
+  const double softmax_flops = softmax_step.flops_per_step / dense_step.flops_per_step;
+  const bench::PairedRatio ratio = Paired(t[1], t[0]);
+  const bench::PairedRatio softmax_ratio = Paired(t[2], t[0]);
+  const bool met = ratio.median <= 1.3 * flops;
+  std::printf(
+      "\n8. Mixture of Layers vs the dense step (d=%lld, %lld dense layers, T=%lld), "
+      "one step of each per round\n",
+      (long long)kD, (long long)kLayers, (long long)kContext);
+  std::printf("   %-44s %10s %-36s %10s\n", "config", "step ms", "time ratio (median, range)",
+              "FLOP ratio");
+  std::printf("   %-44s %10.2f\n", "dense", Median(t[0]) * 1e3);
+  char name[96];
+  std::snprintf(name, sizeof(name), "mol %lld stages 1+2of5 d_t=%lld (gdn routed)",
+                (long long)mol.n_layers, (long long)(kD / 4));
+  std::printf("   %-44s %10.2f %-36s %10.3f  (target <= 1.3 x FLOP ratio = %.3f: %s)\n", name,
+              Median(t[1]) * 1e3, ratio.Text().c_str(), flops, 1.3 * flops, met ? "met" : "MISSED");
+  std::snprintf(name, sizeof(name), "mol %lld stages 1+2of5 d_t=%lld (softmax routed)",
+                (long long)softmax.n_layers, (long long)(kD / 4));
+  std::printf("   %-44s %10.2f %-36s %10.3f\n", name, Median(t[2]) * 1e3,
+              softmax_ratio.Text().c_str(), softmax_flops);
+  return met;
+}
 }  // namespace
 }  // namespace xmod
 
@@ -439,10 +490,11 @@ int main(int argc, char** argv) {
   if (argc == 4 && !std::strcmp(argv[1], "--allocator-child")) {
     return AllocatorChild(argv[2], std::atoi(argv[3]));
   }
-  bool experts_only = false, gdn_only = false;
+  bool experts_only = false, gdn_only = false, mol_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--experts")) experts_only = true;
     if (!std::strcmp(argv[i], "--gdn")) gdn_only = true;
+    if (!std::strcmp(argv[i], "--mol")) mol_only = true;
     if (i + 1 >= argc) continue;
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--repeats")) repeats = std::atoi(argv[i + 1]);
@@ -459,6 +511,7 @@ int main(int argc, char** argv) {
 
   if (experts_only) return ExpertSteps(repeats) ? 0 : 1;
   if (gdn_only) return DeltaNetSteps(repeats) ? 0 : 1;
+  if (mol_only) return MolSteps(repeats) ? 0 : 1;
 
   // 1. Step time vs FLOPs, same width and depth (match: layers).
   Stepper dense(Shape(Family::kDense, 1, 1.0));
@@ -607,6 +660,7 @@ int main(int argc, char** argv) {
 
   met &= ExpertSteps(repeats);
   met &= DeltaNetSteps(repeats);
+  met &= MolSteps(repeats);
   if (!met) {
     std::printf("\nworker_bench: a target was missed\n");
     return 1;

@@ -66,56 +66,75 @@ std::pair<torch::Tensor, torch::Tensor> MolStageImpl::Route(const torch::Tensor&
   return {indices, weights};
 }
 
-torch::Tensor MolStageImpl::RoutedBlockOutput(int64_t i, const torch::Tensor& x,
-                                              const torch::Tensor& chosen, const torch::Tensor& cos,
-                                              const torch::Tensor& sin) {
+MolStageImpl::RoutedRows MolStageImpl::RunRouted(int64_t i, const torch::Tensor& x,
+                                                 const torch::Tensor& chosen,
+                                                 const torch::Tensor& cos,
+                                                 const torch::Tensor& sin) {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
   const torch::Tensor counts = chosen.sum(1);  // [B]
   const int64_t longest = counts.max().item<int64_t>();
-  if (longest == 0) return torch::zeros_like(x);
+  RoutedRows r;
+  if (longest == 0) return r;
   // Each sequence's chosen positions first, in position order, then the others:
   // the first `longest` columns hold every chosen token, and the padding after a
   // sequence's own tokens cannot reach them (the block is causal).
-  const torch::Tensor position = torch::arange(t, chosen.options().dtype(torch::kLong));
+  const auto index = chosen.options().dtype(torch::kLong);
+  const torch::Tensor position = torch::arange(t, index);
   const torch::Tensor key = position + t * chosen.logical_not().to(torch::kLong);
   const torch::Tensor order = std::get<1>(key.sort(1)).narrow(1, 0, longest);  // [B, n]
   const torch::Tensor valid =
-      torch::arange(longest, counts.options()).unsqueeze(0) < counts.unsqueeze(1);  // [B, n]
-  const torch::Tensor gathered = x.gather(1, order.unsqueeze(-1).expand({b, longest, d}));
+      (torch::arange(longest, index).unsqueeze(0) < counts.unsqueeze(1)).reshape(-1);  // [B·n]
+  const torch::Tensor flat =
+      (order + (torch::arange(b, index) * t).unsqueeze(1)).reshape(-1);  // [B·n] into B·T
+  const torch::Tensor gathered = x.reshape({b * t, d}).index_select(0, flat).view({b, longest, d});
   const int64_t half = cos.size(-1);
   auto angles = [&](const torch::Tensor& table) {  // [1, T, half] -> [B, n, half]
-    return table.expand({b, t, half}).gather(1, order.unsqueeze(-1).expand({b, longest, half}));
+    return table.reshape({-1, half}).index_select(0, order.reshape(-1)).view({b, longest, half});
   };
-  const torch::Tensor out =
-      thin_[i + o_.shared()]->forward(gathered, angles(cos), angles(sin)).to(x.scalar_type()) *
-      valid.unsqueeze(-1).to(x.scalar_type());
-  return torch::zeros_like(x).scatter_add(1, order.unsqueeze(-1).expand({b, longest, d}), out);
+  const torch::Tensor out = thin_[i + o_.shared()]->forward(gathered, angles(cos), angles(sin));
+  const torch::Tensor keep = valid.nonzero().squeeze(1);  // the real tokens among the B·n rows
+  r.rows = flat.index_select(0, keep);
+  r.out = out.reshape({b * longest, d}).index_select(0, keep).to(x.scalar_type());
+  return r;
+}
+
+torch::Tensor MolStageImpl::RoutedBlockOutput(int64_t i, const torch::Tensor& x,
+                                              const torch::Tensor& chosen, const torch::Tensor& cos,
+                                              const torch::Tensor& sin) {
+  const RoutedRows r = RunRouted(i, x, chosen, cos, sin);
+  if (!r.rows.defined()) return torch::zeros_like(x);
+  return torch::zeros({x.size(0) * x.size(1), x.size(2)}, x.options())
+      .index_add(0, r.rows, r.out)
+      .view(x.sizes());
 }
 
 torch::Tensor MolStageImpl::forward(const torch::Tensor& x, LayerPass& pass) {
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
   torch::Tensor out = x;
   for (int64_t j = 0; j < o_.shared(); ++j) out = out + thin_[j]->forward(x, pass.cos, pass.sin);
   auto [indices, weights] = Route(x);
   const int64_t routed = o_.blocks() - o_.shared();
   // w_{t,i}: the kept weight of routed block i at each token (0 where not chosen).
   const torch::Tensor kept =
-      torch::zeros({x.size(0), x.size(1), routed}, weights.options()).scatter(-1, indices, weights);
-  torch::Tensor mixed;
+      torch::zeros({b, t, routed}, weights.options()).scatter(-1, indices, weights);
+  const torch::Tensor kept_rows = kept.reshape({b * t, routed});
+  // The routed blocks' weighted outputs, added row by row into one [B·T, d] buffer.
+  torch::Tensor mixed = torch::zeros({b * t, d}, x.options());
   std::vector<double> load(routed, 0.0);
   for (int64_t i = 0; i < routed; ++i) {
     const torch::Tensor chosen = (indices == i).any(-1);  // [B, T]
-    load[i] = static_cast<double>(chosen.sum().item<int64_t>());
-    if (load[i] == 0) continue;
-    const torch::Tensor part = RoutedBlockOutput(i, x, chosen, pass.cos, pass.sin) *
-                               kept.select(-1, i).unsqueeze(-1).to(x.scalar_type());
-    mixed = mixed.defined() ? mixed + part : part;
+    const RoutedRows r = RunRouted(i, x, chosen, pass.cos, pass.sin);
+    if (!r.rows.defined()) continue;
+    load[i] = static_cast<double>(r.rows.size(0));
+    const torch::Tensor w = kept_rows.select(1, i).index_select(0, r.rows).unsqueeze(1);
+    mixed.index_add_(0, r.rows, r.out * w.to(x.scalar_type()));
   }
-  if (mixed.defined()) out = out + mixed / static_cast<double>(o_.top_k());
+  out = out + mixed.view({b, t, d}) / static_cast<double>(o_.top_k());
   // CV² of the blocks' importance I_i = Σ_t w_{t,i} over the batch (population
   // variance over the routed blocks).
   {
     AutocastOff fp32(x.device());
-    const torch::Tensor importance = kept.sum(torch::IntArrayRef{0, 1});
+    const torch::Tensor importance = kept_rows.sum(0);
     const torch::Tensor mean = importance.mean();
     pass.aux.Add(kMolBalanceLoss, (importance - mean).pow(2).mean() / (mean * mean + 1e-12));
   }

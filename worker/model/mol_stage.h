@@ -89,6 +89,14 @@ class MolStageImpl : public LayerImpl {
   torch::nn::Linear router{nullptr};
 
  private:
+  // Routed block i run on the tokens `chosen` marks: their rows in the flattened
+  // [B·T] batch and the block's outputs there [M, d]; both undefined when no
+  // token is chosen.
+  struct RoutedRows {
+    torch::Tensor rows, out;
+  };
+  RoutedRows RunRouted(int64_t i, const torch::Tensor& x, const torch::Tensor& chosen,
+                       const torch::Tensor& cos, const torch::Tensor& sin);
   MolStageOptions o_;
   std::vector<ThinBlock> thin_;
 };
