@@ -1,8 +1,11 @@
 #include "common/memory.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <vector>
+
+#include "common/mol_accounting.h"
 
 namespace xmod {
 
@@ -170,6 +173,48 @@ FeedForward FeedForwardOf(const ModelShape& s, int64_t layer, const MemoryConfig
   return s.experts.top_k > 0 ? MoeFeedForward(s, c) : DecoFeedForward(s, c);
 }
 
+// A Mixture-of-Layers thin block's shape: width d_t, the model's head width,
+// a SwiGLU of DefaultDff(d_t), the model's context (common/accounting.h, MolShape).
+ModelShape ThinShape(const ModelShape& s) {
+  ModelShape t = s;
+  t.family = Family::kDense;
+  t.d_model = s.mol.thin_width;
+  t.n_heads = std::max<int64_t>(1, s.mol.thin_width / std::max<int64_t>(1, s.d_model / s.n_heads));
+  t.d_ff = DefaultDff(s.mol.thin_width);
+  return t;
+}
+
+// The chunk of the delta rule's training path (worker/model/gated_deltanet.h).
+constexpr double kDeltaRuleChunk = 64.0;
+
+// A Gated DeltaNet mixer of width w (H heads) on one token, as saved for the
+// backward pass: per stream q, k, v the projection's output, the convolution's
+// contiguous input copy and output, and SiLU's output (compute dtype), and for q
+// and k the fp32 normalised copy and its rsqrt; the decay's and β's few values per
+// head; in the chunked rule (fp32) eight vectors of width w (q·scale, k·β, v·β,
+// k·β·e^Γ, W, diag(e^Γ)Q, the keys decayed to the chunk's end, V') and six C-wide
+// rows per head (D, K·Kᵀ, A, (I + A)⁻¹, Q·Kᵀ, their product); then the output's
+// fp32 value, its normalised and weighted copies, the gate's projection and SiLU,
+// and the output projection's input.
+double DeltaNetSavedPerToken(double w, double heads, const MemoryConfig& c) {
+  const double cb = ComputeBytes(c);
+  const double streams = 3.0 * 4.0 * w * cb + 2.0 * (4.0 * w + 4.0 * heads);
+  const double gates = 6.0 * 4.0 * heads;
+  const double rule = 8.0 * 4.0 * w + 6.0 * 4.0 * heads * kDeltaRuleChunk;
+  const double output = 3.0 * 4.0 * w + 3.0 * cb * w;
+  return streams + gates + rule + output;
+}
+
+// The tokens per sequence a routed block of a stage runs on, planned high: its
+// expected share f·T plus three binomial standard deviations (the block's busiest
+// sequence sets the batch's padded length), at most T.
+double RoutedTokensPlanned(const ModelShape& s) {
+  const double t = static_cast<double>(s.context);
+  const double routed = static_cast<double>(s.mol.blocks - s.mol.shared);
+  const double f = routed > 0 ? static_cast<double>(s.mol.top_k) / routed : 1.0;
+  return std::min(t, std::ceil(f * t + 3.0 * std::sqrt(f * (1.0 - f) * t)));
+}
+
 double Shards(const MemoryConfig& c) {
   return static_cast<double>(std::max<int64_t>(1, c.optimizer_shards));
 }
@@ -177,7 +222,61 @@ double Shards(const MemoryConfig& c) {
 // One layer: the attention half and the feed-forward half on the tokens the
 // layer processes (k of them in a routed layer), and a routed layer's own
 // tensors (the router's input over the whole sequence, the gathered x, Δ).
+// A Mixture-of-Layers stage (worker/model/mol_stage.h): the stage's input (fp32,
+// kept by the down projections and the gathers); each shared thin block on every
+// token; each routed block on the tokens routed to it, padded per batch to its
+// busiest sequence (RoutedTokensPlanned) and, inside the delta rule, to whole
+// chunks, with its gathered input (fp32, width d), indices and output rows (fp32,
+// width d). A thin block keeps what a block of width d_t keeps (its mixer Gated
+// DeltaNet for routed blocks unless softmax) and its delta for the up projection.
+LayerBytes MolStageCost(const ModelShape& s, const MemoryConfig& c) {
+  const double d = static_cast<double>(s.d_model), cb = ComputeBytes(c);
+  const double rows = static_cast<double>(std::max<int64_t>(1, c.micro_batch_rows));
+  const double context = static_cast<double>(s.context);
+  const ModelShape thin = ThinShape(s);
+  const double w = static_cast<double>(thin.d_model), heads = static_cast<double>(thin.n_heads);
+  const FeedForward ff = DenseFeedForward(thin, c);
+  const double residual = (FusedNorms(c) ? 1.0 : 2.0) * 4.0 * w + cb * w;  // norm1's input, output
+  const double cast = c.bf16 ? cb * d : 0.0;  // the down projection's compute-dtype input
+  const double shared_tokens = rows * context;
+  const double shared_block = AttentionSavedPerToken(thin, s.context, c) + ff.saved + cb * w +
+                              cast + (c.fused_attention ? 0.0 : context);  // causal mask per query
+  const double n = RoutedTokensPlanned(s);
+  const double routed_blocks = static_cast<double>(s.mol.blocks - s.mol.shared);
+  const double slots = rows * context * static_cast<double>(s.mol.top_k);  // real routed tokens
+  double routed_block;  // per padded token of one routed block, besides the delta rule's own
+  double rule = 0.0;    // per chunk-padded token
+  if (s.mol.routed_deltanet) {
+    routed_block = residual + DeltaNetSavedPerToken(w, heads, c) -
+                   (6.0 * 4.0 * heads * kDeltaRuleChunk + 8.0 * 4.0 * w) + ff.saved + cb * w +
+                   4.0 * d + 8.0 + cast;
+    rule = 6.0 * 4.0 * heads * kDeltaRuleChunk + 8.0 * 4.0 * w;
+  } else {
+    routed_block = AttentionSavedPerToken(thin, static_cast<int64_t>(n), c) + ff.saved + cb * w +
+                   4.0 * d + 8.0 + cast + (c.fused_attention ? 0.0 : n);
+  }
+  const double padded = std::ceil(n / kDeltaRuleChunk) * kDeltaRuleChunk;
+  LayerBytes layer;
+  const double stage_params = static_cast<double>(MolStageParams(s).total);
+  layer.params = 4.0 * stage_params;
+  layer.copies = c.bf16 ? 2.0 * stage_params : 0.0;
+  const double own = 4.0 * d * rows * context;  // the stage's input
+  const double routed_saved =
+      routed_blocks * rows * (n * routed_block + padded * rule) + slots * (4.0 * d + 8.0);
+  const double saved = own + static_cast<double>(s.mol.shared) * shared_tokens * shared_block +
+                       routed_saved + rows * context * (8.0 * routed_blocks + 12.0);
+  // The backward's working set: the fp32 gradient buffers of the stage's input and
+  // of its routed outputs, and one routed block's backward at once.
+  const double block_stage =
+      std::max(ff.stage, AttentionStagePerToken(thin, s.context, c) - ff.saved);
+  layer.work = 3.0 * 4.0 * d * rows * context + block_stage * rows * n + rows * padded * rule;
+  layer.saved = saved;
+  layer.eval = 4.0 * d + std::max(ff.eval, DeltaNetSavedPerToken(w, heads, c));
+  return layer;
+}
+
 LayerBytes LayerCost(const ModelShape& s, int64_t l, const MemoryConfig& c) {
+  if (Traits(s.family).routing == RoutingKind::kLayers) return MolStageCost(s, c);
   const double d = static_cast<double>(s.d_model);
   const double rows = static_cast<double>(std::max<int64_t>(1, c.micro_batch_rows));
   const double tokens = rows * static_cast<double>(s.context);

@@ -117,8 +117,10 @@ absl::Status PlanMemory(const SweepSpec& spec, const std::string& where, int64_t
                      (t.optimizer_sharding == MemoryChoice::kAuto && job->ranks > 1);
   std::vector<bool> recompute_options;
   if (t.recompute != MemoryChoice::kOn) recompute_options.push_back(false);
-  // The expert families have no recomputation yet (the spec refuses `true`).
-  if (t.recompute != MemoryChoice::kOff && !IsExpertFamily(job->file.shape.family)) {
+  // The expert families and mol have no recomputation yet (the spec refuses `true`).
+  const RoutingKind routing = Traits(job->file.shape.family).routing;
+  if (t.recompute != MemoryChoice::kOff && routing != RoutingKind::kExperts &&
+      routing != RoutingKind::kLayers) {
     recompute_options.push_back(true);
   }
   std::vector<int64_t> micro_options;

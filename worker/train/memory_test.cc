@@ -45,6 +45,7 @@ struct MemoryCase {
   bool recompute, bf16;
   AttentionPath path;
   ExpertShape experts = {};  // moe and deco
+  MolShape mol = {};         // mol
 };
 void PrintTo(const MemoryCase& c, std::ostream* os) { *os << c.name; }
 
@@ -61,6 +62,7 @@ JobFile MemoryJob(const MemoryCase& c) {
   job.shape.stride = c.stride;
   job.shape.capacity = c.capacity;
   job.shape.experts = c.experts;
+  job.shape.mol = c.mol;
   if (c.family == Family::kXmod || c.family == Family::kMod) {
     job.balance_coef = 0.01;
     job.router_coef = 0.01;
@@ -68,6 +70,9 @@ JobFile MemoryJob(const MemoryCase& c) {
     job.gate = "softmax";
     job.balance_coef = 0.01;
     job.expert_training.z_coef = 1e-3;
+  } else if (c.family == Family::kMol) {
+    job.gate = "none";
+    job.balance_coef = 0.05;
   } else if (c.family == Family::kDeco) {
     job.gate = "relu";
     job.expert_training.entropy_init = 1e-4;
@@ -150,6 +155,9 @@ constexpr auto kEager = AttentionPath::kEager;
 constexpr ExpertShape kMoeExperts{16, 4, 64, 1, 0, 0, 0.0};
 constexpr ExpertShape kDecoExperts{32, 0, 32, 0, 64, 1, 0.2};
 constexpr auto kFused = AttentionPath::kFused;
+// thin_width, blocks, shared, top_k, routed Gated DeltaNet
+constexpr MolShape kMolGdn{32, 5, 1, 2, true};
+constexpr MolShape kMolSoftmax{32, 5, 1, 2, false};
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MemoryModel,
     ::testing::Values(
@@ -173,7 +181,14 @@ INSTANTIATE_TEST_SUITE_P(
         MemoryCase{"DecoEagerMicro2", Family::kDeco, 4, 1, 1.0, 2, false, false, kEager,
                    kDecoExperts},
         MemoryCase{"DecoEagerBf16", Family::kDeco, 4, 1, 1.0, 8, false, true, kEager, kDecoExperts},
-        MemoryCase{"DecoFused", Family::kDeco, 4, 1, 1.0, 8, false, false, kFused, kDecoExperts}),
+        MemoryCase{"DecoFused", Family::kDeco, 4, 1, 1.0, 8, false, false, kFused, kDecoExperts},
+        // mol: stages of 1 shared and top-2 of 4 routed blocks of width 32 (two heads
+        // of 16), Gated DeltaNet or softmax in the routed ones.
+        MemoryCase{"MolEager", Family::kMol, 4, 1, 1.0, 8, false, false, kEager, {}, kMolGdn},
+        MemoryCase{"MolEagerMicro2", Family::kMol, 4, 1, 1.0, 2, false, false, kEager, {}, kMolGdn},
+        MemoryCase{"MolEagerBf16", Family::kMol, 4, 1, 1.0, 8, false, true, kEager, {}, kMolGdn},
+        MemoryCase{
+            "MolSoftmaxEager", Family::kMol, 4, 1, 1.0, 8, false, false, kEager, {}, kMolSoftmax}),
     [](const ::testing::TestParamInfo<MemoryCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
