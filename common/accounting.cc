@@ -230,6 +230,10 @@ ModelShape DenseReference(const ModelShape& shape, int64_t dense_layers) {
 int64_t ActiveParams(const ModelShape& shape, int64_t dense_layers) {
   const FamilyTraits& traits = Traits(shape.family);
   if (traits.active_params != nullptr) return traits.active_params(shape, dense_layers);
+  if (traits.layer_active_params != nullptr) {
+    return std::llround(static_cast<double>(shape.n_layers) * traits.layer_active_params(shape) +
+                        static_cast<double>(shape.d_model));  // + the final norm
+  }
   const ModelShape dense = DenseReference(shape, dense_layers);
   const double n_dense = static_cast<double>(CountParams(dense).non_embedding);
   return std::llround(n_dense * ForwardFlopsPerToken(shape) / ForwardFlopsPerToken(dense));

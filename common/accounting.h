@@ -224,6 +224,7 @@ ModelShape DenseReference(const ModelShape& shape, int64_t dense_layers);
 // integer. For moe: the parameters one token uses (attention, norms, router, k
 // routed and the shared experts). For deco: N_total, since training computes every
 // expert (its inference-time active count is SparsityOf().parameter's complement).
+// For mol: the stages' shared, k routed blocks and routers, and the final norm.
 int64_t ActiveParams(const ModelShape& shape, int64_t dense_layers);
 
 // The layer count L ≥ 1 of `shape` (its own n_layers is ignored) whose forward

@@ -74,8 +74,9 @@ struct FamilyTraits {
   long double (*layer_params)(const ModelShape&) = nullptr;
   double (*layer_active_params)(const ModelShape&) = nullptr;
   double (*layer_flops)(const ModelShape&) = nullptr;
-  // N_active (accounting.h, ActiveParams); null: the FLOP-equivalent dense size
-  // N_dense(L0) · F_model / F_dense(L0).
+  // N_active (accounting.h, ActiveParams); null: n_layers · layer_active_params
+  // plus the final norm where that hook is set, else the FLOP-equivalent dense
+  // size N_dense(L0) · F_model / F_dense(L0).
   int64_t (*active_params)(const ModelShape&, int64_t dense_layers) = nullptr;
   // The family's options in the job file: one object under `options_key` (moe
   // and deco: "experts"; null: the family has none and the job file carries no

@@ -187,8 +187,9 @@ ModelShape ThinShape(const ModelShape& s) {
 // The chunk of the delta rule's training path (worker/model/gated_deltanet.h).
 constexpr double kDeltaRuleChunk = 64.0;
 
-// A Gated DeltaNet mixer of width w (H heads) on one token, as saved for the
-// backward pass: per stream q, k, v the projection's output, the convolution's
+// What a Gated DeltaNet mixer of width w (H heads) saves for the backward pass,
+// in two parts (the rule runs on the chunk-padded sequence, the rest does not):
+// per stream q, k, v the projection's output, the convolution's
 // contiguous input copy and output, and SiLU's output (compute dtype), and for q
 // and k the fp32 normalised copy and its rsqrt; the decay's and β's few values per
 // head; in the chunked rule (fp32) eight vectors of width w (q·scale, k·β, v·β,
@@ -196,13 +197,17 @@ constexpr double kDeltaRuleChunk = 64.0;
 // rows per head (D, K·Kᵀ, A, (I + A)⁻¹, Q·Kᵀ, their product); then the output's
 // fp32 value, its normalised and weighted copies, the gate's projection and SiLU,
 // and the output projection's input.
-double DeltaNetSavedPerToken(double w, double heads, const MemoryConfig& c) {
+// The rule's part, per token of the chunk-padded sequence:
+double DeltaRuleSavedPerToken(double w, double heads) {
+  return 8.0 * 4.0 * w + 6.0 * 4.0 * heads * kDeltaRuleChunk;
+}
+// The rest, per token:
+double DeltaNetOutsideRuleSavedPerToken(double w, double heads, const MemoryConfig& c) {
   const double cb = ComputeBytes(c);
   const double streams = 3.0 * 4.0 * w * cb + 2.0 * (4.0 * w + 4.0 * heads);
   const double gates = 6.0 * 4.0 * heads;
-  const double rule = 8.0 * 4.0 * w + 6.0 * 4.0 * heads * kDeltaRuleChunk;
   const double output = 3.0 * 4.0 * w + 3.0 * cb * w;
-  return streams + gates + rule + output;
+  return streams + gates + output;
 }
 
 // The tokens per sequence a routed block of a stage runs on, planned high: its
@@ -247,10 +252,9 @@ LayerBytes MolStageCost(const ModelShape& s, const MemoryConfig& c) {
   double routed_block;  // per padded token of one routed block, besides the delta rule's own
   double rule = 0.0;    // per chunk-padded token
   if (s.mol.routed_deltanet) {
-    routed_block = residual + DeltaNetSavedPerToken(w, heads, c) -
-                   (6.0 * 4.0 * heads * kDeltaRuleChunk + 8.0 * 4.0 * w) + ff.saved + cb * w +
+    routed_block = residual + DeltaNetOutsideRuleSavedPerToken(w, heads, c) + ff.saved + cb * w +
                    4.0 * d + 8.0 + cast;
-    rule = 6.0 * 4.0 * heads * kDeltaRuleChunk + 8.0 * 4.0 * w;
+    rule = DeltaRuleSavedPerToken(w, heads);
   } else {
     routed_block = AttentionSavedPerToken(thin, static_cast<int64_t>(n), c) + ff.saved + cb * w +
                    4.0 * d + 8.0 + cast + (c.fused_attention ? 0.0 : n);
@@ -271,7 +275,8 @@ LayerBytes MolStageCost(const ModelShape& s, const MemoryConfig& c) {
       std::max(ff.stage, AttentionStagePerToken(thin, s.context, c) - ff.saved);
   layer.work = 3.0 * 4.0 * d * rows * context + block_stage * rows * n + rows * padded * rule;
   layer.saved = saved;
-  layer.eval = 4.0 * d + std::max(ff.eval, DeltaNetSavedPerToken(w, heads, c));
+  layer.eval = 4.0 * d + std::max(ff.eval, DeltaNetOutsideRuleSavedPerToken(w, heads, c) +
+                                               DeltaRuleSavedPerToken(w, heads));
   return layer;
 }
 

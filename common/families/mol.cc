@@ -48,11 +48,6 @@ double BlockSparsity(const ModelShape& s) {
   return routed > 0 ? 1.0 - static_cast<double>(s.mol.top_k) / static_cast<double>(routed) : 0.0;
 }
 
-int64_t Active(const ModelShape& s, int64_t /*dense_layers*/) {
-  return std::llround(static_cast<double>(s.n_layers) * MolStageParams(s).active +
-                      static_cast<double>(s.d_model));
-}
-
 absl::Status ReadOptions(const nlohmann::json& object, JobFile* job) {
   JsonReader r(object, "mol.");
   MolShape& m = job->shape.mol;
@@ -159,7 +154,6 @@ FamilyTraits MolFamily() {
   t.layer_active_params = &LayerActiveParams;
   t.layer_flops = &LayerFlops;
   t.expert_sparsity = &BlockSparsity;
-  t.active_params = &Active;
   t.check_job = &CheckJob;
   t.options_key = "mol";
   t.read_options = &ReadOptions;
