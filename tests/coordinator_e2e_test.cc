@@ -854,6 +854,50 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMoeSweepAndFitsTheMoeLaw) {
   EXPECT_THAT(svg, ::testing::HasSubstr("MoE law (two-stage)"));
 }
 
+// sweeps/mol.yaml (issue 33): Mixture-of-Layers runs at two block sparsities and
+// their dense baseline train end to end; xmod run fits the dense and mol laws;
+// the results view gives each mol run its routed blocks and top_k; xmod advise
+// ranks the MoL configurations with the mol law; the plots draw it.
+TEST_F(CoordinatorE2e, XmodRunTrainsAMolSweepAndFitsTheMolLaw) {
+  const std::string sweep = std::string(XMOD_SOURCE_DIR) + "/sweeps/mol.yaml";
+  CommandResult r = Command(
+      XMOD_BIN, {"run", sweep, "--db", Path("x.db"), "--groups", "2", "--run-dir", Path("runs")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("27 succeeded, 0 failed or cancelled, 0 unfinished"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("law mol (two-stage): 27 points"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM fits WHERE law = 'mol' AND n_points = 27"), 1);
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM job_results WHERE family = 'mol' AND "
+                  "((experts = 4 AND top_k = 2 AND sparsity = 0.5) OR "
+                  "(experts = 8 AND top_k = 2 AND sparsity = 0.75))"),
+            18);
+  // Every MoL run logged its realised block loads.
+  EXPECT_EQ(Count("SELECT COUNT(DISTINCT m.job_id) FROM metrics m JOIN jobs j ON j.job_id = "
+                  "m.job_id WHERE j.family = 'mol' AND m.name = 'block_load_spread'"),
+            18);
+  r = Command(XMOD_BIN, {"fit", "mol", "--db", Path("x.db"), "--law", "mol", "--bootstrap", "12",
+                         "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json fit = nlohmann::json::parse(r.out);
+  EXPECT_EQ(fit["n_points"], 27);
+  for (const char* name : {"eta", "c_m"}) {
+    ASSERT_TRUE(fit["intervals"].contains(name)) << fit.dump();
+    EXPECT_LE(fit["intervals"][name][0].get<double>(), fit["params"][name].get<double>()) << name;
+    EXPECT_GE(fit["intervals"][name][1].get<double>(), fit["params"][name].get<double>()) << name;
+  }
+  EXPECT_LT(fit["rmse"].get<double>(), 0.1);
+  r = Command(XMOD_BIN, {"advise", "mol", "--db", Path("x.db"), "--compute", "3e10", "--context",
+                         "32", "--bootstrap", "8"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("mol E_b=2      mol"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("mol E_b=4      mol"));
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("not ranked")));
+  r = Command(XMOD_BIN, {"plot", "mol", "--db", Path("x.db"), "--out", Path("plots")});
+  std::ifstream in(Path("plots/predicted_vs_observed.svg"));
+  ASSERT_TRUE(in.good()) << r.out << r.err;
+  const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(svg, ::testing::HasSubstr("MoL law (two-stage)"));
+}
+
 // Each local group is its own mpirun. With binding left on, every one pins its
 // rank to core 0, and G groups share one core. A rank started the way `xmod run`
 // starts a group must be allowed on every core this process may use.

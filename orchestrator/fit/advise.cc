@@ -41,6 +41,7 @@ double Quantile(std::vector<double> v, double q) {
 // The configuration a point belongs to, by name ("" for a point no law ranks).
 std::string ConfigurationName(const LawPoint& x) {
   if (x.dense()) return "dense";
+  if (x.block_expansion > 0.0) return absl::StrFormat("mol E_b=%g", x.block_expansion);
   if (x.expansion > 1.0) return absl::StrFormat("moe E/k=%g", x.expansion);
   return absl::StrFormat("xmod sparsity=%g stride=%g", 1.0 - x.capacity, x.stride);
 }
@@ -53,11 +54,15 @@ std::vector<Configuration> Configurations(const std::vector<LawPoint>& points) {
     Configuration& c = by_name[name];
     if (c.runs == 0) {
       c.name = name;
-      c.family = x.dense() ? "dense" : (x.expansion > 1.0 ? "moe" : "xmod");
+      c.family = x.dense()                 ? "dense"
+                 : x.block_expansion > 0.0 ? "mol"
+                 : x.expansion > 1.0       ? "moe"
+                                           : "xmod";
       if (!x.dense()) {
         c.capacity = x.capacity;
         c.stride = x.stride;
         c.expansion = x.expansion;
+        c.block_expansion = x.block_expansion;
       }
     }
     ++c.runs;
@@ -370,6 +375,7 @@ void HoldOut(const std::vector<LawPoint>& points, const std::string& moe_law,
     std::map<std::string, std::vector<double>> observed, predicted;
     for (size_t i : bucket) {
       const LawPoint& x = points[i];
+      if (x.block_expansion > 0.0) continue;  // MoL runs are not in the X-MoD decision
       const LawReport* law = x.expansion > 1.0 ? (moe ? &*moe : nullptr) : &*fitted;
       if (law == nullptr) continue;
       observed[ConfigurationName(x)].push_back(x.loss);
@@ -595,6 +601,7 @@ LawPoint Configuration::At(double n, double d, double context) const {
   x.capacity = capacity;
   x.stride = stride;
   x.expansion = expansion;
+  x.block_expansion = block_expansion;
   x.n_total = n * total_ratio;
   double nearest = kInf;
   for (const auto& [runs_n, l] : layers) {
@@ -628,11 +635,12 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
     if (x.Valid()) points.push_back(x);
   }
   const std::vector<Configuration> configurations = Configurations(points);
-  bool any_dense = false, any_xmod = false, any_moe = false;
+  bool any_dense = false, any_xmod = false, any_moe = false, any_mol = false;
   for (const Configuration& c : configurations) {
     any_dense |= c.family == "dense";
     any_xmod |= c.family == "xmod";
     any_moe |= c.family == "moe";
+    any_mol |= c.family == "mol";
   }
   if (!any_dense) {
     return absl::InvalidArgumentError(
@@ -676,9 +684,10 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
 
   // The laws: each X-MoD form, the MoE law, or the dense law alone.
   std::vector<LawReport> fits;
-  fits.reserve(o.forms.size() + 2);
+  fits.reserve(o.forms.size() + 3);
   const LawReport* primary = nullptr;
   const LawReport* moe = nullptr;
+  const LawReport* mol = nullptr;
   if (any_xmod) {
     for (const std::string& form : o.forms) {
       FormAdvice f;
@@ -715,7 +724,17 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
                                      fitted.status().message()));
     }
   }
-  const LawReport* dense_law = primary != nullptr ? primary : moe;
+  if (any_mol) {
+    absl::StatusOr<LawReport> fitted = FitLaw("mol", points, o, o.bootstrap);
+    if (fitted.ok()) {
+      fits.push_back(std::move(*fitted));
+      mol = &fits.back();
+    } else {
+      a.notes.push_back(absl::StrCat("mol law not fitted (MoL configurations not ranked): ",
+                                     fitted.status().message()));
+    }
+  }
+  const LawReport* dense_law = primary != nullptr ? primary : moe != nullptr ? moe : mol;
   if (dense_law == nullptr) {
     ASSIGN_OR_RETURN(LawReport fitted, FitLaw("dense", points, o, o.bootstrap));
     fits.push_back(std::move(fitted));
@@ -727,7 +746,10 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
     if (a.context_from_law) r.context_law = &*context_law;
     const LawReport* dense_by = form != nullptr ? form : dense_law;
     for (const Configuration& c : configurations) {
-      const LawReport* law = c.family == "dense" ? dense_by : c.family == "xmod" ? form : moe;
+      const LawReport* law = c.family == "dense"  ? dense_by
+                             : c.family == "xmod" ? form
+                             : c.family == "mol"  ? mol
+                                                  : moe;
       if (law == nullptr) continue;
       r.configurations.push_back(&c);
       r.laws.push_back(law);
@@ -788,6 +810,7 @@ nlohmann::json AdviceJson(const Advice& a) {
                     {"capacity", c.capacity},
                     {"stride", c.stride},
                     {"expansion", c.expansion},
+                    {"block_expansion", c.block_expansion},
                     {"N_active", r.n_active},
                     {"N_total", r.n_active * c.total_ratio},
                     {"D", r.tokens},

@@ -86,6 +86,7 @@ double* Field(const std::string& column, LawPoint* p) {
   if (column == "capacity") return &p->capacity;
   if (column == "stride") return &p->stride;
   if (column == "expansion") return &p->expansion;
+  if (column == "block_expansion") return &p->block_expansion;
   return nullptr;
 }
 
@@ -181,7 +182,7 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
       // (the bootstrap resamples them together; the lack-of-fit test reads their
       // scatter as pure error).
       p.config = absl::StrCat(p.n, "/", p.d, "/", p.NTotal(), "/", p.context, "/", p.capacity, "/",
-                              p.stride, "/", p.expansion, "/", p.scale);
+                              p.stride, "/", p.expansion, "/", p.block_expansion, "/", p.scale);
       for (const auto& [name, value] : p.extra) absl::StrAppend(&p.config, "/", name, "=", value);
     }
     points.push_back(p);

@@ -6,6 +6,7 @@
 #include "orchestrator/fit/dense_law.h"
 #include "orchestrator/fit/make_law.h"
 #include "orchestrator/fit/moe_law.h"
+#include "orchestrator/fit/mol_law.h"
 #include "orchestrator/fit/xmod_law.h"
 
 namespace xmod {
@@ -16,7 +17,7 @@ namespace {
 std::vector<LawSpec>* Table() {
   static std::vector<LawSpec>* const table = new std::vector<LawSpec>{
       MakeLawSpec<DenseLaw>(),      MakeLawSpec<XModLaw>(),         MakeLawSpec<MoeLaw>(),
-      MakeLawSpec<XModScaledLaw>(), MakeLawSpec<DenseContextLaw>(),
+      MakeLawSpec<XModScaledLaw>(), MakeLawSpec<DenseContextLaw>(), MakeLawSpec<MolLaw>(),
   };
   return table;
 }

@@ -214,6 +214,14 @@ LawPoint ToLawPoint(const JobResultRow& j, const PointOptions& options) {
     }
     return p;
   }
+  if (Traits(j.family).routing == RoutingKind::kLayers) {
+    // A MoL run: every token passes every stage; its sparsity is in its blocks.
+    p.stride = 1.0;
+    p.capacity = 1.0;
+    p.block_expansion =
+        j.top_k > 0 ? static_cast<double>(j.experts) / static_cast<double>(j.top_k) : 1.0;
+    return p;
+  }
   const bool dense = !j.routed();
   p.stride = dense ? 1.0 : static_cast<double>(j.stride);
   p.capacity = dense ? 1.0
@@ -257,7 +265,10 @@ QueryResult BaselineComparison(const std::vector<JobResultRow>& jobs) {
                "experts",    "matched_to",   "matched_job", "loss",    "matched_loss",
                "loss_ratio", "params_ratio", "flops_ratio"};
   for (const JobResultRow& b : jobs) {
-    if (!b.experts_family() || b.matched_to.empty()) continue;
+    if (!(b.experts_family() || Traits(b.family).routing == RoutingKind::kLayers) ||
+        b.matched_to.empty()) {
+      continue;
+    }
     double sparsity = 0.0;
     int64_t stride = 0;
     const bool xmod = b.MatchedXmodPoint(&sparsity, &stride);

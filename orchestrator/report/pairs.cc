@@ -113,7 +113,9 @@ QueryResult PairedDifferences(const std::vector<JobResultRow>& all) {
         j.sparsity,
         SparsityKind(j),
         j.experts_family() ? Value() : Value(j.stride),
-        j.experts_family() ? Value(fmt::format("{} top-{}", j.experts, j.top_k)) : Value(),
+        j.experts_family() || Traits(j.family).routing == RoutingKind::kLayers
+            ? Value(fmt::format("{} top-{}", j.experts, j.top_k))
+            : Value(),
         static_cast<int64_t>(g.losses.size()),
         static_cast<int64_t>(dense->losses.size()),
         loss,

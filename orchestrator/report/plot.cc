@@ -93,7 +93,9 @@ std::vector<std::string> ConfigOrder(const std::vector<JobResultRow>& jobs) {
       ordered[{0, 0.0, 0}] = ConfigLabel(j);
       continue;
     }
-    const bool experts = Traits(j.family).routing == RoutingKind::kExperts;
+    // Expert families and mol: by their (routed) block count and top-k.
+    const RoutingKind routing = Traits(j.family).routing;
+    const bool experts = routing == RoutingKind::kExperts || routing == RoutingKind::kLayers;
     ordered[{FamilyPlotRank(j.family), experts ? 0.0 : -j.capacity,
              experts ? j.experts * 1000 + j.top_k : j.stride}] = ConfigLabel(j);
   }

@@ -27,6 +27,10 @@ LawPoint PlannedPoint(const ResolvedJob& j) {
       static_cast<double>(j.file.routed_tokens) / static_cast<double>(j.file.shape.context);
   x.stride = static_cast<double>(j.file.shape.stride);
   x.layers = static_cast<double>(j.file.shape.n_layers);
+  const MolShape& m = j.file.shape.mol;
+  if (Traits(j.file.shape.family).routing == RoutingKind::kLayers && m.top_k > 0) {
+    x.block_expansion = static_cast<double>(m.blocks - m.shared) / static_cast<double>(m.top_k);
+  }
   const ExpertShape& e = j.file.shape.experts;
   if (e.experts > 0) {
     x.extra["granularity"] = static_cast<double>(j.file.shape.d_ff / std::max<int64_t>(1, e.width));
@@ -233,7 +237,7 @@ class Checker {
                                 what, j.flops_ratio(), spec_.design.flop_tolerance));
         }
       }
-      if (Traits(s.family).routing != RoutingKind::kNone && s.n_layers < s.stride + 1) {
+      if (Traits(s.family).routing == RoutingKind::kDepth && s.n_layers < s.stride + 1) {
         if (layout_errors++ < 8) {
           Error(ScaleLine(spec_, j.scale), absl::StrCat("scales.", j.scale),
                 absl::StrCat(what, ": no full stride period (an anchor, ", s.stride - 1,
@@ -241,7 +245,10 @@ class Checker {
                              " layers); the stride is not what this job tests"));
         }
       }
-      if (static_cast<double>(s.d_model) / static_cast<double>(s.n_layers) < 8.0) {
+      // A mol stage is a few thin blocks, a fraction of a dense layer: its depth is
+      // the design, not an accident of sizing.
+      if (Traits(s.family).routing != RoutingKind::kLayers &&
+          static_cast<double>(s.d_model) / static_cast<double>(s.n_layers) < 8.0) {
         const size_t before = report_->findings.size();
         if (aspect < 4) {
           Warn(ScaleLine(spec_, j.scale), absl::StrCat("scales.", j.scale),

@@ -352,17 +352,23 @@ std::string SizingReport(const std::vector<ResolvedJob>& jobs) {
   for (const ResolvedJob& j : jobs) {
     if (j.matched_to.empty()) continue;
     const ModelShape& shape = j.file.shape;
-    const ExpertShape& e = shape.experts;
     const auto note = SweepFamilyOf(shape.family).sizing_note;
-    const double error = 100.0 * (double(j.n_params_total) / double(j.matched_params) - 1.0);
-    char numbers[96];
-    std::snprintf(numbers, sizeof(numbers), "(%+.1f%%); training FLOPs per token %.3f x dense",
-                  error, j.flops_ratio());
+    char numbers[160];
+    if (j.matched_params > 0) {  // sized to parameters (moe, deco)
+      const double error = 100.0 * (double(j.n_params_total) / double(j.matched_params) - 1.0);
+      std::snprintf(numbers, sizeof(numbers),
+                    "%lld parameters vs %lld (%+.1f%%); training FLOPs per token %.3f x dense",
+                    static_cast<long long>(j.n_params_total),
+                    static_cast<long long>(j.matched_params), error, j.flops_ratio());
+    } else {  // sized to FLOPs (mol): its depth is the match
+      std::snprintf(numbers, sizeof(numbers),
+                    "%lld parameters (%lld active); training FLOPs per token %.3f x dense",
+                    static_cast<long long>(j.n_params_total),
+                    static_cast<long long>(j.n_params_active), j.flops_ratio());
+    }
     absl::StrAppend(&out, "sizing: ", std::string(FamilyName(shape.family)), " at scale ", j.scale,
-                    ", T = ", shape.context, ", against ", j.matched_to, ": ", e.experts,
-                    " experts of width ", e.width, note != nullptr ? note(shape) : std::string(),
-                    ": ", j.n_params_total, " parameters vs ", j.matched_params, " ", numbers,
-                    "\n");
+                    ", T = ", shape.context, ", against ", j.matched_to, ": ",
+                    note != nullptr ? note(shape) : std::string(), ": ", numbers, "\n");
   }
   return out;
 }

@@ -96,9 +96,11 @@ struct ResolvedJob {
 // (Bi et al. 2024, arXiv:2401.02954, §3.1): eta_opt = 0.3118 C^-0.1250 and
 // B_opt = 0.2920 C^0.3271 tokens, with C the non-embedding training compute
 // (FLOPs) of the FLOP-matched dense model: RuleCompute(dense shape, tokens).
-// One line per sized baseline (moe, deco): what it was sized against, its experts,
-// its total parameters against the target (with the relative error) and its
-// training FLOPs per token against the dense model's. Empty without baselines.
+// One line per sized job (moe, deco, mol): what it was sized against, its layout
+// (experts, or a mol job's stages and blocks with the MoL paper's own parameter
+// count), its total parameters against the target where it was sized to
+// parameters (with the relative error), and its training FLOPs per token against
+// the dense model's. Empty without such jobs.
 std::string SizingReport(const std::vector<ResolvedJob>& jobs);
 
 double RuleCompute(const ModelShape& dense, int64_t tokens);

@@ -644,6 +644,85 @@ TEST(ExpandBaselines, TheMoeFamilyTakesItsExpertsFromSparsityAndTopK) {
   }
   EXPECT_EQ(moe, 16);
 }
+// Mixture of Layers (issue 33): a mol block has one job per block sparsity, with
+// N − S = k / (1 − σ_b) routed blocks of width d / thin_divisor and the stage count
+// whose FLOPs come closest to the dense model's; a mol baseline is one job at the
+// section's layout.
+TEST(ExpandBaselines, TheMolFamilyIsFlopMatchedWithRoutedBlocksFromItsSparsity) {
+  auto spec = ParseSweepSpec(
+      "name: m\ndata: {synthetic: true, vocab_size: 64}\nfamily: mol\n"
+      "scales: {s: {d_model: 64, n_heads: 4, n_layers: 4}}\n"
+      "mol: {shared: 1, top_k: 2, routed_attention: softmax, balance_coef: 0.1}\n"
+      "grid: {context: [64], sparsity: [0, 0.5, 0.75]}\nbaselines: [dense]\n"
+      "budget: {tokens: 8192}\ntrain: {batch_tokens: 1024}\n",
+      "m.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(CountGridPoints(*spec), 4);
+  auto jobs = ExpandSweep(*spec);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  std::set<int64_t> blocks;
+  for (const ResolvedJob& j : *jobs) {
+    if (j.file.shape.family != Family::kMol) continue;
+    const MolShape& m = j.file.shape.mol;
+    blocks.insert(m.blocks);
+    EXPECT_EQ(m.thin_width, 16);
+    EXPECT_EQ(m.shared, 1);
+    EXPECT_EQ(m.top_k, 2);
+    EXPECT_FALSE(m.routed_deltanet);
+    EXPECT_NEAR(1.0 - 2.0 / double(m.blocks - 1), j.sparsity, 1e-12);
+    EXPECT_NEAR(j.sparsity_notions.expert, j.sparsity, 1e-12);
+    EXPECT_DOUBLE_EQ(j.file.balance_coef, 0.1);
+    EXPECT_EQ(j.matched_to, "dense");
+    // The stage count is the FLOP match: one stage more or less is further off.
+    ModelShape other = j.file.shape;
+    for (int64_t step : {-1, 1}) {
+      other.n_layers = j.file.shape.n_layers + step;
+      EXPECT_GE(std::abs(3.0 * ForwardFlopsPerToken(other) / j.dense_flops_per_token - 1.0),
+                std::abs(j.flops_ratio() - 1.0));
+    }
+    EXPECT_LT(std::abs(j.flops_ratio() - 1.0), 0.05) << j.flops_ratio();
+  }
+  EXPECT_EQ(blocks, (std::set<int64_t>{3, 5, 9}));
+  EXPECT_NE(SizingReport(*jobs).find("stages of 9 thin blocks of width 16 (1 shared, top-2 of "
+                                     "8 routed: softmax)"),
+            std::string::npos)
+      << SizingReport(*jobs);
+}
+
+// `xmod expand` gives the MoL paper's own parameter count next to xmod's: its
+// Table 1 model (d 1024, 8 stages of 5 blocks of 256, top-3, a tied 32K
+// embedding) is 52.5M without the embedding and 85.2M with it; its Table 5 model
+// (d 2048, 24 stages of 1+3of15 of 512, GPT-2's vocabulary) 0.607B active.
+TEST(ExpandBaselines, TheSizingLineReproducesTheMolPapersParameterCounts) {
+  const auto report = [](const std::string& scale, const std::string& mol, int64_t vocab) {
+    auto spec = ParseSweepSpec(
+        absl::StrCat("name: p\ndata: {synthetic: true, vocab_size: ", vocab,
+                     "}\nfamily: dense\nmatch: layers\n", "scales: {s: ", scale, "}\nmol: ", mol,
+                     "\ngrid: {context: [512]}\nbaselines: [mol]\n"
+                     "budget: {tokens: 1000000}\n"
+                     "train: {batch_tokens: 8192}\n"),
+        "p.yaml");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    auto jobs = ExpandSweep(*spec);
+    EXPECT_TRUE(jobs.ok()) << jobs.status();
+    return jobs.ok() ? SizingReport(*jobs) : std::string();
+  };
+  const std::string t1 = report("{d_model: 1024, n_heads: 16, n_layers: 8}",
+                                "{blocks: 5, shared: 0, top_k: 3}", 32000);
+  EXPECT_NE(t1.find("8 stages of 5 thin blocks of width 256 (0 shared, top-3 of 5"),
+            std::string::npos)
+      << t1;
+  EXPECT_NE(t1.find("counts 52469760 non-embedding (85.24M with the tied embedding)"),
+            std::string::npos)
+      << t1;
+  const std::string t5 = report("{d_model: 2048, n_heads: 16, n_layers: 24}",
+                                "{blocks: 15, shared: 1, top_k: 3}", 50257);
+  EXPECT_NE(t5.find("24 stages of 15 thin blocks of width 512 (1 shared, top-3 of 14"),
+            std::string::npos)
+      << t5;
+  EXPECT_NE(t5.find("active (0.607B with it)"), std::string::npos) << t5;
+}
+
 // Cooldown branches (issue 14): per seed one constant-LR trunk to the last branch
 // start, keeping a checkpoint at every start, and one branch per budget with the
 // trunk's lr, batch and warm-up, starting at round((1 − f)·steps); the three

@@ -101,8 +101,7 @@ std::string DidYouMean(const std::string& word, const std::vector<std::string>& 
   return best ? absl::StrCat(" (did you mean '", *best, "'?)") : "";
 }
 
-// ParseFamily's refusal of `name`, with a suggestion when it is a near miss (not
-// for mol, which is refused as not specified yet).
+// ParseFamily's refusal of `name`, with a suggestion when it is a near miss.
 std::string FamilyProblem(const std::string& name, const absl::Status& status) {
   std::string message(status.message());
   if (absl::StartsWith(message, "unknown")) {
@@ -762,7 +761,7 @@ class SpecParser {
 
   void ParseBaselines(const YAML::Node& node, const std::string& prefix, std::vector<Family>* out) {
     if (!node.IsSequence()) {
-      Error(Line(node), prefix, "expected a list of families (dense, mod, moe, deco)");
+      Error(Line(node), prefix, "expected a list of families (dense, mod, moe, deco, mol)");
       return;
     }
     for (size_t i = 0; i < node.size(); ++i) {
@@ -774,7 +773,7 @@ class SpecParser {
         Error(Line(node[i]), field, FamilyProblem(name, family.status()));
       } else if (*family == Family::kXmod) {
         Error(Line(node[i]), field,
-              "xmod is the swept family, not a baseline (use dense, mod, moe, deco)");
+              "xmod is the swept family, not a baseline (use dense, mod, moe, deco, mol)");
       } else {
         out->push_back(*family);
       }
@@ -1326,12 +1325,17 @@ class SpecParser {
             "missing; give one of tokens_per_param, flops or tokens");
     }
     CheckAxes(*spec, block, info);
+    // The expert families and mol recompute nothing yet (docs/memory.md).
+    const auto no_recompute = [](Family f) {
+      const RoutingKind r = Traits(f).routing;
+      return r == RoutingKind::kExperts || r == RoutingKind::kLayers;
+    };
     if (spec->train.recompute == MemoryChoice::kOn &&
-        (IsExpertFamily(block.family) ||
-         std::any_of(block.baselines.begin(), block.baselines.end(), IsExpertFamily))) {
+        (no_recompute(block.family) ||
+         std::any_of(block.baselines.begin(), block.baselines.end(), no_recompute))) {
       Error(Line(train_node_["recompute"]), "train.recompute",
-            "recompute: true is not available for the expert families (moe, deco) yet; use "
-            "auto (which leaves them without) or false");
+            "recompute: true is not available for the expert families (moe, deco) and mol yet; "
+            "use auto (which leaves them without) or false");
     }
     if (!block.seeds.empty() && train_node_["seed"]) {
       Error(Line(train_node_["seed"]), "train.seed",

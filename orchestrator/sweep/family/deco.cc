@@ -88,7 +88,8 @@ SweepFamily DecoSweepFamily() {
   f.shape = &Shape;
   f.routing = &SetRoutingFields;
   f.sizing_note = [](const ModelShape& s) {
-    return absl::StrCat(", shared ", s.experts.shared_width);
+    return absl::StrCat(s.experts.experts, " experts of width ", s.experts.width, ", shared ",
+                        s.experts.shared_width);
   };
   return f;
 }

@@ -11,6 +11,7 @@ SweepFamily XmodSweepFamily();   // depth.cc
 SweepFamily ModSweepFamily();    // depth.cc
 SweepFamily MoeSweepFamily();    // moe.cc
 SweepFamily DecoSweepFamily();   // deco.cc
+SweepFamily MolSweepFamily();    // mol.cc
 
 }  // namespace xmod
 

@@ -209,7 +209,10 @@ SweepFamily MoeSweepFamily() {
   f.baseline_count = &BaselineCount;
   f.shape = &Shape;
   f.routing = &SetRoutingFields;
-  f.sizing_note = [](const ModelShape& s) { return absl::StrCat(", top-", s.experts.top_k); };
+  f.sizing_note = [](const ModelShape& s) {
+    return absl::StrCat(s.experts.experts, " experts of width ", s.experts.width, ", top-",
+                        s.experts.top_k);
+  };
   return f;
 }
 

@@ -1,6 +1,6 @@
 // Model families on the sweep side: how a family turns a grid block into points,
 // a point into a sized model and the sweep's settings into its routing fields.
-// One file per family (dense.cc, depth.cc, moe.cc, deco.cc) and one table
+// One file per family (dense.cc, depth.cc, moe.cc, deco.cc, mol.cc) and one table
 // (table.cc); expand.cc iterates them and names no family.
 #ifndef XMOD_ORCHESTRATOR_SWEEP_FAMILY_SWEEP_FAMILY_H_
 #define XMOD_ORCHESTRATOR_SWEEP_FAMILY_SWEEP_FAMILY_H_
@@ -80,8 +80,8 @@ struct SweepFamily {
   // The routing fields of its job file from the sweep (gate, coefficients, expert
   // training), and the sparsity the job reports where it is not the grid's.
   void (*routing)(const SweepSpec& spec, ResolvedJob* job) = nullptr;
-  // What `xmod expand`'s sizing line says of its experts after their count and
-  // width (", top-2"); "" for a family without experts.
+  // What `xmod expand`'s sizing line says of a sized job's layout ("8 experts of
+  // width 128, top-2"); null: the family is never sized against another job.
   std::string (*sizing_note)(const ModelShape& shape) = nullptr;
 };
 
