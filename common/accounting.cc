@@ -81,8 +81,8 @@ ParamCountAs<T> CountParamsAs(const ModelShape& s) {
       expert_layers > 0 ? ExpertMlpParamsAs<T>(s) - 3 * d * static_cast<T>(s.d_ff) : T{0};
   ParamCountAs<T> count;
   const FamilyTraits& traits = Traits(s.family);
-  if (traits.layer_params != nullptr) {
-    count.non_embedding = static_cast<T>(s.n_layers) * static_cast<T>(traits.layer_params(s)) + d;
+  if (traits.layers_params != nullptr) {
+    count.non_embedding = static_cast<T>(traits.layers_params(s)) + d;
   } else {
     count.non_embedding = static_cast<T>(s.n_layers) * per_layer + routed * per_routed_extra +
                           expert_layers * per_expert_extra + d;
@@ -126,9 +126,8 @@ absl::Status CheckModelSize(const ModelShape& s) {
 double ForwardFlopsPerToken(const ModelShape& s) {
   const double d = static_cast<double>(s.d_model);
   const FamilyTraits& traits = Traits(s.family);
-  if (traits.layer_flops != nullptr) {
-    return static_cast<double>(s.n_layers) * traits.layer_flops(s) +
-           2.0 * d * static_cast<double>(s.vocab_size);
+  if (traits.layers_flops != nullptr) {
+    return traits.layers_flops(s) + 2.0 * d * static_cast<double>(s.vocab_size);
   }
   const double t = static_cast<double>(s.context);
   const double matmul = 2.0 * static_cast<double>(LayerMatmulParams(s));
@@ -157,7 +156,7 @@ Sparsity SparsityOf(const ModelShape& s, int64_t dense_layers) {
   const double total = static_cast<double>(CountParams(s).non_embedding);
   const int64_t expert_layers = ExpertLayerCount(s);
   const FamilyTraits& traits = Traits(s.family);
-  if (traits.layer_active_params != nullptr && total > 0.0) {
+  if (traits.layers_active_params != nullptr && total > 0.0) {
     out.parameter = 1.0 - static_cast<double>(ActiveParams(s, dense_layers)) / total;
     out.expert = traits.expert_sparsity != nullptr ? traits.expert_sparsity(s) : 0.0;
   } else if (expert_layers > 0 && total > 0.0) {
@@ -198,7 +197,7 @@ absl::StatusOr<int64_t> ExpertsMatchingParams(const ModelShape& shape, int64_t t
 
 double ForwardFlopsPerTokenAt(const ModelShape& s,
                               const std::vector<double>& per_routed_layer_capacity) {
-  if (Traits(s.family).layer_flops != nullptr) return ForwardFlopsPerToken(s);
+  if (Traits(s.family).layers_flops != nullptr) return ForwardFlopsPerToken(s);
   const double d = static_cast<double>(s.d_model);
   const double t = static_cast<double>(s.context);
   const double matmul = 2.0 * static_cast<double>(LayerMatmulParams(s));
@@ -230,8 +229,8 @@ ModelShape DenseReference(const ModelShape& shape, int64_t dense_layers) {
 int64_t ActiveParams(const ModelShape& shape, int64_t dense_layers) {
   const FamilyTraits& traits = Traits(shape.family);
   if (traits.active_params != nullptr) return traits.active_params(shape, dense_layers);
-  if (traits.layer_active_params != nullptr) {
-    return std::llround(static_cast<double>(shape.n_layers) * traits.layer_active_params(shape) +
+  if (traits.layers_active_params != nullptr) {
+    return std::llround(traits.layers_active_params(shape) +
                         static_cast<double>(shape.d_model));  // + the final norm
   }
   const ModelShape dense = DenseReference(shape, dense_layers);

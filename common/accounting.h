@@ -86,7 +86,17 @@ struct ModelShape {
   double capacity = 1.0;  // nominal ρ = 1 − σ of routed layers
   ExpertShape experts;    // moe and deco only
   MolShape mol;           // mol only
+  // gdn only: layer l keeps softmax attention when (l + 1) is a multiple of it,
+  // every other layer mixes with Gated DeltaNet; 0: every layer does.
+  int64_t softmax_every = 0;
 };
+
+// Whether layer `layer` of `shape` mixes tokens with softmax attention (every
+// family's layers but a gdn model's Gated DeltaNet layers).
+inline bool IsSoftmaxLayer(const ModelShape& shape, int64_t layer) {
+  return shape.family != Family::kGdn ||
+         (shape.softmax_every > 0 && (layer + 1) % shape.softmax_every == 0);
+}
 
 // DECO's default shared-expert width for an MLP of width d_ff:
 // min(128, round_up(ceil(d_ff / 15), 8)), its 128 at its 0.1B scale.

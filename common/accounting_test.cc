@@ -356,16 +356,16 @@ namespace xmod {
 namespace {
 
 TEST(FamilyTable, EveryFamilyHasOneRowAndItsNameRoundTrips) {
-  for (Family f :
-       {Family::kDense, Family::kXmod, Family::kMod, Family::kMoe, Family::kDeco, Family::kMol}) {
+  for (Family f : {Family::kDense, Family::kXmod, Family::kMod, Family::kMoe, Family::kDeco,
+                   Family::kMol, Family::kGdn}) {
     EXPECT_EQ(Traits(f).id, f);
     const absl::StatusOr<Family> parsed = ParseFamily(FamilyName(f));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, f);
   }
-  EXPECT_EQ(Families().size(), 6u);
+  EXPECT_EQ(Families().size(), 7u);
   EXPECT_EQ(ParseFamily("moee").status().message(),
-            "unknown family 'moee' (known: dense, xmod, mod, moe, deco, mol)");
+            "unknown family 'moee' (known: dense, xmod, mod, moe, deco, mol, gdn)");
   EXPECT_EQ(Traits(Family::kMol).routing, RoutingKind::kLayers);
   EXPECT_EQ(Traits(Family::kXmod).routing, RoutingKind::kDepth);
   EXPECT_TRUE(Traits(Family::kXmod).routed_gate);

@@ -15,7 +15,7 @@ std::deque<FamilyTraits>& Registry() {
   // The table: one row per built-in family (its traits live in
   // common/families/<name>.cc); RegisterFamily appends.
   static std::deque<FamilyTraits>* const table = new std::deque<FamilyTraits>{
-      DenseFamily(), XmodFamily(), ModFamily(), MoeFamily(), DecoFamily(), MolFamily(),
+      DenseFamily(), XmodFamily(), ModFamily(), MoeFamily(), DecoFamily(), MolFamily(), GdnFamily(),
   };
   return *table;
 }

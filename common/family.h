@@ -22,7 +22,7 @@ namespace xmod {
 // (RegisterFamily: a plug-in, or a test's family) gets the next free value past
 // them, so code outside a family's files treats the value as opaque and asks
 // Traits().
-enum class Family : int32_t { kDense, kXmod, kMod, kMoe, kDeco, kMol };
+enum class Family : int32_t { kDense, kXmod, kMod, kMoe, kDeco, kMol, kGdn };
 
 struct ModelShape;  // accounting.h
 struct JobFile;     // job_file.h
@@ -41,6 +41,7 @@ struct RunFields {
   int64_t stride = 1;
   int64_t experts = 0;
   int64_t top_k = 0;
+  double sparsity = 0.0;  // the job's sparsity as stored (gdn: its share of DeltaNet layers)
 };
 
 struct FamilyTraits {
@@ -53,6 +54,9 @@ struct FamilyTraits {
   // Evaluated with causal (threshold) routing as well as top-k: the laws and plots
   // read its val_loss_causal.
   bool causal_eval = false;
+  // Its blocks may be recomputed in the backward pass (train.recompute); not for
+  // the expert families, mol and gdn yet.
+  bool recomputes = true;
   // Expert routing: one expert MLP (router, experts, shared experts, scales), in
   // long double so that a size check can count shapes past int64_t; its forward
   // matmul FLOPs per token as training executes them; the parameters one token
@@ -67,16 +71,17 @@ struct FamilyTraits {
   // The family's checks of a job file beyond the common ones (its experts, its
   // gate), as "job: field 'x' ..." errors; null: none.
   absl::Status (*check_job)(const JobFile& job) = nullptr;
-  // A family whose layers are not the standard block (mol): one layer's
-  // parameters (in long double, as expert_mlp_params), the parameters one token
-  // uses in it, and its forward FLOPs per token at the shape's context (the
-  // routing sparsity is expert_sparsity's); null: the standard block.
-  long double (*layer_params)(const ModelShape&) = nullptr;
-  double (*layer_active_params)(const ModelShape&) = nullptr;
-  double (*layer_flops)(const ModelShape&) = nullptr;
-  // N_active (accounting.h, ActiveParams); null: n_layers · layer_active_params
-  // plus the final norm where that hook is set, else the FLOP-equivalent dense
-  // size N_dense(L0) · F_model / F_dense(L0).
+  // A family whose layers are not the standard block (mol, gdn): the parameters
+  // of all n_layers layers (in long double, as expert_mlp_params), those one token
+  // uses in them, and their forward FLOPs per token at the shape's context (the
+  // routing sparsity is expert_sparsity's). Sums over the layers, so that layers
+  // of different kinds (a hybrid's) count exactly; null: the standard block.
+  long double (*layers_params)(const ModelShape&) = nullptr;
+  double (*layers_active_params)(const ModelShape&) = nullptr;
+  double (*layers_flops)(const ModelShape&) = nullptr;
+  // N_active (accounting.h, ActiveParams); null: layers_active_params plus the
+  // final norm where that hook is set, else the FLOP-equivalent dense size
+  // N_dense(L0) · F_model / F_dense(L0).
   int64_t (*active_params)(const ModelShape&, int64_t dense_layers) = nullptr;
   // The family's options in the job file: one object under `options_key` (moe
   // and deco: "experts"; null: the family has none and the job file carries no

@@ -280,8 +280,38 @@ LayerBytes MolStageCost(const ModelShape& s, const MemoryConfig& c) {
   return layer;
 }
 
+// A Gated DeltaNet layer of a gdn model (the dense block with the DeltaNet mixer
+// at width d over the whole sequence): the norm's input and output, the mixer's
+// tensors outside the delta rule and the SwiGLU's per token, the rule's per token
+// of the chunk-padded sequence; no attention probabilities and no causal mask.
+LayerBytes DeltaNetLayerCost(const ModelShape& s, const MemoryConfig& c) {
+  const double d = static_cast<double>(s.d_model), cb = ComputeBytes(c);
+  const double heads = static_cast<double>(s.n_heads);
+  const double rows = static_cast<double>(std::max<int64_t>(1, c.micro_batch_rows));
+  const double context = static_cast<double>(s.context);
+  const FeedForward ff = DenseFeedForward(s, c);
+  const double per_token = (FusedNorms(c) ? 1.0 : 2.0) * 4.0 * d + cb * d +
+                           DeltaNetOutsideRuleSavedPerToken(d, heads, c) + ff.saved;
+  const double padded = std::ceil(context / kDeltaRuleChunk) * kDeltaRuleChunk;
+  const double rule = DeltaRuleSavedPerToken(d, heads);
+  const double mixer_matrices = 5.0 * d * d + 2.0 * d * heads;
+  LayerBytes layer;
+  layer.params = 4.0 * (static_cast<double>(DeltaNetMixerParams(s.d_model, s.d_model / s.n_heads)) +
+                        ff.params);
+  layer.copies = c.bf16 ? 2.0 * (mixer_matrices + ff.matrices) : 0.0;
+  layer.saved = rows * (context * per_token + padded * rule);
+  const double stage = std::max(ff.stage, cb * 4.0 * d + 2.0 * 4.0 * d - ff.saved);
+  layer.work = stage * rows * context + rows * padded * rule + ff.work;
+  // An evaluation forward frees the rule's intermediates as it goes: about half of
+  // its saved set is alive at once (worker/train/memory_test.cc, GdnEagerMicro2,
+  // whose peak is the evaluation's).
+  layer.eval = std::max(ff.eval, DeltaNetOutsideRuleSavedPerToken(d, heads, c) + 0.5 * rule);
+  return layer;
+}
+
 LayerBytes LayerCost(const ModelShape& s, int64_t l, const MemoryConfig& c) {
   if (Traits(s.family).routing == RoutingKind::kLayers) return MolStageCost(s, c);
+  if (!IsSoftmaxLayer(s, l)) return DeltaNetLayerCost(s, c);
   const double d = static_cast<double>(s.d_model);
   const double rows = static_cast<double>(std::max<int64_t>(1, c.micro_batch_rows));
   const double tokens = rows * static_cast<double>(s.context);

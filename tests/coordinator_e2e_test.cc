@@ -854,17 +854,24 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMoeSweepAndFitsTheMoeLaw) {
   EXPECT_THAT(svg, ::testing::HasSubstr("MoE law (two-stage)"));
 }
 
-// sweeps/mol.yaml (issue 33): Mixture-of-Layers runs at two block sparsities and
-// their dense baseline train end to end; xmod run fits the dense and mol laws;
-// the results view gives each mol run its routed blocks and top_k; xmod advise
-// ranks the MoL configurations with the mol law; the plots draw it.
+// sweeps/mol.yaml (issue 33): Mixture-of-Layers runs at two block sparsities, their
+// dense baseline and the dense model with Gated DeltaNet in every layer or every
+// other one train end to end; xmod run fits the dense and mol laws; the results
+// view gives each mol run its routed blocks and top_k and each gdn run its share
+// of DeltaNet layers; xmod advise ranks the MoL configurations with the mol law;
+// the plots draw it.
 TEST_F(CoordinatorE2e, XmodRunTrainsAMolSweepAndFitsTheMolLaw) {
   const std::string sweep = std::string(XMOD_SOURCE_DIR) + "/sweeps/mol.yaml";
   CommandResult r = Command(
       XMOD_BIN, {"run", sweep, "--db", Path("x.db"), "--groups", "2", "--run-dir", Path("runs")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, ::testing::HasSubstr("27 succeeded, 0 failed or cancelled, 0 unfinished"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("45 succeeded, 0 failed or cancelled, 0 unfinished"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("law mol (two-stage): 27 points"));
+  EXPECT_EQ(Count("SELECT COUNT(*) FROM job_results WHERE family = 'gdn' AND status = 'succeeded' "
+                  "AND final_val_loss > 0 AND (sparsity = 1.0 OR sparsity = 0.5)"),
+            18);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("hybrid GDN (50% softmax layers)"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("dense GDN"));
   EXPECT_EQ(Count("SELECT COUNT(*) FROM fits WHERE law = 'mol' AND n_points = 27"), 1);
   EXPECT_EQ(Count("SELECT COUNT(*) FROM job_results WHERE family = 'mol' AND "
                   "((experts = 4 AND top_k = 2 AND sparsity = 0.5) OR "
@@ -890,7 +897,7 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMolSweepAndFitsTheMolLaw) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("mol E_b=2      mol"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("mol E_b=4      mol"));
-  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("not ranked")));
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("mol: 18 finished run(s) not ranked")));
   r = Command(XMOD_BIN, {"plot", "mol", "--db", Path("x.db"), "--out", Path("plots")});
   std::ifstream in(Path("plots/predicted_vs_observed.svg"));
   ASSERT_TRUE(in.good()) << r.out << r.err;

@@ -76,6 +76,7 @@ FamilyTraits DecoFamily() {
   FamilyTraits t;
   t.id = Family::kDeco;
   t.name = "deco";
+  t.recomputes = false;
   t.routing = RoutingKind::kExperts;
   t.expert_mlp_params = &Params;
   t.expert_mlp_flops = &Flops;

@@ -14,6 +14,7 @@ FamilyTraits ModFamily();    // depth.cc
 FamilyTraits MoeFamily();    // moe.cc
 FamilyTraits DecoFamily();   // deco.cc
 FamilyTraits MolFamily();    // mol.cc
+FamilyTraits GdnFamily();    // gdn.cc
 
 // The "experts" options object of moe and deco (experts.cc).
 absl::Status ReadExpertOptions(const nlohmann::json& object, JobFile* job);

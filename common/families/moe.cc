@@ -64,6 +64,7 @@ FamilyTraits MoeFamily() {
   FamilyTraits t;
   t.id = Family::kMoe;
   t.name = "moe";
+  t.recomputes = false;
   t.routing = RoutingKind::kExperts;
   t.expert_mlp_params = &Params;
   t.expert_mlp_flops = &Flops;

@@ -38,9 +38,16 @@ double ThinBlockFlops(const ModelShape& s, bool deltanet) {
          2.0 * 3.0 * t * static_cast<double>(DefaultDff(s.mol.thin_width));
 }
 
-LD LayerParams(const ModelShape& s) { return MolStageParams(s).total; }
-double LayerActiveParams(const ModelShape& s) { return MolStageParams(s).active; }
-double LayerFlops(const ModelShape& s) { return MolStageFlops(s); }
+// Every layer is one stage.
+LD LayersParams(const ModelShape& s) {
+  return static_cast<LD>(s.n_layers) * MolStageParams(s).total;
+}
+double LayersActiveParams(const ModelShape& s) {
+  return static_cast<double>(s.n_layers) * MolStageParams(s).active;
+}
+double LayersFlops(const ModelShape& s) {
+  return static_cast<double>(s.n_layers) * MolStageFlops(s);
+}
 
 // 1 − k/(N − S): the fraction of the routed blocks a token skips.
 double BlockSparsity(const ModelShape& s) {
@@ -149,10 +156,11 @@ FamilyTraits MolFamily() {
   FamilyTraits t;
   t.id = Family::kMol;
   t.name = "mol";
+  t.recomputes = false;
   t.routing = RoutingKind::kLayers;
-  t.layer_params = &LayerParams;
-  t.layer_active_params = &LayerActiveParams;
-  t.layer_flops = &LayerFlops;
+  t.layers_params = &LayersParams;
+  t.layers_active_params = &LayersActiveParams;
+  t.layers_flops = &LayersFlops;
   t.expert_sparsity = &BlockSparsity;
   t.check_job = &CheckJob;
   t.options_key = "mol";

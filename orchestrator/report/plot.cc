@@ -80,7 +80,7 @@ absl::Status RunGnuplot(const std::string& gnuplot, const fs::path& dir,
 // The configuration a job belongs to, for colours and legends.
 std::string ConfigLabel(const JobResultRow& j) {
   if (!j.routed()) return "dense";
-  return FamilyLabel(j.family, {j.capacity, j.stride, j.experts, j.top_k});
+  return FamilyLabel(j.family, {j.capacity, j.stride, j.experts, j.top_k, j.sparsity});
 }
 
 // A stable order of configurations: by the families' plot ranks (dense, MoD,

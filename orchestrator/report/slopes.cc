@@ -24,7 +24,7 @@ struct Cell {
 // The configuration without scale, budget and seed, as people read it.
 std::string ConfigName(const JobResultRow& j) {
   if (!j.routed()) return "dense";
-  return FamilyLabel(j.family, {j.capacity, j.stride, j.experts, j.top_k});
+  return FamilyLabel(j.family, {j.capacity, j.stride, j.experts, j.top_k, j.sparsity});
 }
 
 std::string BudgetName(const JobResultRow& j) {

@@ -107,7 +107,7 @@ std::vector<RelativeToDensePoint> RelativeToDense(const std::vector<JobResultRow
     p.dense_job_id = it->second->id;
     p.sparsity = j.sparsity;
     p.stride = j.stride;
-    p.series = FamilySeries(j.family, {j.capacity, j.stride, j.experts, j.top_k});
+    p.series = FamilySeries(j.family, {j.capacity, j.stride, j.experts, j.top_k, j.sparsity});
     // A baseline sized against an X-MoD point (moe) is plotted at that point's sparsity.
     double matched = 0.0;
     int64_t matched_stride = 0;

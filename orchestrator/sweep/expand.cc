@@ -117,10 +117,8 @@ absl::Status PlanMemory(const SweepSpec& spec, const std::string& where, int64_t
                      (t.optimizer_sharding == MemoryChoice::kAuto && job->ranks > 1);
   std::vector<bool> recompute_options;
   if (t.recompute != MemoryChoice::kOn) recompute_options.push_back(false);
-  // The expert families and mol have no recomputation yet (the spec refuses `true`).
-  const RoutingKind routing = Traits(job->file.shape.family).routing;
-  if (t.recompute != MemoryChoice::kOff && routing != RoutingKind::kExperts &&
-      routing != RoutingKind::kLayers) {
+  // The expert families, mol and gdn have no recomputation yet (the spec refuses `true`).
+  if (t.recompute != MemoryChoice::kOff && Traits(job->file.shape.family).recomputes) {
     recompute_options.push_back(true);
   }
   std::vector<int64_t> micro_options;
@@ -392,11 +390,12 @@ int64_t RuleBatchTokens(double compute, int64_t unit) {
 int64_t CountGridPoints(const SweepSpec& spec) {
   int64_t total = 0;
   for (const GridBlock& block : spec.Blocks()) {
-    const int64_t family_points = SweepFamilyOf(block.family).count(block);
+    const int64_t family_points = SweepFamilyOf(block.family).count(spec, block);
     int64_t baseline_points = 0;
     for (Family baseline : block.baselines) {
       const SweepFamily& b = SweepFamilyOf(baseline);
-      baseline_points += b.baseline_count != nullptr ? b.baseline_count(block, family_points) : 1;
+      baseline_points +=
+          b.baseline_count != nullptr ? b.baseline_count(spec, block, family_points) : 1;
     }
     const int64_t points = family_points > std::numeric_limits<int64_t>::max() - baseline_points
                                ? std::numeric_limits<int64_t>::max()

@@ -29,6 +29,8 @@ class SectionReader {
   // If given: an integer in [lo, bound], a finite number in [lo, hi] (hi excluded
   // when hi_open), or one of `known` names, stored as options()[key].
   virtual void Integer(const std::string& key, int64_t lo, OptionBound bound) = 0;
+  // If given: one such integer or a list of distinct ones, stored as an array.
+  virtual void IntegerList(const std::string& key, int64_t lo, OptionBound bound) = 0;
   virtual void Number(const std::string& key, double lo, double hi, bool hi_open) = 0;
   virtual void Choice(const std::string& key, const std::vector<std::string>& known) = 0;
   // A problem with `key` the family found itself.

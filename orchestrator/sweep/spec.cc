@@ -761,7 +761,7 @@ class SpecParser {
 
   void ParseBaselines(const YAML::Node& node, const std::string& prefix, std::vector<Family>* out) {
     if (!node.IsSequence()) {
-      Error(Line(node), prefix, "expected a list of families (dense, mod, moe, deco, mol)");
+      Error(Line(node), prefix, "expected a list of families (dense, mod, moe, deco, mol, gdn)");
       return;
     }
     for (size_t i = 0; i < node.size(); ++i) {
@@ -773,7 +773,7 @@ class SpecParser {
         Error(Line(node[i]), field, FamilyProblem(name, family.status()));
       } else if (*family == Family::kXmod) {
         Error(Line(node[i]), field,
-              "xmod is the swept family, not a baseline (use dense, mod, moe, deco, mol)");
+              "xmod is the swept family, not a baseline (use dense, mod, moe, deco, mol, gdn)");
       } else {
         out->push_back(*family);
       }
@@ -955,6 +955,38 @@ class SpecParser {
       if (p_->IntIn(node_[key], Field(key), lo, kBounds[static_cast<int>(bound)], &value)) {
         (*options_)[key] = value;
       }
+    }
+    void IntegerList(const std::string& key, int64_t lo, OptionBound bound) override {
+      const YAML::Node node = node_[key];
+      if (!node) return;
+      static constexpr Bound kBounds[] = {kCountBound, kHiddenBound, kLayersBound, kExpertsBound};
+      const Bound b = kBounds[static_cast<int>(bound)];
+      nlohmann::json values = nlohmann::json::array();
+      bool ok = true;
+      if (node.IsSequence()) {
+        if (node.size() == 0) {
+          Error(key, "must not be an empty list");
+          return;
+        }
+        for (size_t i = 0; i < node.size(); ++i) {
+          int64_t value = 0;
+          if (p_->IntIn(node[i], absl::StrCat(Field(key), "[", i, "]"), lo, b, &value)) {
+            if (std::find(values.begin(), values.end(), value) != values.end()) {
+              p_->Error(Line(node[i]), absl::StrCat(Field(key), "[", i, "]"),
+                        absl::StrCat("repeats ", value));
+              ok = false;
+            }
+            values.push_back(value);
+          } else {
+            ok = false;
+          }
+        }
+      } else {
+        int64_t value = 0;
+        ok = p_->IntIn(node, Field(key), lo, b, &value);
+        values.push_back(value);
+      }
+      if (ok) (*options_)[key] = values;
     }
     void Number(const std::string& key, double lo, double hi, bool hi_open) override {
       double value = 0.0;
@@ -1325,16 +1357,14 @@ class SpecParser {
             "missing; give one of tokens_per_param, flops or tokens");
     }
     CheckAxes(*spec, block, info);
-    // The expert families and mol recompute nothing yet (docs/memory.md).
-    const auto no_recompute = [](Family f) {
-      const RoutingKind r = Traits(f).routing;
-      return r == RoutingKind::kExperts || r == RoutingKind::kLayers;
-    };
+    // The expert families, mol and gdn recompute nothing yet (docs/memory.md).
+    const auto no_recompute = [](Family f) { return !Traits(f).recomputes; };
     if (spec->train.recompute == MemoryChoice::kOn &&
         (no_recompute(block.family) ||
          std::any_of(block.baselines.begin(), block.baselines.end(), no_recompute))) {
       Error(Line(train_node_["recompute"]), "train.recompute",
-            "recompute: true is not available for the expert families (moe, deco) and mol yet; "
+            "recompute: true is not available for the expert families (moe, deco), mol and gdn "
+            "yet; "
             "use auto (which leaves them without) or false");
     }
     if (!block.seeds.empty() && train_node_["seed"]) {

@@ -43,7 +43,7 @@ void Routing(const SweepSpec& spec, ResolvedJob* job) {
   f.section_defaults = &Defaults;
   f.parse_section = &ParseSection;
   f.points = &Points;
-  f.count = [](const GridBlock&) -> int64_t { return 1; };
+  f.count = [](const SweepSpec&, const GridBlock&) -> int64_t { return 1; };
   f.shape = &Shape;
   f.routing = &Routing;
   if (absl::Status s = RegisterSweepFamily(f); !s.ok()) {

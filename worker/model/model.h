@@ -73,6 +73,8 @@ struct DecoderOptions {
   TORCH_ARG(double, bias_rate) = 0.0;
   // mol: the split stages' thin blocks (balance_coef is its CV² coefficient α).
   TORCH_ARG(MolShape, mol) = {};
+  // gdn: every softmax_every-th layer keeps softmax attention (0: none does).
+  TORCH_ARG(int64_t, softmax_every) = 0;
   // The job file's options object of a family that reads its own
   // (JobFile::family_options); null for the built-in families.
   TORCH_ARG(nlohmann::json, family_options);

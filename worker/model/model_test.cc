@@ -483,3 +483,62 @@ TEST(MolDecoder, IsCausal) {
 
 }  // namespace
 }  // namespace xmod
+
+namespace xmod {
+namespace {
+
+// A gdn decoder (issue 33): d 32 with heads of 8 over 4 layers, every layer Gated
+// DeltaNet (softmax_every 0) or a hybrid keeping softmax in layers 1 and 3 (2).
+Decoder BuildGdn(int64_t softmax_every) {
+  const ModelShape s = Shape(Family::kGdn, 4, 1, 1.0);
+  torch::manual_seed(7);
+  return Decoder(DecoderOptions(s.vocab_size, s.d_model, s.n_heads, s.n_layers, s.d_ff, s.context)
+                     .family(Family::kGdn)
+                     .softmax_every(softmax_every));
+}
+
+TEST(GdnDecoder, HoldsExactlyWhatTheAccountingCountsAndTrainsEveryParameter) {
+  for (int64_t m : {0, 2}) {
+    ModelShape s = Shape(Family::kGdn, 4, 1, 1.0);
+    s.softmax_every = m;
+    Decoder model = BuildGdn(m);
+    EXPECT_EQ(CountModuleParameters(*model), CountParams(s).all()) << m;
+    // The hybrid's layers 1 and 3 are softmax attention, the others DeltaNet.
+    int64_t deltanet = 0;
+    for (const auto& p : model->named_parameters())
+      deltanet += p.key().find("A_log") != std::string::npos;
+    EXPECT_EQ(deltanet, m == 0 ? 4 : 2) << m;
+    torch::manual_seed(3);
+    const DecoderOutput out = model->forward(torch::randint(0, 50, {2, 16}));
+    torch::nn::functional::cross_entropy(out.logits.reshape({-1, 50}), torch::randint(0, 50, {32}))
+        .backward();
+    for (const auto& p : model->named_parameters()) {
+      ASSERT_TRUE(p.value().grad().defined()) << p.key();
+      EXPECT_GT(p.value().grad().abs().max().item<double>(), 0.0) << p.key();
+    }
+  }
+  // A DeltaNet layer's FLOPs do not grow with T; a softmax layer's do.
+  ModelShape s = Shape(Family::kGdn, 4, 1, 1.0);
+  ModelShape longer = s;
+  longer.context = 4 * s.context;
+  EXPECT_DOUBLE_EQ(ForwardFlopsPerToken(longer), ForwardFlopsPerToken(s));
+  s.softmax_every = longer.softmax_every = 2;
+  EXPECT_GT(ForwardFlopsPerToken(longer), ForwardFlopsPerToken(s));
+}
+
+TEST(GdnDecoder, IsCausal) {
+  for (int64_t m : {0, 2}) {
+    Decoder model = BuildGdn(m);
+    torch::NoGradGuard no_grad;
+    torch::Tensor a = torch::randint(0, 50, {2, 16});
+    torch::Tensor b = a.clone();
+    b.narrow(1, 10, 6).random_(0, 50);
+    auto la = model->forward(a).logits.narrow(1, 0, 10);
+    auto lb = model->forward(b).logits.narrow(1, 0, 10);
+    EXPECT_TRUE(torch::allclose(la, lb, 1e-6, 1e-6)) << m;
+    EXPECT_FALSE(torch::allclose(model->forward(a).logits, model->forward(b).logits, 1e-6, 1e-6));
+  }
+}
+
+}  // namespace
+}  // namespace xmod

@@ -44,8 +44,9 @@ struct MemoryCase {
   int64_t micro;  // sequences per forward (of 8)
   bool recompute, bf16;
   AttentionPath path;
-  ExpertShape experts = {};  // moe and deco
-  MolShape mol = {};         // mol
+  ExpertShape experts = {};   // moe and deco
+  MolShape mol = {};          // mol
+  int64_t softmax_every = 0;  // gdn
 };
 void PrintTo(const MemoryCase& c, std::ostream* os) { *os << c.name; }
 
@@ -63,6 +64,7 @@ JobFile MemoryJob(const MemoryCase& c) {
   job.shape.capacity = c.capacity;
   job.shape.experts = c.experts;
   job.shape.mol = c.mol;
+  job.shape.softmax_every = c.softmax_every;
   if (c.family == Family::kXmod || c.family == Family::kMod) {
     job.balance_coef = 0.01;
     job.router_coef = 0.01;
@@ -70,7 +72,7 @@ JobFile MemoryJob(const MemoryCase& c) {
     job.gate = "softmax";
     job.balance_coef = 0.01;
     job.expert_training.z_coef = 1e-3;
-  } else if (c.family == Family::kMol) {
+  } else if (c.family == Family::kMol || c.family == Family::kGdn) {
     job.gate = "none";
     job.balance_coef = 0.05;
   } else if (c.family == Family::kDeco) {
@@ -188,7 +190,12 @@ INSTANTIATE_TEST_SUITE_P(
         MemoryCase{"MolEagerMicro2", Family::kMol, 4, 1, 1.0, 2, false, false, kEager, {}, kMolGdn},
         MemoryCase{"MolEagerBf16", Family::kMol, 4, 1, 1.0, 8, false, true, kEager, {}, kMolGdn},
         MemoryCase{
-            "MolSoftmaxEager", Family::kMol, 4, 1, 1.0, 8, false, false, kEager, {}, kMolSoftmax}),
+            "MolSoftmaxEager", Family::kMol, 4, 1, 1.0, 8, false, false, kEager, {}, kMolSoftmax},
+        // gdn: every layer Gated DeltaNet, or a hybrid keeping softmax in every 2nd.
+        MemoryCase{"GdnEager", Family::kGdn, 4, 1, 1.0, 8, false, false, kEager},
+        MemoryCase{"GdnEagerMicro2", Family::kGdn, 4, 1, 1.0, 2, false, false, kEager},
+        MemoryCase{"GdnEagerBf16", Family::kGdn, 4, 1, 1.0, 8, false, true, kEager},
+        MemoryCase{"GdnHybridEager", Family::kGdn, 4, 1, 1.0, 8, false, false, kEager, {}, {}, 2}),
     [](const ::testing::TestParamInfo<MemoryCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

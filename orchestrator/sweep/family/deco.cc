@@ -84,7 +84,7 @@ SweepFamily DecoSweepFamily() {
   f.section_defaults = &Defaults;
   f.parse_section = &ParseSection;
   f.points = &Points;
-  f.count = [](const GridBlock&) -> int64_t { return 1; };
+  f.count = [](const SweepSpec&, const GridBlock&) -> int64_t { return 1; };
   f.shape = &Shape;
   f.routing = &SetRoutingFields;
   f.sizing_note = [](const ModelShape& s) {

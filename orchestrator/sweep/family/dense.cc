@@ -17,7 +17,7 @@ SweepFamily DenseSweepFamily() {
   SweepFamily f;
   f.id = Family::kDense;
   f.points = &Points;
-  f.count = [](const GridBlock&) -> int64_t { return 1; };
+  f.count = [](const SweepSpec&, const GridBlock&) -> int64_t { return 1; };
   f.shape = &DepthShape;
   f.routing = &SetRoutingFields;
   return f;

@@ -17,7 +17,7 @@ std::vector<GridPoint> XmodPoints(const SweepSpec& /*spec*/, const GridBlock& bl
   return points;
 }
 
-int64_t XmodCount(const GridBlock& block) {
+int64_t XmodCount(const SweepSpec& /*spec*/, const GridBlock& block) {
   return SaturatingProduct(
       {static_cast<int64_t>(block.sparsity.size()), static_cast<int64_t>(block.stride.size())});
 }
@@ -59,7 +59,7 @@ SweepFamily ModSweepFamily() {
   SweepFamily f;
   f.id = Family::kMod;
   f.points = &ModPoints;
-  f.count = [](const GridBlock&) -> int64_t { return 1; };
+  f.count = [](const SweepSpec&, const GridBlock&) -> int64_t { return 1; };
   f.baseline_points = [](const SweepSpec& spec, const GridBlock& block,
                          const std::vector<GridPoint>&) { return ModPoints(spec, block); };
   f.shape = &DepthShape;

@@ -12,6 +12,7 @@ SweepFamily ModSweepFamily();    // depth.cc
 SweepFamily MoeSweepFamily();    // moe.cc
 SweepFamily DecoSweepFamily();   // deco.cc
 SweepFamily MolSweepFamily();    // mol.cc
+SweepFamily GdnSweepFamily();    // gdn.cc
 
 }  // namespace xmod
 

@@ -73,7 +73,7 @@ std::vector<GridPoint> Points(const SweepSpec& spec, const GridBlock& block) {
   return points;
 }
 
-int64_t Count(const GridBlock& block) {
+int64_t Count(const SweepSpec& /*spec*/, const GridBlock& block) {
   return SaturatingProduct(
       {static_cast<int64_t>(block.sparsity.size()),
        block.top_k.empty() ? 1 : static_cast<int64_t>(block.top_k.size()),
@@ -95,7 +95,7 @@ std::vector<GridPoint> BaselinePoints(const SweepSpec& spec, const GridBlock& bl
   return points;
 }
 
-int64_t BaselineCount(const GridBlock& block, int64_t own_count) {
+int64_t BaselineCount(const SweepSpec& /*spec*/, const GridBlock& block, int64_t own_count) {
   return block.family == Family::kXmod ? std::min<int64_t>(own_count, int64_t{1} << 40) : 1;
 }
 

@@ -191,7 +191,9 @@ SweepFamily MolSweepFamily() {
   f.check_block = &CheckBlock;
   f.check_as_baseline = &CheckAsBaseline;
   f.points = &Points;
-  f.count = [](const GridBlock& block) { return static_cast<int64_t>(block.sparsity.size()); };
+  f.count = [](const SweepSpec&, const GridBlock& block) {
+    return static_cast<int64_t>(block.sparsity.size());
+  };
   f.baseline_points = &BaselinePoints;
   f.shape = &Shape;
   f.routing = &SetRoutingFields;

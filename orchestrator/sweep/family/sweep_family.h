@@ -35,6 +35,7 @@ struct GridPoint {
   bool match_xmod = false;
   double match_sparsity = 0.0;
   int64_t match_stride = 1;
+  int64_t softmax_every = 0;  // gdn
 };
 
 // What a grid block of a family says about an axis: it must give it, it must not
@@ -67,12 +68,13 @@ struct SweepFamily {
                             const SpecError& error) = nullptr;
   // The points of a block of this family, and how many (saturating at int64_t).
   std::vector<GridPoint> (*points)(const SweepSpec& spec, const GridBlock& block) = nullptr;
-  int64_t (*count)(const GridBlock& block) = nullptr;
+  int64_t (*count)(const SweepSpec& spec, const GridBlock& block) = nullptr;
   // The points it adds as a baseline of `block` (whose own points are `own`), and
   // how many for `own_count` own points. The default: one point of the family.
   std::vector<GridPoint> (*baseline_points)(const SweepSpec& spec, const GridBlock& block,
                                             const std::vector<GridPoint>& own) = nullptr;
-  int64_t (*baseline_count)(const GridBlock& block, int64_t own_count) = nullptr;
+  int64_t (*baseline_count)(const SweepSpec& spec, const GridBlock& block,
+                            int64_t own_count) = nullptr;
   // The sized model of `point` at `scale` and `context`: job->file.shape, and for a
   // sized baseline job->matched_to and matched_params.
   absl::Status (*shape)(const SweepSpec& spec, const GridBlock& block, const ScaleSpec& scale,

@@ -10,8 +10,8 @@ namespace {
 // point as a baseline, counted once.
 std::deque<SweepFamily>& Table() {
   static std::deque<SweepFamily>* const table = new std::deque<SweepFamily>{
-      DenseSweepFamily(), XmodSweepFamily(), ModSweepFamily(),
-      MoeSweepFamily(),   DecoSweepFamily(), MolSweepFamily(),
+      DenseSweepFamily(), XmodSweepFamily(), ModSweepFamily(), MoeSweepFamily(),
+      DecoSweepFamily(),  MolSweepFamily(),  GdnSweepFamily(),
   };
   return *table;
 }

@@ -23,6 +23,7 @@ std::deque<ModelFamily>& Table() {
       {Family::kMoe,   MoeLayer,   LayerCountDepth, MoeObjectives,  false,      false,    MoeConfigure},
       {Family::kDeco,  DecoLayer,  LayerCountDepth, DecoObjectives, false,      false,    DecoConfigure},
       {Family::kMol,   MolLayer,   LayerCountDepth, MolObjectives,  false,      false,    MolConfigure},
+      {Family::kGdn,   GdnLayer,   LayerCountDepth, NoObjectives,   false,      false,    GdnConfigure},
   };
   // clang-format on
   return *table;

@@ -47,6 +47,10 @@ std::shared_ptr<LayerImpl> MolLayer(const DecoderOptions& options, int64_t index
 Objectives MolObjectives(const DecoderOptions& options, DecoderImpl& model);
 void MolConfigure(const JobFile& job, DecoderOptions* options);
 
+// gdn.cc
+std::shared_ptr<LayerImpl> GdnLayer(const DecoderOptions& options, int64_t index);
+void GdnConfigure(const JobFile& job, DecoderOptions* options);
+
 }  // namespace xmod::family
 
 #endif  // XMOD_WORKER_MODEL_FAMILY_FAMILIES_H_
