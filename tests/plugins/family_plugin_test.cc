@@ -37,8 +37,9 @@ class FamilyPlugin : public testing::TempDirTest {
 TEST_F(FamilyPlugin, TheStockXmodRefusesTheUnknownFamilyAndItsSection) {
   const testing::CommandResult r = Command(XMOD_BIN, {"check", Sweep()});
   EXPECT_EQ(r.code, 2) << r.out << r.err;
-  EXPECT_THAT(r.err,
-              HasSubstr("family: unknown family 'echo' (known: dense, xmod, mod, moe, deco, mol, gdn)"));
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("family: unknown family 'echo' (known: dense, xmod, mod, moe, deco, mol, gdn)"));
   EXPECT_THAT(r.err, HasSubstr("echo: unknown key 'echo'"));
 }
 
@@ -83,7 +84,8 @@ TEST_F(FamilyPlugin, ATestFamilyTrainsEndToEndThroughXmodRun) {
   // know, naming the job and the family.
   r = Command(XMOD_BIN, {"results", "echo-run", "--db", Path("x.db"), "--by-config"});
   EXPECT_NE(r.code, 0);
-  EXPECT_THAT(r.err, HasSubstr("unknown family 'echo' (known: dense, xmod, mod, moe, deco, mol, gdn)"));
+  EXPECT_THAT(r.err,
+              HasSubstr("unknown family 'echo' (known: dense, xmod, mod, moe, deco, mol, gdn)"));
 }
 
 }  // namespace
