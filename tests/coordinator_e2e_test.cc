@@ -858,8 +858,8 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMoeSweepAndFitsTheMoeLaw) {
 // dense baseline and the dense model with Gated DeltaNet in every layer or every
 // other one train end to end; xmod run fits the dense and mol laws; the results
 // view gives each mol run its routed blocks and top_k and each gdn run its share
-// of DeltaNet layers; xmod advise ranks the MoL configurations with the mol law;
-// the plots draw it.
+// of DeltaNet layers; xmod advise ranks the MoL and gdn configurations with their
+// laws; the plots draw the mol law.
 TEST_F(CoordinatorE2e, XmodRunTrainsAMolSweepAndFitsTheMolLaw) {
   const std::string sweep = std::string(XMOD_SOURCE_DIR) + "/sweeps/mol.yaml";
   CommandResult r = Command(
@@ -867,6 +867,7 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMolSweepAndFitsTheMolLaw) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("45 succeeded, 0 failed or cancelled, 0 unfinished"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("law mol (two-stage): 27 points"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("law gdn (two-stage): 27 points"));
   EXPECT_EQ(Count("SELECT COUNT(*) FROM job_results WHERE family = 'gdn' AND status = 'succeeded' "
                   "AND final_val_loss > 0 AND (sparsity = 1.0 OR sparsity = 0.5)"),
             18);
@@ -897,7 +898,9 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMolSweepAndFitsTheMolLaw) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("mol E_b=2      mol"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("mol E_b=4      mol"));
-  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("mol: 18 finished run(s) not ranked")));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("gdn share=1    gdn"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("gdn share=0.5  gdn"));
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("not ranked")));
   r = Command(XMOD_BIN, {"plot", "mol", "--db", Path("x.db"), "--out", Path("plots")});
   std::ifstream in(Path("plots/predicted_vs_observed.svg"));
   ASSERT_TRUE(in.good()) << r.out << r.err;

@@ -42,6 +42,7 @@ double Quantile(std::vector<double> v, double q) {
 std::string ConfigurationName(const LawPoint& x) {
   if (x.dense()) return "dense";
   if (x.block_expansion > 0.0) return absl::StrFormat("mol E_b=%g", x.block_expansion);
+  if (x.deltanet_share > 0.0) return absl::StrFormat("gdn share=%g", x.deltanet_share);
   if (x.expansion > 1.0) return absl::StrFormat("moe E/k=%g", x.expansion);
   return absl::StrFormat("xmod sparsity=%g stride=%g", 1.0 - x.capacity, x.stride);
 }
@@ -56,6 +57,7 @@ std::vector<Configuration> Configurations(const std::vector<LawPoint>& points) {
       c.name = name;
       c.family = x.dense()                 ? "dense"
                  : x.block_expansion > 0.0 ? "mol"
+                 : x.deltanet_share > 0.0  ? "gdn"
                  : x.expansion > 1.0       ? "moe"
                                            : "xmod";
       if (!x.dense()) {
@@ -63,6 +65,7 @@ std::vector<Configuration> Configurations(const std::vector<LawPoint>& points) {
         c.stride = x.stride;
         c.expansion = x.expansion;
         c.block_expansion = x.block_expansion;
+        c.deltanet_share = x.deltanet_share;
       }
     }
     ++c.runs;
@@ -375,7 +378,8 @@ void HoldOut(const std::vector<LawPoint>& points, const std::string& moe_law,
     std::map<std::string, std::vector<double>> observed, predicted;
     for (size_t i : bucket) {
       const LawPoint& x = points[i];
-      if (x.block_expansion > 0.0) continue;  // MoL runs are not in the X-MoD decision
+      // MoL and gdn runs are not in the X-MoD decision.
+      if (x.block_expansion > 0.0 || x.deltanet_share > 0.0) continue;
       const LawReport* law = x.expansion > 1.0 ? (moe ? &*moe : nullptr) : &*fitted;
       if (law == nullptr) continue;
       observed[ConfigurationName(x)].push_back(x.loss);
@@ -602,6 +606,7 @@ LawPoint Configuration::At(double n, double d, double context) const {
   x.stride = stride;
   x.expansion = expansion;
   x.block_expansion = block_expansion;
+  x.deltanet_share = deltanet_share;
   x.n_total = n * total_ratio;
   double nearest = kInf;
   for (const auto& [runs_n, l] : layers) {
@@ -635,12 +640,13 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
     if (x.Valid()) points.push_back(x);
   }
   const std::vector<Configuration> configurations = Configurations(points);
-  bool any_dense = false, any_xmod = false, any_moe = false, any_mol = false;
+  bool any_dense = false, any_xmod = false, any_moe = false, any_mol = false, any_gdn = false;
   for (const Configuration& c : configurations) {
     any_dense |= c.family == "dense";
     any_xmod |= c.family == "xmod";
     any_moe |= c.family == "moe";
     any_mol |= c.family == "mol";
+    any_gdn |= c.family == "gdn";
   }
   if (!any_dense) {
     return absl::InvalidArgumentError(
@@ -684,10 +690,11 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
 
   // The laws: each X-MoD form, the MoE law, or the dense law alone.
   std::vector<LawReport> fits;
-  fits.reserve(o.forms.size() + 3);
+  fits.reserve(o.forms.size() + 4);
   const LawReport* primary = nullptr;
   const LawReport* moe = nullptr;
   const LawReport* mol = nullptr;
+  const LawReport* gdn = nullptr;
   if (any_xmod) {
     for (const std::string& form : o.forms) {
       FormAdvice f;
@@ -734,7 +741,20 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
                                      fitted.status().message()));
     }
   }
-  const LawReport* dense_law = primary != nullptr ? primary : moe != nullptr ? moe : mol;
+  if (any_gdn) {
+    absl::StatusOr<LawReport> fitted = FitLaw("gdn", points, o, o.bootstrap);
+    if (fitted.ok()) {
+      fits.push_back(std::move(*fitted));
+      gdn = &fits.back();
+    } else {
+      a.notes.push_back(absl::StrCat("gdn law not fitted (gdn configurations not ranked): ",
+                                     fitted.status().message()));
+    }
+  }
+  const LawReport* dense_law = primary != nullptr ? primary
+                               : moe != nullptr   ? moe
+                               : mol != nullptr   ? mol
+                                                  : gdn;
   if (dense_law == nullptr) {
     ASSIGN_OR_RETURN(LawReport fitted, FitLaw("dense", points, o, o.bootstrap));
     fits.push_back(std::move(fitted));
@@ -749,6 +769,7 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
       const LawReport* law = c.family == "dense"  ? dense_by
                              : c.family == "xmod" ? form
                              : c.family == "mol"  ? mol
+                             : c.family == "gdn"  ? gdn
                                                   : moe;
       if (law == nullptr) continue;
       r.configurations.push_back(&c);
@@ -811,6 +832,7 @@ nlohmann::json AdviceJson(const Advice& a) {
                     {"stride", c.stride},
                     {"expansion", c.expansion},
                     {"block_expansion", c.block_expansion},
+                    {"deltanet_share", c.deltanet_share},
                     {"N_active", r.n_active},
                     {"N_total", r.n_active * c.total_ratio},
                     {"D", r.tokens},

@@ -51,12 +51,14 @@ struct AdviseOptions {
 
 // A configuration one could train, as the sweep ran it.
 struct Configuration {
-  std::string name;    // "dense", "xmod sparsity=0.5 stride=2", "moe E/k=4", "mol E_b=2"
-  std::string family;  // "dense", "xmod", "moe", "mol"
+  std::string name;    // "dense", "xmod sparsity=0.5 stride=2", "moe E/k=4", "mol E_b=2",
+                       // "gdn share=1"
+  std::string family;  // "dense", "xmod", "moe", "mol", "gdn"
   double capacity = 1.0;
   double stride = 1.0;
   double expansion = 1.0;
   double block_expansion = 0.0;                   // mol: (N − S)/k
+  double deltanet_share = 0.0;                    // gdn: its share of Gated DeltaNet layers
   double total_ratio = 1.0;                       // N_total / N_active, median over its runs
   std::vector<std::pair<double, double>> layers;  // (N_active, L) of its runs
   int runs = 0;

@@ -14,8 +14,10 @@
 #include "common/accounting.h"
 #include "orchestrator/fit/analysis.h"
 #include "orchestrator/fit/dense_law.h"
+#include "orchestrator/fit/gdn_law.h"
 #include "orchestrator/fit/law_csv.h"
 #include "orchestrator/fit/moe_law.h"
+#include "orchestrator/fit/mol_law.h"
 #include "orchestrator/fit/xmod_law.h"
 
 namespace xmod {
@@ -756,6 +758,86 @@ TEST(MoeLaw, ReadsALawCsvWithAnExpansionColumn) {
   ASSERT_FALSE(below.ok());
   EXPECT_NE(std::string(below.status().message()).find(":2: expansion"), std::string::npos)
       << below.status();
+}
+
+}  // namespace
+}  // namespace xmod
+
+namespace xmod {
+namespace {
+
+// The laws of issue 33 on points made from known parameters: five sizes, three
+// budgets per size, dense runs and, for the mol law, MoL runs at block expansions
+// 2 and 4 (N_total growing with the idle blocks); for the gdn law, gdn runs at
+// DeltaNet shares 0.5 and 1 (10% more parameters than their dense partner).
+std::vector<double> TrueArchitectureParameters(double extra1, double extra2) {
+  return {std::log(400.0), std::log(410.0), std::log(1.7), 0.34, 0.28, extra1, extra2};
+}
+
+template <typename Law>
+std::vector<LawPoint> SyntheticArchitectureSweep(const std::vector<double>& truth, bool mol) {
+  std::vector<LawPoint> points;
+  const std::pair<const char*, double> scales[] = {
+      {"m1", 2e7}, {"m2", 5e7}, {"m3", 1.2e8}, {"m4", 3e8}, {"m5", 7e8}};
+  for (const auto& [name, n] : scales) {
+    for (double tokens_per_param : {5.0, 20.0, 80.0}) {
+      for (double v : {0.0, 1.0, 2.0}) {
+        LawPoint x;
+        x.scale = name;
+        x.context = 512;
+        x.n = v == 0.0 || mol ? n : 1.1 * n;
+        x.d = tokens_per_param * n;
+        if (v > 0.0 && mol) {
+          x.block_expansion = 2.0 * v;  // 2 and 4
+          x.n_total = n * (1.0 + 0.5 * x.block_expansion);
+        } else if (v > 0.0) {
+          x.deltanet_share = 0.5 * v;  // 0.5 and 1
+        }
+        x.id = absl::StrCat(name, "/", tokens_per_param, "/", v);
+        x.loss = std::exp(Law::LogLoss(truth.data(), x));
+        points.push_back(x);
+      }
+    }
+  }
+  return points;
+}
+
+TEST(MolLaw, NoiselessPointsGiveEtaAndCmBack) {
+  const std::vector<double> truth = TrueArchitectureParameters(0.3, 0.05);
+  AnalysisOptions options;
+  options.law = "mol";
+  auto fit = FitNamedLaw(SyntheticArchitectureSweep<MolLaw>(truth, true), options);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->method, "two-stage");
+  ASSERT_EQ(fit->stages.size(), 2u);
+  EXPECT_EQ(fit->stages[1].n_points, 5 * 3 * 2);
+  EXPECT_NEAR(fit->fit.params.at("eta"), 0.3, 1e-3);
+  EXPECT_NEAR(fit->fit.params.at("c_m"), 0.05, 1e-4);
+  EXPECT_LT(fit->fit.rmse, 1e-6);
+  // A dense point is the dense law; a MoL point at Ê_b = 1 is not dense.
+  LawPoint x = DensePoint(1e8, 2e9, 1.0);
+  EXPECT_DOUBLE_EQ(MolLaw::LogLoss(truth.data(), x), DenseLaw::LogLoss(truth.data(), x));
+  x.block_expansion = 1.0;
+  EXPECT_FALSE(x.dense());
+  EXPECT_NEAR(std::exp(MolLaw::LogLoss(truth.data(), x)),
+              std::exp(DenseLaw::LogLoss(truth.data(), DensePoint(1e8, 2e9, 1.0))) + 0.05, 1e-9);
+}
+
+TEST(GdnLaw, NoiselessPointsGiveCgBackAtItsOwnSize) {
+  const std::vector<double> truth = {
+      std::log(400.0), std::log(410.0), std::log(1.7), 0.34, 0.28, -0.04};
+  AnalysisOptions options;
+  options.law = "gdn";
+  auto fit = FitNamedLaw(SyntheticArchitectureSweep<GdnLaw>(truth, false), options);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->stages[1].n_points, 5 * 3 * 2);
+  EXPECT_NEAR(fit->fit.params.at("c_g"), -0.04, 1e-4);
+  EXPECT_LT(fit->fit.rmse, 1e-6);
+  // Half the charge at a share of one half.
+  LawPoint x = DensePoint(1e8, 2e9, 1.0);
+  const double dense = std::exp(GdnLaw::LogLoss(truth.data(), x));
+  x.deltanet_share = 0.5;
+  EXPECT_NEAR(std::exp(GdnLaw::LogLoss(truth.data(), x)), dense - 0.02, 1e-9);
 }
 
 }  // namespace

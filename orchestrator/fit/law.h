@@ -55,6 +55,10 @@ struct LawPoint {
   // blocks over those a token uses (1/(1 − σ_b)); 0 for every other run. A MoL run
   // is never the dense model, even at Ê_b = 1.
   double block_expansion = 0.0;
+  // A gdn run's share of layers that mix with Gated DeltaNet instead of softmax
+  // attention (1: every layer; 0.5: a hybrid with softmax in every second); 0 for
+  // every other run. A gdn run is never the dense model.
+  double deltanet_share = 0.0;
   // Inputs a law reads that no field above names, by the CSV column they come
   // from (a law declares them in its CsvColumns); absent: the law's default.
   std::map<std::string, double> extra;
@@ -85,7 +89,8 @@ struct LawPoint {
   double NTotal() const { return n_total > 0 ? n_total : n; }
   // A dense run: every layer sees every token with every MLP weight.
   bool dense() const {
-    return (stride <= 1.0 || capacity >= 1.0) && expansion <= 1.0 && block_expansion <= 0.0;
+    return (stride <= 1.0 || capacity >= 1.0) && expansion <= 1.0 && block_expansion <= 0.0 &&
+           deltanet_share <= 0.0;
   }
   // Whether a law can predict this run: positive, finite sizes and loss, and for a
   // depth-routed run a context T >= 1, a capacity > 0 and N_total >= N_active; for a
@@ -96,6 +101,7 @@ struct LawPoint {
     }
     if (!(expansion >= 1.0) || !std::isfinite(expansion)) return false;
     if (block_expansion > 0.0) return block_expansion >= 1.0 && NTotal() >= n;  // a MoL run
+    if (deltanet_share > 0.0) return deltanet_share <= 1.0;                     // a gdn run
     if (expansion > 1.0) return NTotal() >= n;  // a MoE run: no depth routing to check
     return dense() || (context >= 1.0 && capacity > 0.0 && NTotal() >= n);
   }

@@ -87,6 +87,7 @@ double* Field(const std::string& column, LawPoint* p) {
   if (column == "stride") return &p->stride;
   if (column == "expansion") return &p->expansion;
   if (column == "block_expansion") return &p->block_expansion;
+  if (column == "deltanet_share") return &p->deltanet_share;
   return nullptr;
 }
 
@@ -182,7 +183,8 @@ absl::StatusOr<std::vector<LawPoint>> ReadLawCsv(const std::string& path, const 
       // (the bootstrap resamples them together; the lack-of-fit test reads their
       // scatter as pure error).
       p.config = absl::StrCat(p.n, "/", p.d, "/", p.NTotal(), "/", p.context, "/", p.capacity, "/",
-                              p.stride, "/", p.expansion, "/", p.block_expansion, "/", p.scale);
+                              p.stride, "/", p.expansion, "/", p.block_expansion, "/",
+                              p.deltanet_share, "/", p.scale);
       for (const auto& [name, value] : p.extra) absl::StrAppend(&p.config, "/", name, "=", value);
     }
     points.push_back(p);

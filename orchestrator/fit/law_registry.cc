@@ -4,6 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "orchestrator/fit/dense_context_law.h"
 #include "orchestrator/fit/dense_law.h"
+#include "orchestrator/fit/gdn_law.h"
 #include "orchestrator/fit/make_law.h"
 #include "orchestrator/fit/moe_law.h"
 #include "orchestrator/fit/mol_law.h"
@@ -18,6 +19,7 @@ std::vector<LawSpec>* Table() {
   static std::vector<LawSpec>* const table = new std::vector<LawSpec>{
       MakeLawSpec<DenseLaw>(),      MakeLawSpec<XModLaw>(),         MakeLawSpec<MoeLaw>(),
       MakeLawSpec<XModScaledLaw>(), MakeLawSpec<DenseContextLaw>(), MakeLawSpec<MolLaw>(),
+      MakeLawSpec<GdnLaw>(),
   };
   return table;
 }

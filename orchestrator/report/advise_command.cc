@@ -33,7 +33,7 @@ absl::StatusOr<std::vector<LawPoint>> AdvicePoints(const std::vector<JobResultRo
                                                    std::vector<std::string>* notes) {
   std::vector<LawPoint> points;
   std::set<std::string> seen;
-  for (const char* law : {"xmod", "moe", "mol"}) {
+  for (const char* law : {"xmod", "moe", "mol", "gdn"}) {
     PointOptions o = base;
     o.law = law;
     for (LawPoint& x : FitPoints(jobs, o)) {

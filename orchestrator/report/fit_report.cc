@@ -214,6 +214,13 @@ LawPoint ToLawPoint(const JobResultRow& j, const PointOptions& options) {
     }
     return p;
   }
+  if (j.family == Family::kGdn) {
+    // A gdn run: its stored sparsity is its share of Gated DeltaNet layers.
+    p.stride = 1.0;
+    p.capacity = 1.0;
+    p.deltanet_share = j.sparsity;
+    return p;
+  }
   if (Traits(j.family).routing == RoutingKind::kLayers) {
     // A MoL run: every token passes every stage; its sparsity is in its blocks.
     p.stride = 1.0;

@@ -27,6 +27,7 @@ LawPoint PlannedPoint(const ResolvedJob& j) {
       static_cast<double>(j.file.routed_tokens) / static_cast<double>(j.file.shape.context);
   x.stride = static_cast<double>(j.file.shape.stride);
   x.layers = static_cast<double>(j.file.shape.n_layers);
+  if (j.file.shape.family == Family::kGdn) x.deltanet_share = j.sparsity;
   const MolShape& m = j.file.shape.mol;
   if (Traits(j.file.shape.family).routing == RoutingKind::kLayers && m.top_k > 0) {
     x.block_expansion = static_cast<double>(m.blocks - m.shared) / static_cast<double>(m.top_k);
