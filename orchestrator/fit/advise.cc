@@ -721,36 +721,22 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
       a.notes.push_back("no X-MoD form could be fitted: X-MoD configurations are not ranked");
     }
   }
-  if (any_moe) {
-    absl::StatusOr<LawReport> fitted = FitLaw("moe", points, o, o.bootstrap);
-    if (fitted.ok()) {
-      fits.push_back(std::move(*fitted));
-      moe = &fits.back();
-    } else {
-      a.notes.push_back(absl::StrCat("moe law not fitted (MoE configurations not ranked): ",
-                                     fitted.status().message()));
+  // Each other family's law, when it has runs; a law that cannot be fitted leaves
+  // its configurations unranked, with a note saying why.
+  const auto family_law = [&](bool any, const char* law, const char* runs) -> const LawReport* {
+    if (!any) return nullptr;
+    absl::StatusOr<LawReport> fitted = FitLaw(law, points, o, o.bootstrap);
+    if (!fitted.ok()) {
+      a.notes.push_back(absl::StrCat(law, " law not fitted (", runs,
+                                     " configurations not ranked): ", fitted.status().message()));
+      return nullptr;
     }
-  }
-  if (any_mol) {
-    absl::StatusOr<LawReport> fitted = FitLaw("mol", points, o, o.bootstrap);
-    if (fitted.ok()) {
-      fits.push_back(std::move(*fitted));
-      mol = &fits.back();
-    } else {
-      a.notes.push_back(absl::StrCat("mol law not fitted (MoL configurations not ranked): ",
-                                     fitted.status().message()));
-    }
-  }
-  if (any_gdn) {
-    absl::StatusOr<LawReport> fitted = FitLaw("gdn", points, o, o.bootstrap);
-    if (fitted.ok()) {
-      fits.push_back(std::move(*fitted));
-      gdn = &fits.back();
-    } else {
-      a.notes.push_back(absl::StrCat("gdn law not fitted (gdn configurations not ranked): ",
-                                     fitted.status().message()));
-    }
-  }
+    fits.push_back(std::move(*fitted));
+    return &fits.back();
+  };
+  moe = family_law(any_moe, "moe", "MoE");
+  mol = family_law(any_mol, "mol", "MoL");
+  gdn = family_law(any_gdn, "gdn", "gdn");
   const LawReport* dense_law = primary != nullptr ? primary
                                : moe != nullptr   ? moe
                                : mol != nullptr   ? mol
