@@ -106,11 +106,8 @@ struct MolLaw : LawDefaults {
   // eta and c_m are told apart by two expansions, or by two sizes at one.
   static absl::Status CheckPoints(const std::vector<LawPoint>& points) {
     std::set<std::tuple<double, double, double>> runs;
-    std::set<double> expansions;
     for (const LawPoint& x : points) {
-      if (x.block_expansion <= 0.0) continue;
-      runs.insert({x.n, x.d, x.block_expansion});
-      expansions.insert(x.block_expansion);
+      if (x.block_expansion > 0.0) runs.insert({x.n, x.d, x.block_expansion});
     }
     if (runs.empty()) {
       return absl::InvalidArgumentError(
@@ -168,9 +165,9 @@ struct MolLaw : LawDefaults {
     log_n /= count;
     log_d /= count;
     std::vector<std::pair<std::string, double>> out;
+    const double dense =
+        std::exp(p[0] - p[3] * log_n) + std::exp(p[1] - p[4] * log_d) + std::exp(p[2]);
     for (double e : expansions) {
-      const double dense =
-          std::exp(p[0] - p[3] * log_n) + std::exp(p[1] - p[4] * log_d) + std::exp(p[2]);
       const double mol = std::exp(p[0] - p[3] * (log_n + p[5] * std::log(e))) +
                          std::exp(p[1] - p[4] * log_d) + std::exp(p[2]) + p[6];
       out.push_back({absl::StrFormat("Delta_mol[E_b=%g,N0=%.3g,D0=%.3g]", e, std::exp(log_n),
