@@ -453,6 +453,155 @@ MemoryEstimate EstimateTrainingMemory(const ModelShape& s, const MemoryConfig& c
   return e;
 }
 
+namespace {
+
+// The routed experts' parameters of an expert layer: what expert parallelism
+// splits (the router and shared experts stay with the layer's other weights).
+double RoutedExpertParams(const ModelShape& s) {
+  const double d = static_cast<double>(s.d_model);
+  const ExpertShape& e = s.experts;
+  const double routed = static_cast<double>(e.experts) * static_cast<double>(e.width);
+  return (e.top_k > 0 ? 3.0 : 2.0) * d * routed;
+}
+
+// The parameters of one GPT-style layer: q and the output projection h², k and v
+// h·h_kv each, the MLP (GELU 2·h·f, SwiGLU 3·h·f), the two norms' 2h each.
+double GptLayerParams(const ModelShape& s, const ParallelMemoryConfig& c) {
+  const double h = static_cast<double>(s.d_model), f = static_cast<double>(s.d_ff);
+  const double kv_heads = static_cast<double>(c.kv_heads > 0 ? c.kv_heads : s.n_heads);
+  const double kv = h * kv_heads / static_cast<double>(s.n_heads);
+  return 2.0 * h * h + 2.0 * h * kv + (c.mlp == MlpKind::kGelu ? 2.0 : 3.0) * h * f + 4.0 * h;
+}
+
+struct StageMemory {
+  double dense_params = 0;   // split over tensor ranks
+  double expert_params = 0;  // split over expert ranks
+  double activations = 0;    // one micro-batch
+  double largest_layer = 0;  // parameters of its largest layer (ZeRO-3 gathers)
+  double embedding = 0;      // of dense_params: the token embedding and the head
+  double logits = 0;
+};
+
+// One pipeline stage's layers [first, last), with the embedding on stage 0 and the
+// head on the last.
+StageMemory StageOf(const ModelShape& s, const ParallelMemoryConfig& c, int64_t first, int64_t last,
+                    bool has_embedding, bool has_head) {
+  const double h = static_cast<double>(s.d_model), v = static_cast<double>(s.vocab_size);
+  const double t = static_cast<double>(std::max<int64_t>(1, c.tensor_parallel));
+  const double rows = static_cast<double>(std::max<int64_t>(1, c.micro_batch_rows));
+  const double tokens = rows * static_cast<double>(s.context);
+  MemoryConfig mc;
+  mc.micro_batch_rows = c.micro_batch_rows;
+  mc.bf16 = c.bf16;
+  mc.cuda = true;
+  mc.recompute = c.recompute == RecomputeMode::kFull;
+  mc.fused_attention = c.fused_attention || c.recompute == RecomputeMode::kSelective;
+  StageMemory m;
+  for (int64_t l = first; l < last; ++l) {
+    double params = 0, saved = 0;
+    if (c.style == BlockStyle::kGpt) {
+      params = GptLayerParams(s, c);
+      saved = GptLayerActivationBytes(s, c);
+    } else {
+      const LayerBytes layer = LayerCost(s, l, mc);
+      params = layer.params / 4.0;
+      // Sequence parallelism splits every saved tensor over the tensor ranks.
+      saved = layer.saved / t;
+    }
+    const double routed = IsExpertLayer(s, l) ? RoutedExpertParams(s) : 0.0;
+    m.dense_params += params - routed;
+    m.expert_params += routed;
+    m.activations += saved;
+    m.largest_layer = std::max(m.largest_layer, params);
+  }
+  if (has_embedding) m.embedding += v * h;
+  if (has_head) m.embedding += v * h + h;  // the head and the final norm
+  m.dense_params += m.embedding;
+  if (has_head) {
+    if (c.style == BlockStyle::kGpt) {
+      m.logits = 4.0 * tokens * v / t;  // fp32 logits (Korthikanti)
+    } else {
+      const HeadBytes head = HeadCost(s, mc);
+      m.logits = (head.saved + head.work) / t;
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+double GptLayerActivationBytes(const ModelShape& s, const ParallelMemoryConfig& c) {
+  const double h = static_cast<double>(s.d_model), f = static_cast<double>(s.d_ff);
+  const double a = static_cast<double>(s.n_heads), seq = static_cast<double>(s.context);
+  const double b = static_cast<double>(std::max<int64_t>(1, c.micro_batch_rows));
+  const double t = static_cast<double>(std::max<int64_t>(1, c.tensor_parallel));
+  const double sbh = seq * b * h;
+  const double kv = (c.kv_heads > 0 ? static_cast<double>(c.kv_heads) : a) / a;
+  if (c.recompute == RecomputeMode::kFull) {
+    return 2.0 * sbh / (c.sequence_parallel ? t : 1.0);  // the layer's input only
+  }
+  // Replicated without sequence parallelism: both norms' inputs (4), the inputs of
+  // the QKV and first MLP matmuls (2 + 2), the two dropout masks (1 + 1).
+  const double replicated = 10.0 * sbh;
+  // Split over tensor ranks: q, k, v (2 + 4·kv), the output projection's input (2)
+  // and the MLP's hidden tensors: GELU's input and output (2·2f/h); SwiGLU's gate
+  // and up outputs, SiLU's output and their product (2·4f/h).
+  const double mlp = (c.mlp == MlpKind::kGelu ? 4.0 : 8.0) * f / h;
+  const double sharded = (2.0 + 4.0 * kv + 2.0 + mlp) * sbh;
+  // Unfused attention keeps the scores' softmax (2 bytes), its dropout mask (1) and
+  // output (2) per head per query per key.
+  const bool fused = c.fused_attention || c.recompute == RecomputeMode::kSelective;
+  const double scores = fused ? 0.0 : 5.0 * a * seq * seq * b;
+  return (c.sequence_parallel ? replicated / t : replicated) + (sharded + scores) / t;
+}
+
+ParallelMemoryEstimate EstimateParallelMemory(const ModelShape& s, const ParallelMemoryConfig& c) {
+  const int64_t p = std::max<int64_t>(1, c.pipeline_parallel);
+  const double t = static_cast<double>(std::max<int64_t>(1, c.tensor_parallel));
+  const double e = static_cast<double>(std::max<int64_t>(1, c.expert_parallel));
+  const double dp = static_cast<double>(std::max<int64_t>(1, c.data_parallel));
+  // Experts are data-parallel over the ranks of the DP group that hold the same ones.
+  const double expert_dp = std::max(1.0, dp / e);
+  const double m = static_cast<double>(std::max<int64_t>(1, c.micro_batches));
+  const double v = static_cast<double>(std::max<int64_t>(1, c.interleave));
+  const double pp = static_cast<double>(p);
+  // Micro-batches whose activations the first stage holds at once under 1F1B.
+  double in_flight = std::min(m, pp);
+  if (v > 1 && p > 1) in_flight *= 1.0 + (pp - 1.0) / (pp * v);
+
+  ParallelMemoryEstimate best;
+  const int64_t n_layers = s.n_layers;
+  for (const int64_t stage : {int64_t{0}, p - 1}) {
+    const int64_t first = stage * n_layers / p, last = (stage + 1) * n_layers / p;
+    const StageMemory sm = StageOf(s, c, first, last, stage == 0, stage == p - 1);
+    ParallelMemoryEstimate est;
+    const double dense = sm.dense_params / t, expert = sm.expert_params / e;
+    est.parameters = dense + expert;
+    est.embedding_parameters = sm.embedding / t;
+    const auto sharded = [&](double bytes, int min_stage) {
+      return c.zero_stage >= min_stage ? bytes * dense / dp + bytes * expert / expert_dp
+                                       : bytes * (dense + expert);
+    };
+    est.weights = sharded(c.weight_bytes, 3);
+    est.gradients = sharded(c.grad_bytes, 2);
+    est.optimizer = sharded(c.optimizer_bytes, 1);
+    // Stage 0 holds the most micro-batches; the last stage holds as many as 1F1B
+    // has started when its first backward begins: one.
+    est.activations = sm.activations * (stage == 0 ? in_flight : 1.0);
+    est.logits = sm.logits;
+    if (c.zero_stage >= 3) {
+      // The gathered weights of the layer computing and the one prefetched, and a
+      // layer's full gradient before its reduce-scatter.
+      est.buffers = sm.largest_layer / t * (2.0 * c.weight_bytes + c.grad_bytes);
+    }
+    est.total =
+        est.weights + est.gradients + est.optimizer + est.activations + est.logits + est.buffers;
+    if (est.total > best.total) best = est;
+    if (p == 1) break;
+  }
+  return best;
+}
+
 int64_t EvalRows(int64_t micro_rows, int64_t context, int64_t vocab_size) {
   constexpr int64_t kTokens = 16384, kLogitFloats = int64_t{1} << 26;  // 256 MiB of fp32
   const int64_t tokens = std::min(kTokens, kLogitFloats / std::max<int64_t>(1, vocab_size));

@@ -69,6 +69,62 @@ struct MemoryEstimate {
 
 MemoryEstimate EstimateTrainingMemory(const ModelShape& shape, const MemoryConfig& config);
 
+// The memory of one rank of a parallel layout, for the planner
+// (orchestrator/plan, docs/planner.md "Memory"). The worker trains with tensor
+// and pipeline parallelism 1, where EstimateTrainingMemory above is the measured
+// model; this extends the same accounting to a layout: parameters split over
+// tensor (t), pipeline (p) and expert (e) ranks, training states sharded by
+// ZeRO stage over the data-parallel group, activations divided by t under
+// sequence parallelism and multiplied by the micro-batches the first pipeline
+// stage holds under 1F1B (min(m, p), and 1 + (p − 1)/(p·v) more with v
+// interleaved chunks: Korthikanti et al. 2022). Two block styles:
+//   kXmod  xmod's own block (RMSNorm, rotary, SwiGLU, no dropout; every family),
+//          its saved tensors itemised as above (CUDA, the layout's precision);
+//   kGpt   GPT-2/Megatron's block (LayerNorm, GELU or SwiGLU, dropout): per
+//          layer 10·s·b·h bytes replicated across tensor ranks (norm inputs,
+//          the two matmul inputs, dropout masks) and 24·s·b·h/t sharded, plus
+//          5·a·s²·b/t for unfused attention (Korthikanti's 34 + 5as/h).
+enum class RecomputeMode { kNone, kSelective, kFull };
+enum class BlockStyle { kXmod, kGpt };
+enum class MlpKind { kSwiglu, kGelu };
+
+struct ParallelMemoryConfig {
+  BlockStyle style = BlockStyle::kXmod;
+  MlpKind mlp = MlpKind::kSwiglu;  // kGpt only (xmod's block is SwiGLU)
+  int64_t kv_heads = 0;            // kGpt: grouped-query attention's K/V heads (0: n_heads)
+  int64_t micro_batch_rows = 1;
+  int64_t micro_batches = 1;  // per pipeline per optimizer step
+  int64_t tensor_parallel = 1;
+  bool sequence_parallel = false;
+  int64_t pipeline_parallel = 1;
+  int64_t interleave = 1;  // virtual pipeline chunks per rank
+  int64_t data_parallel = 1;
+  int64_t expert_parallel = 1;  // expert layers: experts split over this many ranks of the DP group
+  int zero_stage = 0;           // 0-3: what is sharded over the data-parallel ranks
+  RecomputeMode recompute = RecomputeMode::kNone;
+  bool bf16 = true;
+  bool fused_attention = true;
+  // Bytes per parameter of the training states (Megatron mixed precision: 2, 4, 12).
+  double weight_bytes = 2.0, grad_bytes = 4.0, optimizer_bytes = 12.0;
+};
+
+struct ParallelMemoryEstimate {
+  double parameters = 0;            // on this rank (the fullest pipeline stage), unsharded by ZeRO
+  double embedding_parameters = 0;  // of those, the token embedding's and the head's
+  double weights = 0, gradients = 0, optimizer = 0;
+  double activations = 0;  // the transformer layers' saved tensors, every in-flight micro-batch
+  double logits = 0;       // the head's fp32 logits and their gradient (last stage)
+  double buffers = 0;      // gathered parameters (ZeRO-3) and their gradients in flight
+  double total = 0;
+};
+
+ParallelMemoryEstimate EstimateParallelMemory(const ModelShape& shape,
+                                              const ParallelMemoryConfig& config);
+
+// Korthikanti et al.'s activation bytes of one GPT layer for one micro-batch on
+// one tensor rank (the table of docs/planner.md), for the style kGpt.
+double GptLayerActivationBytes(const ModelShape& shape, const ParallelMemoryConfig& config);
+
 // What a declared device memory leaves for the tensors this model counts:
 // 92% of it, less 1.5 GiB (CUDA context, NCCL buffers, fragmentation of the
 // caching allocator). A margin, not a measurement: see docs/memory.md.

@@ -25,6 +25,7 @@ class CsvTable {
   const std::string& path() const { return path_; }
   std::optional<size_t> Column(std::string_view name) const;
   size_t rows() const { return cells_.size(); }
+  size_t columns() const { return header_.size(); }
   // "path:LINE" of a data row.
   std::string Where(size_t row) const;
   // The cell as a finite number; an error "path:LINE: NAME: not a finite number"
