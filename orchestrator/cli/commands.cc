@@ -24,6 +24,7 @@
 #include "orchestrator/dashboard/http_server.h"
 #include "orchestrator/fit/law_registry.h"
 #include "orchestrator/launch/local_run.h"
+#include "orchestrator/plan/plan_command.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
 #include "orchestrator/report/slopes.h"
@@ -100,6 +101,7 @@ struct Flags {
   FitCommandOptions fit;
   PlotCommandOptions plot;
   AdviseCommandOptions advise;
+  PlanCommandOptions plan;
 };
 
 absl::StatusOr<std::unique_ptr<RemoteCoordinator>> Connect(const Flags& f) {
@@ -805,6 +807,56 @@ void StatsFlags(CLI::App* cmd, Flags& f) {
   AddFormat(cmd, f);
 }
 
+void PlanCluster(CLI::App* cmd, Flags& f) {
+  cmd->add_option("--cluster", f.plan.cluster, "Cluster profile (clusters/h100-sxm.yaml)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--calibration", f.plan.calibration,
+                  "Efficiencies from `xmod plan calibrate` (default: the profile's)")
+      ->check(CLI::ExistingFile);
+}
+void PlanPredictFlags(CLI::App* cmd, Flags& f) {
+  PlanCluster(cmd, f);
+  cmd->add_option("--configs", f.plan.configs, "Configurations, one CSV row each (docs/planner.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--format", f.plan.format, "Output format: table, csv or json")
+      ->capture_default_str();
+}
+void PlanCalibrateFlags(CLI::App* cmd, Flags& f) {
+  PlanCluster(cmd, f);
+  cmd->add_option("--measured", f.plan.measured,
+                  "Measured runs with tokens_per_s, one CSV row each")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--out", f.plan.out, "Calibration file to write (JSON)")->required();
+}
+void PlanLayoutFlags(CLI::App* cmd, Flags& f) {
+  PlanCluster(cmd, f);
+  PlanCommandOptions& p = f.plan;
+  cmd->add_option("--d-model", p.d_model, "Model width")->required();
+  cmd->add_option("--n-layers", p.n_layers, "Layers")->required();
+  cmd->add_option("--n-heads", p.n_heads, "Attention heads")->required();
+  cmd->add_option("--kv-heads", p.kv_heads, "K/V heads (grouped-query attention; 0: n-heads)");
+  cmd->add_option("--d-ff", p.d_ff, "MLP width (0: 4 x d-model)");
+  cmd->add_option("--mlp", p.mlp, "gelu or swiglu")->capture_default_str();
+  cmd->add_option("--vocab", p.vocab, "Vocabulary")->capture_default_str();
+  cmd->add_option("--seq-len", p.seq_len, "Tokens per sequence")->capture_default_str();
+  cmd->add_option("--family", p.family, "Model family (dense)")->capture_default_str();
+  cmd->add_option("--gpus", p.gpus, "GPUs")->required();
+  cmd->add_option("--global-batch", p.global_batch, "Sequences per optimizer step")->required();
+  cmd->add_option("--precision", p.precision, "bf16, fp16, fp8 or fp32")->capture_default_str();
+  cmd->add_option("--top", p.top, "Layouts to print (the best and runners-up)")
+      ->capture_default_str();
+  cmd->add_option("--format", p.format, "Output format: table or json")->capture_default_str();
+}
+
+absl::Status PlanPredict(const Flags& f, std::ostream& out) { return RunPlanPredict(f.plan, out); }
+absl::Status PlanCalibrate(const Flags& f, std::ostream& out) {
+  return RunPlanCalibrate(f.plan, out);
+}
+absl::Status PlanLayout(const Flags& f, std::ostream& out) { return RunPlanLayout(f.plan, out); }
+
 absl::Status Fit(const Flags& f, std::ostream& out) { return RunFitCommand(f.fit, out); }
 absl::Status Plot(const Flags& f, std::ostream& out) { return RunPlotCommand(f.plot, out); }
 absl::Status AdviseCommand(const Flags& f, std::ostream& out) {
@@ -845,7 +897,20 @@ const Command kCommands[] = {
      RunFlags, nullptr},
     {"data prepare", "Turn text files into byte-level tokens", PrepareFlags, DataPrepare},
     {"data stats", "Token counts and unigram entropy of a dataset", StatsFlags, DataStats},
+    {"plan predict",
+     "Predicted throughput, MFU, step-time split and memory per configuration on a cluster",
+     PlanPredictFlags, PlanPredict},
+    {"plan calibrate", "Fit a cluster profile's efficiencies to measured throughput",
+     PlanCalibrateFlags, PlanCalibrate},
+    {"plan layout", "The fastest parallel layout that fits a model on N GPUs, and runners-up",
+     PlanLayoutFlags, PlanLayout},
 };
+
+// What each group of subcommands is about.
+const char* GroupHelp(const std::string& group) {
+  if (group == "plan") return "Performance model and layout search on a cluster (docs/planner.md)";
+  return "Token datasets";
+}
 
 // Registers every command of the table; returns each one's parser, in table order.
 std::vector<CLI::App*> Register(CLI::App& app, Flags& f) {
@@ -858,7 +923,7 @@ std::vector<CLI::App*> Register(CLI::App& app, Flags& f) {
     if (space != std::string::npos) {
       const std::string group = name.substr(0, space);
       if (groups.count(group) == 0) {
-        groups[group] = app.add_subcommand(group, "Token datasets");
+        groups[group] = app.add_subcommand(group, GroupHelp(group));
         groups[group]->require_subcommand(1);
       }
       parent = groups[group];

@@ -15,6 +15,7 @@
 #include "common/memory.h"
 #include "orchestrator/plan/calibrate.h"
 #include "orchestrator/plan/cluster.h"
+#include "orchestrator/plan/layout_search.h"
 #include "orchestrator/plan/perf_model.h"
 #include "orchestrator/plan/plan_csv.h"
 
@@ -301,6 +302,230 @@ TEST(Accuracy, TheFormFitsEachPublishedSet) {
     EXPECT_LE(cal->median_error, 0.05) << s.file;
     EXPECT_LE(cal->p90_error, 0.12) << s.file;
   }
+}
+
+// xmod's families: the operation lists' forward FLOPs per token match the
+// accounting's (common/accounting.h) within 2% (the accounting leaves out the
+// small router and decay projections the lists time).
+TEST(Operations, EveryFamilysFlopsMatchTheAccounting) {
+  ModelShape base;
+  base.d_model = 512;
+  base.n_heads = 8;
+  base.n_layers = 8;
+  base.d_ff = DefaultDff(512);
+  base.vocab_size = 32000;
+  base.context = 1024;
+  std::vector<ModelShape> shapes;
+  shapes.push_back(base);
+  ModelShape x = base;
+  x.family = Family::kXmod;
+  x.stride = 2;
+  x.capacity = 0.25;
+  shapes.push_back(x);
+  ModelShape moe = base;
+  moe.family = Family::kMoe;
+  moe.experts = {8, 2, 256, 1, 0, 1, 0.0};
+  shapes.push_back(moe);
+  ModelShape deco = base;
+  deco.family = Family::kDeco;
+  deco.experts = {16, 0, 128, 0, 64, 1, 0.25};
+  shapes.push_back(deco);
+  ModelShape mol = base;
+  mol.family = Family::kMol;
+  mol.mol = {128, 5, 1, 2, true};
+  shapes.push_back(mol);
+  ModelShape gdn = base;
+  gdn.family = Family::kGdn;
+  gdn.softmax_every = 2;
+  shapes.push_back(gdn);
+  for (const ModelShape& shape : shapes) {
+    SCOPED_TRACE(std::string(Traits(shape.family).name));
+    PlanModel m;
+    m.shape = shape;
+    m.style = BlockStyle::kXmod;
+    EXPECT_NEAR(OperationFlopsPerToken(m) / ForwardFlopsPerToken(shape), 1.0, 0.02);
+  }
+}
+
+TEST(Monotonicity, ExpertTrafficNeverLowersTheStepTime) {
+  const ClusterProfile h100 = Profile("h100-sxm");
+  PlanModel m;
+  m.style = BlockStyle::kXmod;
+  m.shape.family = Family::kMoe;
+  m.shape.d_model = 2048;
+  m.shape.n_heads = 16;
+  m.shape.n_layers = 16;
+  m.shape.d_ff = DefaultDff(2048);
+  m.shape.vocab_size = 50304;
+  m.shape.context = 2048;
+  m.shape.experts = {64, 2, 1024, 0, 0, 0, 0.0};
+  Layout l;
+  l.gpus = 64;
+  l.dp = 64;
+  l.ep = 8;
+  l.micro_batch = 4;
+  l.global_batch = 256;
+  l.zero_stage = 1;
+  // More all-to-all bytes (a slower network) never make a step faster.
+  double last = 0;
+  for (const double bw : {400e9, 200e9, 100e9, 50e9, 25e9, 12e9}) {
+    ClusterProfile c = h100;
+    c.inter_bandwidth = bw;
+    c.intra_bandwidth = std::min(c.intra_bandwidth, 4 * bw);
+    const Prediction p = Predict(m, l, c, c.efficiency);
+    EXPECT_GE(p.step_s, last) << bw;
+    EXPECT_GT(p.ep_comm_s, 0.0);
+    last = p.step_s;
+  }
+  // Expert parallelism across nodes (ep 16 spans two nodes) costs more exposed
+  // all-to-all time than within one.
+  Layout wide = l;
+  wide.ep = 16;
+  EXPECT_GT(Predict(m, wide, h100, h100.efficiency).ep_comm_s,
+            Predict(m, l, h100, h100.efficiency).ep_comm_s);
+  // More experts at a fixed k never lower the memory.
+  double memory = 0;
+  for (const int64_t e : {8, 16, 32, 64, 128}) {
+    m.shape.experts.experts = e;
+    const double now = Predict(m, l, h100, h100.efficiency).memory.total;
+    EXPECT_GE(now, memory) << e;
+    memory = now;
+  }
+}
+
+TEST(LayoutSearch, SevenBillionDenseOnSixtyFourH100s) {
+  const ClusterProfile h100 = Profile("h100-sxm");
+  PlanModel m;
+  m.style = BlockStyle::kGpt;
+  m.mlp = MlpKind::kSwiglu;
+  m.shape.d_model = 4096;
+  m.shape.n_layers = 32;
+  m.shape.n_heads = 32;
+  m.shape.d_ff = 11008;
+  m.shape.vocab_size = 32000;
+  m.shape.context = 4096;
+  LayoutQuery q;
+  q.gpus = 64;
+  q.global_batch = 512;
+  const LayoutSearchResult r = SearchLayouts(m, h100, h100.efficiency, q);
+  ASSERT_FALSE(r.best.empty());
+  EXPECT_GT(r.considered, 100);
+  for (size_t i = 0; i < r.best.size(); ++i) {
+    EXPECT_LE(r.best[i].prediction.memory.total, 0.9 * h100.hbm_bytes);
+    EXPECT_TRUE(CheckLayout(m, r.best[i].layout).ok());
+    if (i > 0) {
+      EXPECT_GE(r.best[i].prediction.step_s, r.best[i - 1].prediction.step_s);
+    }
+  }
+  const Prediction& best = r.best[0].prediction;
+  std::printf(
+      "7B on 64 H100s: tp %ld pp %ld dp %ld mb %ld zero %d recompute %s: %.0f tokens/s, "
+      "MFU %.3f, %.1f GB\n",
+      (long)r.best[0].layout.tp, (long)r.best[0].layout.pp, (long)r.best[0].layout.dp,
+      (long)r.best[0].layout.micro_batch, r.best[0].layout.zero_stage,
+      RecomputeName(r.best[0].layout.recompute), best.tokens_per_s, best.mfu, best.memory_gb);
+  // A 7B model fits without model parallelism; the search must not pay for it.
+  EXPECT_EQ(r.best[0].layout.pp, 1);
+  EXPECT_GT(best.mfu, 0.3);
+  EXPECT_LT(best.mfu, 0.7);
+  // On 8 GPUs with a tiny memory, nothing fits, and the search says so.
+  ClusterProfile tiny = h100;
+  tiny.hbm_bytes = 8e9;
+  q.gpus = 8;
+  q.global_batch = 8;
+  EXPECT_TRUE(SearchLayouts(m, tiny, tiny.efficiency, q).best.empty());
+}
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+constexpr char kHeader[] =
+    "family,d_model,n_layers,n_heads,d_ff,mlp,vocab,seq_len,gpus,gpus_per_node,micro_batch,"
+    "global_batch,tp,pp,dp,zero_stage,recompute,precision";
+
+TEST(PlanCsv, RefusesBadRowsNamingTheLine) {
+  const std::string good = "dense,1024,24,16,4096,gelu,50368,2048,8,8,4,64,1,1,8,3,none,bf16";
+  struct Case {
+    std::string text;
+    bool measured;
+    std::string error;
+  };
+  const Case cases[] = {
+      {std::string(kHeader) + ",tokens_per_s\n" + good + ",1000\n" + good + ",\n", true,
+       ":3: tokens_per_s: empty"},
+      {std::string(kHeader) + "\n" + good + "\n" +
+           "dense,1024,24,16,4096,gelu,50368,2048,8,8,4,"
+           "64,3,1,8,3,none,bf16\n",
+       false, ":3: layout: tp × pp × dp = 24 is not the 8 GPUs"},
+      {std::string(kHeader) + "\n" +
+           "dense,1024,24,16,4096,relu,50368,2048,8,8,4,64,1,1,8,3,"
+           "none,bf16\n",
+       false, ":2: mlp: 'relu' is not one of gelu, swiglu"},
+      {std::string(kHeader) + ",speed\n" + good + ",3\n", false, "unknown column 'speed'"},
+      {std::string(kHeader) + ",tokens_per_s\n" + good + ",5\n", false,
+       "column 'tokens_per_s' is a measurement"},
+      {std::string(kHeader) + "\n" +
+           "dense,1024,24,16,4096,gelu,50368,2048,8,8,3,64,1,1,8,3,"
+           "none,bf16\n",
+       false, ":2: layout: global_batch 64 is not a multiple of micro_batch × dp = 24"},
+      {std::string(kHeader) + "\n" +
+           "moe,1024,24,16,4096,swiglu,50368,2048,8,8,4,64,1,1,8,3,"
+           "none,bf16\n",
+       false, ":2: experts: column missing"},
+      {"family,d_model\n", false, "missing column 'n_layers'"},
+  };
+  for (const Case& c : cases) {
+    auto rows = ReadPlanRows(WriteFile("rows.csv", c.text), c.measured);
+    ASSERT_FALSE(rows.ok()) << c.text;
+    EXPECT_NE(std::string(rows.status().message()).find(c.error), std::string::npos)
+        << rows.status();
+  }
+  auto rows =
+      ReadPlanRows(WriteFile("rows.csv", std::string(kHeader) + ",name\n" + good + ",a\n"), false);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ((*rows)[0].name, "a");
+  EXPECT_EQ((*rows)[0].layout.zero_stage, 3);
+}
+
+TEST(ClusterProfile, RefusesMissingAndUnknownFigures) {
+  auto p = ParseClusterProfile("device: x\npeak_tflops: 100\nhbm_gb: 80\nwarp: 9\n", "c.yaml");
+  ASSERT_FALSE(p.ok());
+  const std::string m(p.status().message());
+  EXPECT_NE(m.find("c.yaml:4: warp: unknown key"), std::string::npos) << m;
+  EXPECT_NE(m.find("hbm_bandwidth_gbps: required figure missing"), std::string::npos) << m;
+  EXPECT_NE(m.find("intra_node: required"), std::string::npos) << m;
+  auto neg = ParseClusterProfile(
+      "device: x\npeak_tflops: -1\nhbm_gb: 80\nhbm_bandwidth_gbps: 1\ngpus_per_node: 8\n"
+      "intra_node: {bandwidth_gbps: 1, latency_us: 1}\ninter_node: {bandwidth_gbps: 1, "
+      "latency_us: 1}\n",
+      "n.yaml");
+  ASSERT_FALSE(neg.ok());
+  EXPECT_NE(std::string(neg.status().message()).find("n.yaml:2: peak_tflops: must be > 0"),
+            std::string::npos)
+      << neg.status();
+  for (const char* name : {"h100-sxm", "h200-sxm", "a100-80gb", "a100-40gb", "cpu-2core"}) {
+    const ClusterProfile c = Profile(name);
+    EXPECT_EQ(c.name, name);
+    EXPECT_GT(c.peak_flops, 0);
+  }
+}
+
+TEST(Calibration, WritesAndReadsBackAndRefusesAnotherCluster) {
+  const ClusterProfile a100 = Profile("a100-80gb");
+  const std::vector<PlanRow> rows = Rows("korthikanti2022_a100.csv");
+  auto cal = Calibrate(a100, a100.efficiency, rows);
+  ASSERT_TRUE(cal.ok()) << cal.status();
+  const std::string path = WriteFile("cal.json", CalibrationToJson(a100, *cal, rows).dump());
+  auto back = LoadCalibration(path, a100);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_DOUBLE_EQ(back->gemm_max, cal->efficiency.gemm_max);
+  auto other = LoadCalibration(path, Profile("h100-sxm"));
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(std::string(other.status().message()).find("calibrated for cluster 'a100-80gb'"),
+            std::string::npos);
 }
 
 }  // namespace
