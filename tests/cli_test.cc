@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -683,6 +684,98 @@ TEST_F(Cli, RunRefusesRanksThatDoNotSplitTheBatch) {
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("do not split over 3 ranks"));
   EXPECT_FALSE(std::filesystem::exists(Path("x.db")));
+}
+
+// xmod plan on the finished law grid (dense and X-MoD): every configuration at
+// every width with its best layout, the tokens its GPU-hours buy and its loss
+// interval; the wall-clock and FLOPs-only optima; the plot drawn. Then the
+// planner's file commands: predict, calibrate (written, then refused for another
+// cluster with nothing written) and layout.
+TEST_F(Cli, PlanRanksASweepsConfigurationsOnAClusterAndItsFileCommandsRefuseBadInput) {
+  const std::string db = Path("plan.db");
+  ASSERT_EQ(Xmod({"submit", LawGrid(), "--db", db}).code, 0);
+  FinishWithLawLosses(db, "lawgrid", 0.002, 5);
+  const std::string h100 = std::string(XMOD_SOURCE_DIR) + "/clusters/h100-sxm.yaml";
+  const std::string svg = Path("plan.svg");
+  CommandResult r =
+      Xmod({"plan",      "lawgrid", "--db",   db,  "--cluster", h100,       "--gpu-hours", "2000",
+            "--context", "128",     "--gpus", "8", "--widths",  "512,1024", "--bootstrap", "10",
+            "--format",  "json",    "--plot", svg});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto plan = nlohmann::json::parse(r.out);
+  ASSERT_EQ(plan["rows"].size(), 10u);  // 5 configurations x 2 widths
+  for (const auto& row : plan["rows"]) {
+    EXPECT_TRUE(row["fits"].get<bool>());
+    EXPECT_LE(row["loss_low"].get<double>(), row["loss"].get<double>() + 1e-12);
+    EXPECT_GE(row["loss_high"].get<double>(), row["loss"].get<double>() - 1e-12);
+    EXPECT_NEAR(row["tokens"].get<double>(), row["tokens_per_s"].get<double>() * 2000 * 3600 / 8,
+                1e-6 * row["tokens"].get<double>());
+    EXPECT_GT(row["mfu"].get<double>(), 0.0);
+  }
+  EXPECT_FALSE(plan["best"].get<std::string>().empty());
+  EXPECT_FALSE(plan["flops_only_best"].get<std::string>().empty());
+  EXPECT_GT(plan["model_flops"].get<double>(), 0.0);
+  std::ifstream drawn(svg);
+  std::stringstream image;
+  image << drawn.rdbuf();
+  EXPECT_THAT(image.str(), HasSubstr("<svg"));
+  EXPECT_THAT(image.str(), HasSubstr("FLOPs-only"));
+  r = Xmod({"plan", "lawgrid", "--db", db, "--cluster", h100, "--gpu-hours", "2000", "--context",
+            "128", "--widths", "512", "--bootstrap", "0"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("wall-clock optimum: "));
+  EXPECT_THAT(r.out, HasSubstr("FLOPs-only optimum: "));
+  r = Xmod(
+      {"plan", "lawgrid", "--db", db, "--cluster", h100, "--gpu-hours", "10", "--context", "96"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--context 96: the sweep ran no job at this context"));
+  EXPECT_EQ(Xmod({"plan"}).code, 2);
+
+  // predict: one line per configuration, in order.
+  const std::string configs = Path("configs.csv");
+  std::ofstream(configs)
+      << "family,d_model,n_layers,n_heads,d_ff,mlp,vocab,seq_len,gpus,gpus_per_node,micro_batch,"
+         "global_batch,tp,pp,dp,zero_stage,recompute,precision\n"
+         "dense,4096,32,32,16384,gelu,50368,2048,64,8,4,1024,1,1,64,3,full,bf16\n"
+         "dense,8192,80,64,32768,gelu,50368,2048,64,8,1,64,8,8,1,1,none,bf16\n";
+  r = Xmod({"plan", "predict", "--cluster", h100, "--configs", configs, "--format", "csv"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("row,tokens_per_s,mfu,hfu,step_s,memory_gb,fits"));
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3);
+  // calibrate: written; another cluster's calibration refused.
+  const std::string measured =
+      std::string(XMOD_SOURCE_DIR) + "/tests/data/throughput/korthikanti2022_a100.csv";
+  const std::string a100 = std::string(XMOD_SOURCE_DIR) + "/clusters/a100-80gb.yaml";
+  const std::string cal = Path("cal.json");
+  r = Xmod({"plan", "calibrate", "--cluster", a100, "--measured", measured, "--out", cal});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("calibrated a100-80gb on 8 runs"));
+  r = Xmod({"plan", "predict", "--cluster", h100, "--calibration", cal, "--configs", configs});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("calibrated for cluster 'a100-80gb', not 'h100-sxm'"));
+  // A measured file for predict, and a bad row for calibrate: refused, nothing written.
+  r = Xmod({"plan", "predict", "--cluster", a100, "--configs", measured});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("'tokens_per_s' is a measurement"));
+  const std::string bad = Path("bad.csv");
+  std::ofstream(bad) << "family,d_model,n_layers,n_heads,d_ff,mlp,vocab,seq_len,gpus,gpus_per_"
+                        "node,micro_batch,global_batch,tp,pp,dp,zero_stage,recompute,precision,"
+                        "tokens_per_s\n"
+                        "dense,4096,32,32,16384,gelu,50368,2048,64,8,4,1024,1,1,64,3,some,bf16,9\n";
+  const std::string cal2 = Path("cal2.json");
+  r = Xmod({"plan", "calibrate", "--cluster", a100, "--measured", bad, "--out", cal2});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("bad.csv:2: recompute: 'some' is not one of none, selective, full"));
+  EXPECT_FALSE(std::filesystem::exists(cal2));
+  // layout: the best and runners-up; nothing fits on one GPU for a 70B model.
+  r = Xmod({"plan", "layout", "--cluster", h100, "--d-model", "4096", "--n-layers", "32",
+            "--n-heads", "32", "--gpus", "64", "--global-batch", "512", "--top", "3"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("best tp "));
+  r = Xmod({"plan", "layout", "--cluster", h100, "--d-model", "8192", "--n-layers", "80",
+            "--n-heads", "64", "--gpus", "1", "--global-batch", "8"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("no layout fits"));
 }
 
 TEST_F(Cli, EveryCommandHasHelpAndUsageErrorsExitTwo) {

@@ -827,8 +827,9 @@ void PlanCalibrateFlags(CLI::App* cmd, Flags& f) {
   PlanCluster(cmd, f);
   cmd->add_option("--measured", f.plan.measured,
                   "Measured runs with tokens_per_s, one CSV row each")
-      ->required()
       ->check(CLI::ExistingFile);
+  cmd->add_option("--db", f.plan.db, "SQLite database of a sweep whose finished jobs are runs too");
+  cmd->add_option("--sweep", f.plan.sweep, "That sweep's name");
   cmd->add_option("--out", f.plan.out, "Calibration file to write (JSON)")->required();
 }
 void PlanLayoutFlags(CLI::App* cmd, Flags& f) {
@@ -851,6 +852,43 @@ void PlanLayoutFlags(CLI::App* cmd, Flags& f) {
   cmd->add_option("--format", p.format, "Output format: table or json")->capture_default_str();
 }
 
+void PlanSweepFlags(CLI::App* cmd, Flags& f) {
+  PlanCommandOptions& p = f.plan;
+  cmd->add_option("sweep", p.sweep, "Sweep whose fitted laws rank the candidates");
+  cmd->add_option("--db", p.db, "SQLite database file");
+  cmd->add_option("--cluster", p.cluster, "Cluster profile (clusters/h100-sxm.yaml)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--calibration", p.calibration,
+                  "Efficiencies from `xmod plan calibrate` (default: the profile's)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--gpu-hours", p.gpu_hours, "GPU-hours to spend on the training run");
+  cmd->add_option("--context", p.context, "Context T (one the sweep ran)");
+  cmd->add_option("--gpus", p.gpus, "GPUs the run uses")->capture_default_str();
+  cmd->add_option("--global-batch-tokens", p.global_batch_tokens, "Tokens per optimizer step")
+      ->capture_default_str();
+  cmd->add_option("--widths", p.widths, "Candidate widths d_model (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--aspect", p.aspect, "d_model / n_layers of the candidates")
+      ->capture_default_str();
+  cmd->add_option("--vocab", p.vocab, "Vocabulary of the candidates")->capture_default_str();
+  cmd->add_option("--top-k", p.top_k, "Experts per token of the moe candidates")
+      ->capture_default_str();
+  cmd->add_option("--bootstrap", p.bootstrap, "Refits behind the loss intervals")
+      ->capture_default_str();
+  cmd->add_option("--seed", p.seed, "Seed of the refits")->capture_default_str();
+  cmd->add_option("--plot", p.plot, "Draw the two views' losses to this SVG (gnuplot)");
+  cmd->add_option("--format", p.format, "Output format: table or json")->capture_default_str();
+}
+
+absl::Status PlanSweep(const Flags& f, std::ostream& out) {
+  if (f.plan.sweep.empty()) {
+    return absl::InvalidArgumentError(
+        "xmod plan: name a sweep (xmod plan SWEEP --db FILE --cluster FILE --gpu-hours H "
+        "--context T), or use predict, calibrate or layout");
+  }
+  return RunPlanSweep(f.plan, out);
+}
 absl::Status PlanPredict(const Flags& f, std::ostream& out) { return RunPlanPredict(f.plan, out); }
 absl::Status PlanCalibrate(const Flags& f, std::ostream& out) {
   return RunPlanCalibrate(f.plan, out);
@@ -897,6 +935,11 @@ const Command kCommands[] = {
      RunFlags, nullptr},
     {"data prepare", "Turn text files into byte-level tokens", PrepareFlags, DataPrepare},
     {"data stats", "Token counts and unigram entropy of a dataset", StatsFlags, DataStats},
+    {"plan",
+     "Which architecture to train with GPU-hours on a cluster: the sweep's laws, each "
+     "candidate's best layout and throughput, wall-clock vs FLOPs-only optimum "
+     "(docs/planner.md)",
+     PlanSweepFlags, PlanSweep},
     {"plan predict",
      "Predicted throughput, MFU, step-time split and memory per configuration on a cluster",
      PlanPredictFlags, PlanPredict},
@@ -906,24 +949,23 @@ const Command kCommands[] = {
      PlanLayoutFlags, PlanLayout},
 };
 
-// What each group of subcommands is about.
-const char* GroupHelp(const std::string& group) {
-  if (group == "plan") return "Performance model and layout search on a cluster (docs/planner.md)";
-  return "Token datasets";
-}
-
 // Registers every command of the table; returns each one's parser, in table order.
 std::vector<CLI::App*> Register(CLI::App& app, Flags& f) {
   std::map<std::string, CLI::App*> groups;
   std::vector<CLI::App*> parsers;
+  std::map<std::string, CLI::App*> top;  // commands without a space, by name
   for (const Command& c : kCommands) {
     const std::string name = c.name;
     const size_t space = name.find(' ');
     CLI::App* parent = &app;
     if (space != std::string::npos) {
       const std::string group = name.substr(0, space);
-      if (groups.count(group) == 0) {
-        groups[group] = app.add_subcommand(group, GroupHelp(group));
+      if (groups.count(group) == 0 && top.count(group) > 0) {
+        // A command that is also a group (xmod plan SWEEP, xmod plan predict).
+        groups[group] = top[group];
+        groups[group]->require_subcommand(0, 1);
+      } else if (groups.count(group) == 0) {
+        groups[group] = app.add_subcommand(group, "Token datasets");
         groups[group]->require_subcommand(1);
       }
       parent = groups[group];
@@ -931,6 +973,7 @@ std::vector<CLI::App*> Register(CLI::App& app, Flags& f) {
     CLI::App* cmd =
         parent->add_subcommand(space == std::string::npos ? name : name.substr(space + 1), c.help);
     c.flags(cmd, f);
+    if (space == std::string::npos) top[name] = cmd;
     parsers.push_back(cmd);
   }
   return parsers;
@@ -955,7 +998,8 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   }
   f.err = &err;
   for (size_t i = 0; i < parsers.size(); ++i) {
-    if (!parsers[i]->parsed()) continue;
+    // A group's own parser is parsed too when one of its subcommands is.
+    if (!parsers[i]->parsed() || !parsers[i]->get_subcommands().empty()) continue;
     const Command& c = kCommands[i];
     if (c.run == nullptr) {  // xmod run
       f.run.tty = ::isatty(STDOUT_FILENO);

@@ -924,4 +924,10 @@ absl::StatusOr<std::string> BestConfiguration(const LawReport& model,
   return best;
 }
 
+std::vector<Configuration> SweepConfigurations(const std::vector<LawPoint>& points) {
+  return Configurations(points);
+}
+
+LawReport RefitModel(const LawReport& full, int refit) { return Model(full, refit, nullptr, 0.0); }
+
 }  // namespace xmod

@@ -167,6 +167,13 @@ absl::StatusOr<std::string> BestConfiguration(const LawReport& model,
                                               const std::vector<LawPoint>& points,
                                               const AdviseOptions& options);
 
+// The configurations `points` hold (dense first), as Advise ranks them.
+std::vector<Configuration> SweepConfigurations(const std::vector<LawPoint>& points);
+
+// A fitted law reduced to what prediction needs: the full fit (refit -1) or one
+// bootstrap refit, with its dense reference per context.
+LawReport RefitModel(const LawReport& full, int refit);
+
 }  // namespace xmod
 
 #endif  // XMOD_ORCHESTRATOR_FIT_ADVISE_H_

@@ -93,10 +93,11 @@ void AttentionCore(Work& w, const Context& c, double rows, double n, double head
     w.kernels += 1;
   } else {
     // Two batched matmuls (one per head and sequence) and the scores' softmax,
-    // mask and dropout written and read (about 8 bytes per score).
+    // mask and dropout written and read (four passes over the scores: 8 bytes per
+    // score in 16-bit, 16 in fp32).
     const double per_call = 2.0 * n * n * hd;
     w.attention_s += flops / (c.peak * c.eff.gemm_max * per_call / (per_call + c.eff.gemm_half));
-    Bytes(w, c, 8.0 * rows * local_heads * n * n, 3);
+    Bytes(w, c, 4.0 * c.act_bytes * rows * local_heads * n * n, 3);
     w.kernels += 2;
   }
 }

@@ -1,18 +1,30 @@
 #include "orchestrator/plan/plan_command.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job_file.h"
+#include "common/job_state.h"
 #include "common/status_macros.h"
+#include "orchestrator/fit/advise.h"
+#include "orchestrator/fit/analysis.h"
 #include "orchestrator/plan/calibrate.h"
 #include "orchestrator/plan/cluster.h"
+#include "orchestrator/plan/codesign.h"
 #include "orchestrator/plan/layout_search.h"
 #include "orchestrator/plan/plan_csv.h"
+#include "orchestrator/report/report.h"
+#include "orchestrator/store/sqlite_store.h"
 
 namespace xmod {
 
@@ -131,13 +143,91 @@ absl::Status RunPlanPredict(const PlanCommandOptions& o, std::ostream& out) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A sweep's succeeded jobs as measured runs: each job's model and layout (xmod's
+// block; its ranks data-parallel on the profile's nodes; ZeRO-1 when its
+// optimizer is sharded) and the median of its reported tokens/s after the first
+// report (which carries start-up).
+absl::StatusOr<std::vector<PlanRow>> RowsFromSweep(SqliteStore& store, const std::string& sweep,
+                                                   const ClusterProfile& cluster) {
+  ASSIGN_OR_RETURN(const std::vector<std::string> ids,
+                   store.SweepJobIds(sweep, {JobState::kSucceeded}));
+  std::vector<PlanRow> rows;
+  for (const std::string& id : ids) {
+    if (!std::all_of(id.begin(), id.end(), [](char c) { return std::isxdigit(c) != 0; })) {
+      return absl::InternalError(absl::StrCat("job id '", id, "' is not hexadecimal"));
+    }
+    ASSIGN_OR_RETURN(const JobRecord record, store.JobDetail(id));
+    nlohmann::json json;
+    try {
+      json = nlohmann::json::parse(record.config_json);
+    } catch (const nlohmann::json::exception& e) {
+      return absl::DataLossError(absl::StrCat("job ", id, ": stored job is not JSON: ", e.what()));
+    }
+    ASSIGN_OR_RETURN(const JobFile job, JobFileFromJson(json));
+    ASSIGN_OR_RETURN(const QueryResult q,
+                     store.Query(absl::StrCat("SELECT value FROM metrics WHERE job_id = '", id,
+                                              "' AND name = 'tokens_per_s' ORDER BY step")));
+    std::vector<double> rates;
+    for (size_t i = 1; i < q.rows.size(); ++i) {
+      if (const double* v = std::get_if<double>(&q.rows[i][0]); v != nullptr && *v > 0) {
+        rates.push_back(*v);
+      }
+    }
+    if (rates.empty()) continue;  // too short to measure
+    std::sort(rates.begin(), rates.end());
+    PlanRow row;
+    row.where = absl::StrCat("job ", id);
+    row.name = json.value("scale", std::string());
+    row.model.shape = job.shape;
+    row.model.style = BlockStyle::kXmod;
+    Layout& l = row.layout;
+    l.gpus = std::max<int64_t>(1, json.value("ranks", int64_t{1}));
+    l.gpus_per_node = cluster.gpus_per_node;
+    l.dp = l.gpus;
+    l.micro_batch = job.micro_batch_size;
+    l.global_batch = job.batch_size;
+    l.zero_stage = job.optimizer_sharding == "zero1" ? 1 : 0;
+    l.recompute = job.recompute ? RecomputeMode::kFull : RecomputeMode::kNone;
+    l.precision = job.precision == "bf16" ? Precision::kBf16 : Precision::kFp32;
+    if (!CheckLayout(row.model, l).ok()) continue;  // a layout the model cannot read
+    row.tokens_per_s = rates[rates.size() / 2];
+    rows.push_back(std::move(row));
+  }
+  if (rows.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sweep '", sweep, "': no succeeded job with two or more tokens_per_s reports"));
+  }
+  return rows;
+}
+
+}  // namespace
+
 absl::Status RunPlanCalibrate(const PlanCommandOptions& o, std::ostream& out) {
   ClusterProfile cluster;
   Efficiency eff;
   RETURN_IF_ERROR(LoadCluster(o, &cluster, &eff));
-  if (o.measured.empty()) return absl::InvalidArgumentError("--measured: a CSV file is required");
+  if (o.measured.empty() && o.sweep.empty()) {
+    return absl::InvalidArgumentError(
+        "--measured RUNS.csv or --db FILE --sweep NAME: the measured runs to calibrate on");
+  }
+  if (!o.sweep.empty() && o.db.empty()) {
+    return absl::InvalidArgumentError("--sweep needs --db, the sweep's database");
+  }
   if (o.out.empty()) return absl::InvalidArgumentError("--out: the calibration file to write");
-  ASSIGN_OR_RETURN(const std::vector<PlanRow> rows, ReadPlanRows(o.measured, true));
+  std::vector<PlanRow> rows;
+  if (!o.measured.empty()) {
+    ASSIGN_OR_RETURN(rows, ReadPlanRows(o.measured, true));
+  }
+  if (!o.sweep.empty()) {
+    SqliteStore::Options store_options;
+    store_options.path = o.db;
+    store_options.read_only = true;
+    ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(store_options));
+    ASSIGN_OR_RETURN(std::vector<PlanRow> jobs, RowsFromSweep(*store, o.sweep, cluster));
+    rows.insert(rows.end(), jobs.begin(), jobs.end());
+  }
   ASSIGN_OR_RETURN(const CalibrationResult r, Calibrate(cluster, eff, rows));
   const nlohmann::json j = CalibrationToJson(cluster, r, rows);
   // Written whole to a temporary name, then renamed: a failed write leaves nothing.
@@ -236,6 +326,190 @@ absl::Status RunPlanLayout(const PlanCommandOptions& o, std::ostream& out) {
         "global batch",
         LayoutText(r.smallest.layout), r.smallest.prediction.memory_gb, cluster.hbm_bytes / 1e9));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace xmod
+
+namespace xmod {
+
+namespace {
+
+// The candidate of configuration `c` at width `d` (docs/planner.md, "Co-design"):
+// xmod's block, n_layers = d / aspect, heads of width 128 (at least one), the
+// family's own fields from the configuration.
+absl::StatusOr<CodesignCandidate> CandidateOf(const Configuration& c, int64_t d,
+                                              const PlanCommandOptions& o, int64_t vocab) {
+  CodesignCandidate cand;
+  ModelShape& s = cand.model.shape;
+  cand.model.style = BlockStyle::kXmod;
+  s.d_model = d;
+  s.n_layers = std::max<int64_t>(2, d / std::max<int64_t>(1, o.aspect));
+  s.n_heads = std::max<int64_t>(1, d / 128);
+  s.d_ff = DefaultDff(d);
+  s.vocab_size = vocab;
+  s.context = static_cast<int64_t>(o.context);
+  if (c.family == "dense") {
+    s.family = Family::kDense;
+  } else if (c.family == "xmod") {
+    s.family = Family::kXmod;
+    s.capacity = c.capacity;
+    s.stride = static_cast<int64_t>(std::llround(c.stride));
+  } else if (c.family == "moe") {
+    s.family = Family::kMoe;
+    const int64_t k = o.top_k;
+    s.experts.top_k = k;
+    s.experts.experts = static_cast<int64_t>(std::llround(c.expansion * static_cast<double>(k)));
+    s.experts.width = (DefaultDff(d) / k + 7) / 8 * 8;
+  } else if (c.family == "mol") {
+    s.family = Family::kMol;
+    s.mol.thin_width = d / 4;
+    s.mol.shared = 1;
+    s.mol.top_k = 2;
+    s.mol.blocks = 1 + static_cast<int64_t>(std::llround(2.0 * c.block_expansion));
+  } else if (c.family == "gdn") {
+    s.family = Family::kGdn;
+    s.softmax_every =
+        c.deltanet_share >= 1.0 ? 0 : std::llround(1.0 / std::max(1e-9, 1.0 - c.deltanet_share));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("configuration ", c.name, ": no planner model"));
+  }
+  RETURN_IF_ERROR(CheckModelSize(s));
+  const double n_active = s.family == Family::kDense
+                              ? static_cast<double>(CountParams(s).non_embedding)
+                              : static_cast<double>(ActiveParams(s, s.n_layers));
+  cand.point = c.At(n_active, 1.0, o.context);
+  cand.point.n_total = static_cast<double>(CountParams(s).non_embedding);
+  cand.point.layers = static_cast<double>(s.n_layers);
+  cand.configuration = c.name;
+  cand.name = absl::StrCat(c.name, " d=", d);
+  return cand;
+}
+
+std::string LawOf(const std::string& family) { return family; }
+
+}  // namespace
+
+absl::Status RunPlanSweep(const PlanCommandOptions& o, std::ostream& out) {
+  RETURN_IF_ERROR(CheckFormat(o.format, false));
+  ClusterProfile cluster;
+  Efficiency eff;
+  RETURN_IF_ERROR(LoadCluster(o, &cluster, &eff));
+  if (o.db.empty()) return absl::InvalidArgumentError("--db: the sweep's database is required");
+  if (!(o.gpu_hours > 0)) return absl::InvalidArgumentError("--gpu-hours: must be > 0");
+  if (!(o.context >= 1)) return absl::InvalidArgumentError("--context: a context the sweep ran");
+  if (o.global_batch_tokens < static_cast<int64_t>(o.context)) {
+    return absl::InvalidArgumentError("--global-batch-tokens: at least one sequence");
+  }
+  SqliteStore::Options store_options;
+  store_options.path = o.db;
+  store_options.read_only = true;
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(store_options));
+  ASSIGN_OR_RETURN(const std::vector<JobResultRow> jobs, store->JobResultRows(o.sweep));
+  std::vector<std::string> notes;
+  ASSIGN_OR_RETURN(const std::vector<LawPoint> points, AdvicePoints(jobs, PointOptions{}, &notes));
+  if (points.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sweep '", o.sweep, "': no finished run a law reads yet"));
+  }
+  bool context_run = false;
+  for (const LawPoint& x : points) context_run |= x.context == o.context;
+  if (!context_run) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--context ", o.context,
+                     ": the sweep ran no job at this context; its laws' dense "
+                     "reference is per context"));
+  }
+  ASSIGN_OR_RETURN(const auto fixed, SweepDesignFix(*store, o.sweep));
+  // One law per family of configuration, fitted with bootstrap refits.
+  std::map<std::string, LawReport> laws;
+  const std::vector<Configuration> configurations = SweepConfigurations(points);
+  for (const Configuration& c : configurations) {
+    const std::string law = LawOf(c.family);
+    if (laws.count(law) > 0) continue;
+    AnalysisOptions a;
+    a.law = law;
+    a.bootstrap = o.bootstrap;
+    a.seed = o.seed;
+    const auto f = fixed.find(law);
+    if (f != fixed.end()) a.fixed = f->second;
+    absl::StatusOr<LawReport> fit = FitNamedLaw(points, a);
+    if (!fit.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the ", law, " law: ", fit.status().message()));
+    }
+    laws.emplace(law, std::move(*fit));
+  }
+  std::vector<CodesignCandidate> candidates;
+  for (const Configuration& c : configurations) {
+    for (const int64_t d : o.widths) {
+      ASSIGN_OR_RETURN(CodesignCandidate cand, CandidateOf(c, d, o, o.vocab));
+      candidates.push_back(std::move(cand));
+    }
+  }
+  std::map<std::string, std::string> law_of;  // configuration -> law
+  for (const Configuration& c : configurations) law_of[c.name] = LawOf(c.family);
+  std::map<std::string, std::string> config_of;  // candidate -> configuration
+  for (const CodesignCandidate& c : candidates) config_of[c.name] = c.configuration;
+  const LossModel loss = [&](const LawPoint& x) -> absl::StatusOr<LossPrediction> {
+    // The law of the configuration this point is a candidate of.
+    std::string law = "dense";
+    if (!x.dense()) {
+      law = x.block_expansion > 0  ? "mol"
+            : x.deltanet_share > 0 ? "gdn"
+            : x.expansion > 1      ? "moe"
+                                   : "xmod";
+    }
+    const auto it = laws.find(law);
+    if (it == laws.end()) return absl::InternalError(absl::StrCat("no ", law, " law fitted"));
+    LossPrediction p;
+    ASSIGN_OR_RETURN(p.loss, it->second.Predict(x));
+    for (size_t b = 0; b < it->second.refits.size(); ++b) {
+      const absl::StatusOr<double> l = RefitModel(it->second, static_cast<int>(b)).Predict(x);
+      if (l.ok() && std::isfinite(*l)) p.refits.push_back(*l);
+    }
+    return p;
+  };
+  CodesignOptions co;
+  co.gpu_hours = o.gpu_hours;
+  co.gpus = o.gpus;
+  co.global_batch = std::max<int64_t>(1, o.global_batch_tokens / static_cast<int64_t>(o.context));
+  ASSIGN_OR_RETURN(const CodesignResult r, Codesign(candidates, loss, cluster, eff, co));
+  if (!o.plot.empty()) RETURN_IF_ERROR(DrawCodesign(r, o.plot));
+  if (o.format == "json") {
+    nlohmann::json j = CodesignJson(r);
+    j["sweep"] = o.sweep;
+    j["cluster"] = cluster.name;
+    j["gpu_hours"] = o.gpu_hours;
+    j["gpus"] = o.gpus;
+    j["context"] = o.context;
+    out << j.dump(2) << "\n";
+    return absl::OkStatus();
+  }
+  out << absl::StrFormat(
+      "sweep '%s' on %d GPUs of %s for %g GPU-hours at context %g (%d sequences per step)\n",
+      o.sweep, o.gpus, cluster.name, o.gpu_hours, o.context, co.global_batch);
+  out << absl::StrFormat("%-34s %9s %9s %6s %8s %10s %24s %10s %s\n", "candidate", "N_active",
+                         "N_total", "MFU", "memory", "tokens D", "loss [95% interval]",
+                         "FLOPs-only", "layout");
+  for (const CodesignRow& row : r.rows) {
+    out << absl::StrFormat(
+        "%-34s %9.3g %9.3g %6.3f %6.1fGB %10.3g %8.4f [%.4f, %.4f] %10.4f %s%s%s\n",
+        row.candidate.name, row.n_active, row.n_total, row.layout.prediction.mfu,
+        row.layout.prediction.memory_gb, row.tokens, row.loss, row.low, row.high,
+        row.flops_only_loss, row.fits ? LayoutText(row.layout.layout) : "DOES NOT FIT",
+        row.pareto ? "  pareto" : "", "");
+  }
+  if (r.best >= 0) {
+    out << absl::StrFormat("wall-clock optimum: %s (P(best) over the refits %.2f)\n",
+                           r.rows[r.best].candidate.name, r.p_best);
+  }
+  out << absl::StrFormat(
+      "FLOPs-only optimum: %s (every candidate at C = %.3g model FLOPs, MFU %.3f)\n",
+      r.rows[r.flops_best].candidate.name, r.model_flops, r.reference_mfu);
+  out << (r.constraint.empty() ? std::string("the two agree\n")
+                               : absl::StrCat("why they differ: ", r.constraint, "\n"));
+  for (const std::string& note : notes) out << "note: " << note << "\n";
   return absl::OkStatus();
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -28,11 +29,24 @@ struct PlanCommandOptions {
   int64_t gpus = 8, global_batch = 0;
   std::string precision = "bf16";
   int top = 5;
+  // co-design: xmod plan SWEEP
+  std::string sweep;
+  std::string db;
+  double gpu_hours = 0;
+  double context = 0;
+  int64_t global_batch_tokens = 1 << 20;
+  std::vector<int64_t> widths = {1024, 2048, 4096};
+  int64_t aspect = 128;  // d_model / n_layers of the candidates
+  int64_t top_k = 2;     // moe candidates' experts per token
+  int bootstrap = 100;
+  uint64_t seed = 0;
+  std::string plot;  // SVG to draw (gnuplot), with its data and script beside it
 };
 
 absl::Status RunPlanPredict(const PlanCommandOptions& o, std::ostream& out);
 absl::Status RunPlanCalibrate(const PlanCommandOptions& o, std::ostream& out);
 absl::Status RunPlanLayout(const PlanCommandOptions& o, std::ostream& out);
+absl::Status RunPlanSweep(const PlanCommandOptions& o, std::ostream& out);
 
 }  // namespace xmod
 

@@ -3,18 +3,23 @@
 // monotonicity in expert traffic, the operation lists against xmod's accounting,
 // the input files' refusals, and calibration on published throughput
 // (tests/data/throughput, docs/planner.md "Validation").
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/memory.h"
 #include "orchestrator/plan/calibrate.h"
 #include "orchestrator/plan/cluster.h"
+#include "orchestrator/plan/codesign.h"
 #include "orchestrator/plan/layout_search.h"
 #include "orchestrator/plan/perf_model.h"
 #include "orchestrator/plan/plan_csv.h"
@@ -526,6 +531,74 @@ TEST(Calibration, WritesAndReadsBackAndRefusesAnotherCluster) {
   ASSERT_FALSE(other.ok());
   EXPECT_NE(std::string(other.status().message()).find("calibrated for cluster 'a100-80gb'"),
             std::string::npos);
+}
+
+// MOSAIC's claim on a MoE law whose gains grow monotonically with expansion
+// (L = E + A / (N_active · Ê^γ)^α + B / D^β): with a FLOPs budget the most
+// experts win; on a cluster, the experts' memory and all-to-all traffic cost
+// throughput, so fewer tokens are trained and the optimum moves inside.
+TEST(Codesign, TheFlopsOnlyOptimumIsTheLargestExpansionAndTheClusterOneIsInterior) {
+  const ClusterProfile h100 = Profile("h100-sxm");
+  std::vector<CodesignCandidate> candidates;
+  for (const int64_t expansion : {1, 2, 4, 8, 16, 32, 64}) {
+    CodesignCandidate c;
+    ModelShape& s = c.model.shape;
+    s.family = expansion == 1 ? Family::kDense : Family::kMoe;
+    s.d_model = 4096;
+    s.n_heads = 32;
+    s.n_layers = 32;
+    s.d_ff = DefaultDff(4096);
+    s.vocab_size = 50304;
+    s.context = 4096;
+    if (expansion > 1) s.experts = {2 * expansion, 2, DefaultDff(4096) / 2, 0, 0, 0, 0.0};
+    c.model.style = BlockStyle::kXmod;
+    c.name = absl::StrCat("moe E/k=", expansion);
+    c.configuration = c.name;
+    c.point.n = static_cast<double>(CountParams(DenseReference(s, s.n_layers)).non_embedding);
+    c.point.n_total = static_cast<double>(CountParams(s).non_embedding);
+    c.point.expansion = static_cast<double>(expansion);
+    c.point.context = 4096;
+    candidates.push_back(c);
+  }
+  const LossModel truth = [](const LawPoint& x) -> absl::StatusOr<LossPrediction> {
+    const double n_eff = x.n * std::pow(x.expansion, 0.3);
+    LossPrediction p;
+    p.loss = 1.7 + 400.0 / std::pow(n_eff, 0.34) + 410.0 / std::pow(x.d, 0.28);
+    return p;
+  };
+  CodesignOptions o;
+  o.gpu_hours = 64 * 24;
+  o.gpus = 64;
+  o.global_batch = 512;
+  auto r = Codesign(candidates, truth, h100, h100.efficiency, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const CodesignRow& row : r->rows) {
+    std::printf(
+        "%-12s fits %d  %s  MFU %.3f  %.1f GB  D %.3g (FLOPs-only %.3g)  loss %.4f "
+        "(FLOPs-only %.4f)\n",
+        row.candidate.name.c_str(), row.fits, RecomputeName(row.layout.layout.recompute),
+        row.layout.prediction.mfu, row.layout.prediction.memory_gb, row.tokens,
+        row.flops_only_tokens, row.loss, row.flops_only_loss);
+  }
+  std::printf("wall-clock optimum %s, FLOPs-only optimum %s: %s\n",
+              r->rows[r->best].candidate.name.c_str(),
+              r->rows[r->flops_best].candidate.name.c_str(), r->constraint.c_str());
+  EXPECT_EQ(r->flops_best, static_cast<int>(candidates.size()) - 1);
+  EXPECT_GT(r->best, 0);
+  EXPECT_LT(r->best, static_cast<int>(candidates.size()) - 1);
+  EXPECT_THAT(r->constraint, ::testing::HasSubstr("memory"));
+  // The plot of both views.
+  const std::string svg = ::testing::TempDir() + "/mosaic.svg";
+  ASSERT_TRUE(DrawCodesign(*r, svg).ok());
+  std::ifstream drawn(svg);
+  std::stringstream image;
+  image << drawn.rdbuf();
+  EXPECT_THAT(image.str(), ::testing::HasSubstr("moe_E/k=64"));
+  if (const char* keep = std::getenv("XMOD_PLAN_SVG")) std::ofstream(keep) << image.str();
+  // The wall-clock optimum is on the Pareto front; the dense model (least memory
+  // and parameters) is too.
+  EXPECT_TRUE(r->rows[r->best].pareto);
+  EXPECT_TRUE(r->rows[0].pareto);
 }
 
 }  // namespace
