@@ -586,9 +586,11 @@ ParallelMemoryEstimate EstimateParallelMemory(const ModelShape& s, const Paralle
     est.gradients = sharded(c.grad_bytes, 2);
     est.optimizer = sharded(c.optimizer_bytes, 1);
     // Stage 0 holds the most micro-batches; the last stage holds as many as 1F1B
-    // has started when its first backward begins: one.
-    est.activations = sm.activations * (stage == 0 ? in_flight : 1.0);
-    est.logits = sm.logits;
+    // has started when its first backward begins: one. Context parallelism
+    // splits every token-sized tensor.
+    const double cp = static_cast<double>(std::max<int64_t>(1, c.context_parallel));
+    est.activations = sm.activations * (stage == 0 ? in_flight : 1.0) / cp;
+    est.logits = sm.logits / cp;
     if (c.zero_stage >= 3) {
       // The gathered weights of the layer computing and the one prefetched, and a
       // layer's full gradient before its reduce-scatter.

@@ -84,6 +84,9 @@ MemoryEstimate EstimateTrainingMemory(const ModelShape& shape, const MemoryConfi
 //          layer 10·s·b·h bytes replicated across tensor ranks (norm inputs,
 //          the two matmul inputs, dropout masks) and 24·s·b·h/t sharded, plus
 //          5·a·s²·b/t for unfused attention (Korthikanti's 34 + 5as/h).
+// Context parallelism (cp) divides every token-sized tensor by cp; the training
+// states are sharded over the data-parallel group, which then includes the cp ranks
+// (data_parallel counts them).
 enum class RecomputeMode { kNone, kSelective, kFull };
 enum class BlockStyle { kXmod, kGpt };
 enum class MlpKind { kSwiglu, kGelu };
@@ -100,7 +103,8 @@ struct ParallelMemoryConfig {
   int64_t interleave = 1;  // virtual pipeline chunks per rank
   int64_t data_parallel = 1;
   int64_t expert_parallel = 1;  // expert layers: experts split over this many ranks of the DP group
-  int zero_stage = 0;           // 0-3: what is sharded over the data-parallel ranks
+  int64_t context_parallel = 1;  // each rank holds 1/cp of every sequence's tokens
+  int zero_stage = 0;            // 0-3: what is sharded over the data-parallel ranks
   RecomputeMode recompute = RecomputeMode::kNone;
   bool bf16 = true;
   bool fused_attention = true;

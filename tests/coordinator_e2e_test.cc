@@ -852,6 +852,31 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMoeSweepAndFitsTheMoeLaw) {
   ASSERT_TRUE(in.good()) << r.out << r.err;
   const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_THAT(svg, ::testing::HasSubstr("MoE law (two-stage)"));
+  // The planner on the fitted laws (issue 34): dense and both expansions at two
+  // widths on 64 H100s, each with its layout, tokens and loss interval, and the
+  // two optima.
+  const std::string h100 = std::string(XMOD_SOURCE_DIR) + "/clusters/h100-sxm.yaml";
+  r = Command(XMOD_BIN, {"plan", "moe", "--db", Path("x.db"), "--cluster", h100, "--gpu-hours",
+                         "50000", "--context", "32", "--gpus", "64", "--widths", "2048,4096",
+                         "--bootstrap", "12", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json plan = nlohmann::json::parse(r.out);
+  ASSERT_EQ(plan["rows"].size(), 6u);
+  for (const auto& row : plan["rows"]) {
+    EXPECT_LE(row["loss_low"].get<double>(), row["loss_high"].get<double>());
+    EXPECT_GT(row["tokens"].get<double>(), 0.0);
+  }
+  EXPECT_FALSE(plan["best"].get<std::string>().empty());
+  EXPECT_FALSE(plan["flops_only_best"].get<std::string>().empty());
+  // The sweep's own jobs calibrate the CPU profile: one measured run per job.
+  const std::string cpu = std::string(XMOD_SOURCE_DIR) + "/clusters/cpu-2core.yaml";
+  r = Command(XMOD_BIN, {"plan", "calibrate", "--cluster", cpu, "--db", Path("x.db"), "--sweep",
+                         "moe", "--out", Path("cal.json")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream cal_in(Path("cal.json"));
+  const nlohmann::json cal = nlohmann::json::parse(cal_in);
+  EXPECT_EQ(cal["fit"]["rows"], 27);
+  EXPECT_EQ(cal["cluster"], "cpu-2core");
 }
 
 // sweeps/mol.yaml (issue 33): Mixture-of-Layers runs at two block sparsities, their

@@ -25,7 +25,7 @@ double Quantile(std::vector<double> v, double q) {
 
 // Seconds of each part of a step per model FLOP it trains.
 struct Split {
-  double compute = 0, bubble = 0, tp = 0, pp = 0, ep = 0, dp = 0, optimizer = 0;
+  double compute = 0, bubble = 0, tp = 0, pp = 0, ep = 0, cp = 0, dp = 0, optimizer = 0;
 };
 Split PerFlop(const CodesignRow& r) {
   const Prediction& p = r.layout.prediction;
@@ -36,6 +36,7 @@ Split PerFlop(const CodesignRow& r) {
   s.tp = p.tp_comm_s / flops;
   s.pp = p.pp_comm_s / flops;
   s.ep = p.ep_comm_s / flops;
+  s.cp = p.cp_comm_s / flops;
   s.dp = p.dp_comm_s / flops;
   s.optimizer = p.optimizer_s / flops;
   return s;
@@ -44,6 +45,7 @@ Split PerFlop(const CodesignRow& r) {
 std::string LayoutWords(const Layout& l) {
   std::string s = absl::StrCat("tp ", l.tp, ", pp ", l.pp, ", dp ", l.dp);
   if (l.ep > 1) absl::StrAppend(&s, ", ep ", l.ep);
+  if (l.cp > 1) absl::StrAppend(&s, ", cp ", l.cp);
   absl::StrAppend(&s, ", micro-batch ", l.micro_batch, ", ZeRO ", l.zero_stage, ", recompute ",
                   RecomputeName(l.recompute));
   return s;
@@ -68,6 +70,7 @@ std::string Constraint(const CodesignRow& f, const CodesignRow& w, double hbm) {
       {"pipeline bubble", a.bubble - b.bubble},
       {"tensor-parallel collectives", a.tp - b.tp},
       {"pipeline sends", a.pp - b.pp},
+      {"context-parallel K/V exchange", a.cp - b.cp},
       {"kernel time (small matrix multiplications, recomputation)", a.compute - b.compute},
       {"optimizer step", a.optimizer - b.optimizer}};
   const Part* worst = &parts[0];
@@ -208,6 +211,7 @@ nlohmann::json CodesignJson(const CodesignResult& r) {
                       {"interleave", l.interleave},
                       {"dp", l.dp},
                       {"ep", l.ep},
+                      {"cp", l.cp},
                       {"micro_batch", l.micro_batch},
                       {"zero_stage", l.zero_stage},
                       {"recompute", RecomputeName(l.recompute)}}},

@@ -5,6 +5,8 @@
 //       and d_ff; sequence parallelism with it;
 //   pp  a divisor of GPUs / tp, at most the layer count; v ∈ {1, 2, 4} chunks
 //       when pp > 1 and the micro-batches are a multiple of pp;
+//   cp  a divisor of GPUs / (tp · pp) up to 16 that splits the context into
+//       2 · cp chunks (context parallelism);
 //   dp  the rest, dividing the global batch; ep a divisor of dp and of the
 //       experts (top-k MoE only);
 //   the micro-batch a divisor of the global batch per data rank, up to 64;

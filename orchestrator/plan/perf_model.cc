@@ -26,6 +26,9 @@ struct Work {
   // Expert all-to-alls (dispatch and combine), forward and backward.
   double a2a_collectives = 0;
   double a2a_bytes = 0;
+  // The width of K and V together over the layer's softmax attention (per token):
+  // what context parallelism passes around its ring.
+  double kv_width = 0;
 
   Work& operator+=(const Work& o) {
     gemm_s += o.gemm_s;
@@ -38,6 +41,7 @@ struct Work {
     tp_bytes += o.tp_bytes;
     a2a_collectives += o.a2a_collectives;
     a2a_bytes += o.a2a_bytes;
+    kv_width += o.kv_width;
     return *this;
   }
 };
@@ -106,6 +110,7 @@ void AttentionCore(Work& w, const Context& c, double rows, double n, double head
 void AttentionHalf(Work& w, const Context& c, double rows, double n, double h, double heads,
                    double kv_heads) {
   const double tokens = rows * n, hd = h / heads;
+  w.kv_width += 2.0 * kv_heads * hd;
   Gemm(w, c, tokens, h, (h + 2.0 * kv_heads * hd) / c.t);  // q, k, v
   AttentionCore(w, c, rows, n, heads, hd);
   Gemm(w, c, tokens, h / c.t, h);  // output projection
@@ -328,8 +333,14 @@ absl::Status CheckLayout(const PlanModel& m, const Layout& l) {
       l.global_batch < 1) {
     return bad("tp, pp, dp, ep, interleave, micro_batch and global_batch must be >= 1");
   }
-  if (l.tp * l.pp * l.dp != l.gpus) {
-    return bad("tp × pp × dp = ", l.tp * l.pp * l.dp, " is not the ", l.gpus, " GPUs");
+  if (l.cp < 1) return bad("cp must be >= 1");
+  if (l.tp * l.pp * l.dp * l.cp != l.gpus) {
+    return bad(l.cp > 1 ? "tp × pp × dp × cp = " : "tp × pp × dp = ", l.tp * l.pp * l.dp * l.cp,
+               " is not the ", l.gpus, " GPUs");
+  }
+  if (l.cp > 1 && s.context % (2 * l.cp) != 0) {
+    return bad("cp ", l.cp, " needs the context ", s.context,
+               " to split into 2 × cp equal chunks (causal load balancing)");
   }
   if (s.n_heads % l.tp != 0) return bad("tp ", l.tp, " does not divide ", s.n_heads, " heads");
   if (m.kv_heads > 0 && m.kv_heads % l.tp != 0 && l.tp % m.kv_heads != 0) {
@@ -405,7 +416,11 @@ Prediction Predict(const PlanModel& m, const Layout& l, const ClusterProfile& cl
   c.act_bytes = l.precision == Precision::kFp32 ? 4.0 : 2.0;
   c.fused_attention = cluster.assumptions.fused_attention;
   c.causal_skip = cluster.assumptions.causal_skip;
-  const double rows = static_cast<double>(l.micro_batch);
+  // Context parallelism: each rank runs 1/cp of every sequence's tokens (its
+  // queries against all keys), so the per-rank work is that of micro_batch / cp
+  // sequences' worth of tokens.
+  const double cp = static_cast<double>(l.cp);
+  const double rows = static_cast<double>(l.micro_batch) / cp;
   const int64_t micro = l.micro_batches();
   const double mb = static_cast<double>(micro);
   const double p = static_cast<double>(l.pp), v = static_cast<double>(l.interleave);
@@ -415,20 +430,24 @@ Prediction Predict(const PlanModel& m, const Layout& l, const ClusterProfile& cl
   // ranks, then pipeline stages (Megatron's order: tp, dp, pp).
   const bool tp_intra = l.tp <= gpn;
   const bool ep_intra = l.tp * l.ep <= gpn;
-  const bool dp_intra = l.tp * l.dp <= gpn;
-  const bool pp_intra = l.tp * l.dp * l.pp <= gpn;
+  const bool cp_intra = l.tp * l.cp <= gpn;
+  const bool dp_intra = l.tp * l.cp * l.dp <= gpn;
+  const bool pp_intra = l.tp * l.cp * l.dp * l.pp <= gpn;
   // Ranks of one group on one node: tensor ranks fill a node first, then the
   // expert or data ranks take the rest of it.
   const int64_t tp_node = std::min(l.tp, gpn);
   const int64_t ep_node = std::max<int64_t>(1, std::min(l.ep, gpn / tp_node));
-  const int64_t dp_node = std::max<int64_t>(1, std::min(l.dp, gpn / tp_node));
+  const int64_t cp_node = std::max<int64_t>(1, std::min(l.cp, gpn / tp_node));
+  // The gradients are reduced over the data and context ranks together.
+  const int64_t dp_group = l.dp * l.cp;
+  const int64_t dp_node = std::max<int64_t>(1, std::min(dp_group, gpn / tp_node));
 
   // Per-layer work and per micro-batch time on each stage.
   double worst_mb = 0, worst_fwd = 0, worst_bwd = 0, worst_recompute = 0, worst_tp = 0,
-         worst_ep = 0;
+         worst_ep = 0, worst_cp = 0;
   double recompute_flops = 0;  // forward, whole model, one micro-batch
   for (int64_t stage = 0; stage < l.pp; ++stage) {
-    double fwd = 0, bwd = 0, recompute = 0, tp = 0, a2a = 0;
+    double fwd = 0, bwd = 0, recompute = 0, tp = 0, a2a = 0, ring = 0;
     // Layers split as evenly as they go: stage k runs [k·L/p, (k+1)·L/p).
     for (int64_t layer = stage * s.n_layers / l.pp; layer < (stage + 1) * s.n_layers / l.pp;
          ++layer) {
@@ -452,6 +471,17 @@ Prediction Predict(const PlanModel& m, const Layout& l, const ClusterProfile& cl
                                         LinkBandwidth(tp_intra, cluster, eff, tp_node), 0.0) +
                        w.tp_collectives * AllReduceSeconds(0.0, l.tp, 1.0, lat));
       }
+      if (l.cp > 1 && w.kv_width > 0) {
+        // The ring of K/V chunks: each rank receives the other cp − 1 chunks of K
+        // and V forward, and again with their gradients backward (three times the
+        // forward's bytes), hidden behind the attention it feeds.
+        const double bytes = (cp - 1.0) / cp * static_cast<double>(l.micro_batch) *
+                             static_cast<double>(s.context) * w.kv_width / c.t * c.act_bytes;
+        const double bw = LinkBandwidth(cp_intra, cluster, eff, cp_node);
+        const double lat = (cp - 1.0) * LinkLatency(cp_intra, cluster);
+        ring += Exposed(bytes / bw + lat, w.attention_s, eff.overlap_drag) +
+                Exposed(2.0 * bytes / bw + 2.0 * lat, 2.5 * w.attention_s, eff.overlap_drag);
+      }
       if (l.ep > 1 && w.a2a_collectives > 0) {
         const double lat = LinkLatency(ep_intra, cluster);
         a2a += again * (AllToAllSeconds(w.a2a_bytes, l.ep,
@@ -464,10 +494,11 @@ Prediction Predict(const PlanModel& m, const Layout& l, const ClusterProfile& cl
       fwd += ForwardSeconds(head, eff);
       bwd += BackwardSeconds(head, eff);
     }
-    if (stage == 0)
+    if (stage == 0) {
       fwd += 2.0 * rows * static_cast<double>(s.context) * c.act_bytes *
              static_cast<double>(s.d_model) / c.hbm / eff.memory;  // embedding
-    const double total = fwd + bwd + recompute + tp + a2a;
+    }
+    const double total = fwd + bwd + recompute + tp + a2a + ring;
     if (total > worst_mb) {
       worst_mb = total;
       worst_fwd = fwd;
@@ -475,6 +506,7 @@ Prediction Predict(const PlanModel& m, const Layout& l, const ClusterProfile& cl
       worst_recompute = recompute;
       worst_tp = tp;
       worst_ep = a2a;
+      worst_cp = ring;
     }
   }
 
@@ -489,7 +521,8 @@ Prediction Predict(const PlanModel& m, const Layout& l, const ClusterProfile& cl
   mc.sequence_parallel = c.sp;
   mc.pipeline_parallel = l.pp;
   mc.interleave = l.interleave;
-  mc.data_parallel = l.dp;
+  mc.data_parallel = dp_group;
+  mc.context_parallel = l.cp;
   mc.expert_parallel = l.ep;
   mc.zero_stage = l.zero_stage;
   mc.recompute = l.recompute;
@@ -515,10 +548,11 @@ Prediction Predict(const PlanModel& m, const Layout& l, const ClusterProfile& cl
     p2p = 2.0 * v *
           SendSeconds(bytes, LinkBandwidth(pp_intra, cluster, eff), LinkLatency(pp_intra, cluster));
   }
-  const double per_mb = kernels_s + worst_tp + worst_ep + p2p;
+  const double per_mb = kernels_s + worst_tp + worst_ep + worst_cp + p2p;
   out.compute_s = mb * kernels_s;
   out.tp_comm_s = mb * worst_tp;
   out.ep_comm_s = mb * worst_ep;
+  out.cp_comm_s = mb * worst_cp;
   out.pp_comm_s = mb * p2p;
   out.bubble_s = (p - 1.0) / v * per_mb;
 
@@ -529,30 +563,29 @@ Prediction Predict(const PlanModel& m, const Layout& l, const ClusterProfile& cl
   const double dp_lat = LinkLatency(dp_intra, cluster);
   const double grad_b = cluster.assumptions.grad_reduce_bytes;
   const double weight_b = l.precision == Precision::kFp32 ? 4.0 : 2.0;
-  if (l.dp > 1) {
+  if (dp_group > 1) {
     if (l.zero_stage >= 3) {
       // Every micro-batch gathers the weights for its forward and again for its
       // backward and reduce-scatters the gradients, hidden behind its own compute.
-      const double comm = 2.0 * ReduceScatterSeconds(params * weight_b, l.dp, dp_bw, dp_lat) +
-                          ReduceScatterSeconds(params * grad_b, l.dp, dp_bw, dp_lat);
+      const double comm = 2.0 * ReduceScatterSeconds(params * weight_b, dp_group, dp_bw, dp_lat) +
+                          ReduceScatterSeconds(params * grad_b, dp_group, dp_bw, dp_lat);
       out.dp_comm_s = mb * Exposed(comm, kernels_s, eff.overlap_drag);
     } else {
       // Once per step: the gradients (all-reduce, or reduce-scatter and the updated
       // weights' all-gather under ZeRO 1/2), behind the last micro-batch's backward.
-      const double comm = l.zero_stage == 0
-                              ? AllReduceSeconds(params * grad_b, l.dp, dp_bw, dp_lat)
-                              : ReduceScatterSeconds(params * grad_b, l.dp, dp_bw, dp_lat) +
-                                    ReduceScatterSeconds(params * weight_b, l.dp, dp_bw, dp_lat);
+      const double comm =
+          l.zero_stage == 0 ? AllReduceSeconds(params * grad_b, dp_group, dp_bw, dp_lat)
+                            : ReduceScatterSeconds(params * grad_b, dp_group, dp_bw, dp_lat) +
+                                  ReduceScatterSeconds(params * weight_b, dp_group, dp_bw, dp_lat);
       out.dp_comm_s = Exposed(comm, worst_bwd * pressure, eff.overlap_drag);
     }
   }
   // The optimizer: about 30 bytes per parameter it updates (fp32 master weight,
   // two moments and the gradient read, three written, the bf16 weight written).
-  const double updated = l.zero_stage >= 1 ? params / static_cast<double>(l.dp) : params;
+  const double updated = l.zero_stage >= 1 ? params / static_cast<double>(dp_group) : params;
   out.optimizer_s = 30.0 * updated / (c.hbm * eff.memory);
-
-  out.step_s = out.compute_s + out.tp_comm_s + out.ep_comm_s + out.pp_comm_s + out.bubble_s +
-               out.dp_comm_s + out.optimizer_s;
+  out.step_s = out.compute_s + out.tp_comm_s + out.ep_comm_s + out.cp_comm_s + out.pp_comm_s +
+               out.bubble_s + out.dp_comm_s + out.optimizer_s;
   const double tokens = static_cast<double>(l.global_batch) * static_cast<double>(s.context);
   out.tokens_per_s = tokens / out.step_s;
   out.model_flops_per_token = ModelFlopsPerToken(m);

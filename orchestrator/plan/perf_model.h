@@ -41,6 +41,7 @@ struct Layout {
   int64_t global_batch = 1;   // sequences per optimizer step
   int64_t tp = 1, pp = 1, dp = 1;
   int64_t ep = 1;                 // expert parallelism inside the data-parallel group
+  int64_t cp = 1;                 // context parallelism: each rank holds T / cp of every sequence
   int64_t interleave = 1;         // virtual pipeline chunks per rank
   bool sequence_parallel = true;  // with tp > 1 (Megatron's sequence parallelism)
   int zero_stage = 0;
@@ -59,6 +60,7 @@ struct Prediction {
   double tp_comm_s = 0;    // tensor-parallel collectives (exposed)
   double pp_comm_s = 0;    // stage-to-stage sends (exposed)
   double ep_comm_s = 0;    // expert all-to-alls (exposed)
+  double cp_comm_s = 0;    // context-parallel K/V exchange left exposed by attention
   double dp_comm_s = 0;    // data-parallel gradient and parameter traffic left exposed
   double optimizer_s = 0;  // the optimizer step
   double tokens_per_s = 0;

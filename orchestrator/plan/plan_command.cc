@@ -51,6 +51,7 @@ std::string LayoutText(const Layout& l) {
   std::string s = absl::StrCat("tp ", l.tp, " pp ", l.pp);
   if (l.interleave > 1) absl::StrAppend(&s, "x", l.interleave);
   absl::StrAppend(&s, " dp ", l.dp);
+  if (l.cp > 1) absl::StrAppend(&s, " cp ", l.cp);
   if (l.ep > 1) absl::StrAppend(&s, " ep ", l.ep);
   absl::StrAppend(&s, " mb ", l.micro_batch, " zero ", l.zero_stage, " recompute ",
                   RecomputeName(l.recompute));
@@ -71,6 +72,7 @@ nlohmann::json PredictionJson(const Layout& l, const Prediction& p) {
             {"tp_comm_s", p.tp_comm_s},
             {"pp_comm_s", p.pp_comm_s},
             {"ep_comm_s", p.ep_comm_s},
+            {"cp_comm_s", p.cp_comm_s},
             {"dp_comm_s", p.dp_comm_s},
             {"optimizer_s", p.optimizer_s}}},
           {"memory",
@@ -87,6 +89,7 @@ nlohmann::json PredictionJson(const Layout& l, const Prediction& p) {
             {"interleave", l.interleave},
             {"dp", l.dp},
             {"ep", l.ep},
+            {"cp", l.cp},
             {"micro_batch", l.micro_batch},
             {"global_batch", l.global_batch},
             {"zero_stage", l.zero_stage},
@@ -119,13 +122,14 @@ absl::Status RunPlanPredict(const PlanCommandOptions& o, std::ostream& out) {
   }
   if (o.format == "csv") {
     out << "row,tokens_per_s,mfu,hfu,step_s,memory_gb,fits,compute_s,bubble_s,tp_comm_s,"
-           "pp_comm_s,ep_comm_s,dp_comm_s,optimizer_s\n";
+           "pp_comm_s,ep_comm_s,cp_comm_s,dp_comm_s,optimizer_s\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Prediction& p = predictions[i];
-      out << absl::StrFormat("%d,%.6g,%.4f,%.4f,%.6g,%.4g,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n",
-                             i + 1, p.tokens_per_s, p.mfu, p.hfu, p.step_s, p.memory_gb,
-                             p.fits ? 1 : 0, p.compute_s, p.bubble_s, p.tp_comm_s, p.pp_comm_s,
-                             p.ep_comm_s, p.dp_comm_s, p.optimizer_s);
+      out << absl::StrFormat(
+          "%d,%.6g,%.4f,%.4f,%.6g,%.4g,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n", i + 1,
+          p.tokens_per_s, p.mfu, p.hfu, p.step_s, p.memory_gb, p.fits ? 1 : 0, p.compute_s,
+          p.bubble_s, p.tp_comm_s, p.pp_comm_s, p.ep_comm_s, p.cp_comm_s, p.dp_comm_s,
+          p.optimizer_s);
     }
     return absl::OkStatus();
   }

@@ -23,10 +23,10 @@ const std::vector<std::string>& Required() {
 }
 const std::vector<std::string>& Optional() {
   static const std::vector<std::string> kColumns = {
-      "kv_heads",     "interleave", "ep",     "sequence_parallel", "block",     "capacity",
-      "stride",       "experts",    "top_k",  "expert_width",      "shared",    "shared_width",
-      "dense_layers", "thin_width", "blocks", "mol_shared",        "mol_top_k", "routed_attention",
-      "softmax_every"};
+      "kv_heads",         "interleave",   "ep",         "cp",     "sequence_parallel", "block",
+      "capacity",         "stride",       "experts",    "top_k",  "expert_width",      "shared",
+      "shared_width",     "dense_layers", "thin_width", "blocks", "mol_shared",        "mol_top_k",
+      "routed_attention", "softmax_every"};
   return kColumns;
 }
 const std::vector<std::string>& Descriptive() {
@@ -171,6 +171,7 @@ absl::StatusOr<PlanRow> ReadRow(const CsvTable& t, size_t row, bool measured) {
   ASSIGN_OR_RETURN(l.pp, r.Int("pp"));
   ASSIGN_OR_RETURN(l.dp, r.Int("dp"));
   ASSIGN_OR_RETURN(l.ep, r.Int("ep", int64_t{1}));
+  ASSIGN_OR_RETURN(l.cp, r.Int("cp", int64_t{1}));
   ASSIGN_OR_RETURN(l.interleave, r.Int("interleave", int64_t{1}));
   ASSIGN_OR_RETURN(const int64_t zero, r.Int("zero_stage", std::nullopt, 0));
   if (zero > 3) return r.Bad("zero_stage", "must be 0, 1, 2 or 3");

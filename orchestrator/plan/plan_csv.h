@@ -3,7 +3,7 @@
 //   family, d_model, n_layers, n_heads, d_ff, mlp (gelu|swiglu), vocab, seq_len,
 //   gpus, gpus_per_node, micro_batch, global_batch (sequences), tp, pp, dp,
 //   zero_stage, recompute (none|selective|full), precision (bf16|fp16|fp8|fp32)
-// and for measured runs tokens_per_s. Optional: kv_heads, interleave, ep,
+// and for measured runs tokens_per_s. Optional: kv_heads, interleave, ep, cp,
 // sequence_parallel (0|1), block (gpt|xmod), the family's own (capacity, stride;
 // experts, top_k, expert_width, shared, shared_width; thin_width, blocks,
 // mol_shared, mol_top_k; softmax_every), and descriptive text columns (name,

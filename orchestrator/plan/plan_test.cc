@@ -601,5 +601,56 @@ TEST(Codesign, TheFlopsOnlyOptimumIsTheLargestExpansionAndTheClusterOneIsInterio
   EXPECT_TRUE(r->rows[0].pareto);
 }
 
+// Context parallelism: each rank holds 1/cp of every sequence (activations and
+// logits / cp), the states shard over data × context ranks, the K/V ring costs
+// communication that attention hides only in part, and a long context that fits
+// on no layout without it fits with it.
+TEST(ContextParallel, SplitsTheSequenceAndItsMemory) {
+  const ClusterProfile h100 = Profile("h100-sxm");
+  PlanModel m;
+  m.style = BlockStyle::kGpt;
+  m.mlp = MlpKind::kSwiglu;
+  m.kv_heads = 8;
+  m.shape.d_model = 4096;
+  m.shape.n_layers = 32;
+  m.shape.n_heads = 32;
+  m.shape.d_ff = 14336;
+  m.shape.vocab_size = 128256;
+  m.shape.context = 131072;
+  Layout one;
+  one.gpus = 64;
+  one.tp = 8;
+  one.dp = 8;
+  one.micro_batch = 1;
+  one.global_batch = 8;
+  one.zero_stage = 1;
+  one.recompute = RecomputeMode::kSelective;
+  Layout four = one;
+  four.dp = 2;
+  four.cp = 4;
+  four.global_batch = 2;
+  ASSERT_TRUE(CheckLayout(m, one).ok());
+  ASSERT_TRUE(CheckLayout(m, four).ok());
+  const Prediction a = Predict(m, one, h100, h100.efficiency);
+  const Prediction b = Predict(m, four, h100, h100.efficiency);
+  EXPECT_NEAR(b.memory.activations / a.memory.activations, 0.25, 1e-9);
+  EXPECT_NEAR(b.memory.logits / a.memory.logits, 0.25, 1e-9);
+  EXPECT_NEAR(b.memory.optimizer, a.memory.optimizer, 1e-6 * a.memory.optimizer);  // 8 ranks both
+  EXPECT_EQ(a.cp_comm_s, 0.0);
+  EXPECT_GT(b.cp_comm_s, 0.0);
+  EXPECT_FALSE(a.fits);
+  EXPECT_TRUE(b.fits);
+  Layout odd = four;
+  m.shape.context = 131068;  // not 2 × 4 equal chunks
+  EXPECT_FALSE(CheckLayout(m, odd).ok());
+  m.shape.context = 131072;
+  LayoutQuery q;
+  q.gpus = 64;
+  q.global_batch = 8;
+  const LayoutSearchResult r = SearchLayouts(m, h100, h100.efficiency, q);
+  ASSERT_FALSE(r.best.empty());
+  EXPECT_GT(r.best[0].layout.cp, 1);
+}
+
 }  // namespace
 }  // namespace xmod
