@@ -697,10 +697,10 @@ TEST_F(Cli, PlanRanksASweepsConfigurationsOnAClusterAndItsFileCommandsRefuseBadI
   FinishWithLawLosses(db, "lawgrid", 0.002, 5);
   const std::string h100 = std::string(XMOD_SOURCE_DIR) + "/clusters/h100-sxm.yaml";
   const std::string svg = Path("plan.svg");
-  CommandResult r =
-      Xmod({"plan",      "lawgrid", "--db",   db,  "--cluster", h100,       "--gpu-hours", "2000",
-            "--context", "128",     "--gpus", "8", "--widths",  "512,1024", "--bootstrap", "10",
-            "--format",  "json",    "--plot", svg});
+  CommandResult r = Xmod({"plan",        "lawgrid",  "--db",         db,    "--cluster", h100,
+                          "--gpu-hours", "2000",     "--context",    "128", "--gpus",    "8",
+                          "--widths",    "512,1024", "--bootstrap",  "10",  "--format",  "json",
+                          "--plot",      svg,        "--extrapolate"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto plan = nlohmann::json::parse(r.out);
   ASSERT_EQ(plan["rows"].size(), 10u);  // 5 configurations x 2 widths
@@ -720,16 +720,63 @@ TEST_F(Cli, PlanRanksASweepsConfigurationsOnAClusterAndItsFileCommandsRefuseBadI
   image << drawn.rdbuf();
   EXPECT_THAT(image.str(), HasSubstr("<svg"));
   EXPECT_THAT(image.str(), HasSubstr("FLOPs-only"));
+  // Without --extrapolate a plan this far beyond the runs (d 32-64) is refused.
   r = Xmod({"plan", "lawgrid", "--db", db, "--cluster", h100, "--gpu-hours", "2000", "--context",
             "128", "--widths", "512", "--bootstrap", "0"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("beyond the fitted runs"));
+  r = Xmod({"plan", "lawgrid", "--db", db, "--cluster", h100, "--gpu-hours", "2000", "--context",
+            "128", "--widths", "512", "--bootstrap", "0", "--extrapolate"});
   ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("EXTRAPOLATING: the candidates reach"));
   EXPECT_THAT(r.out, HasSubstr("wall-clock optimum: "));
   EXPECT_THAT(r.out, HasSubstr("FLOPs-only optimum: "));
   r = Xmod(
       {"plan", "lawgrid", "--db", db, "--cluster", h100, "--gpu-hours", "10", "--context", "96"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("--context 96: the sweep ran no job at this context"));
+  EXPECT_THAT(r.err, HasSubstr("--context 96: sweep 'lawgrid' has no run at this context"));
   EXPECT_EQ(Xmod({"plan"}).code, 2);
+
+  // On a fitted law (issue 34's MOSAIC check): points of a MoE law whose gains
+  // grow with expansion (Ludziejewski et al.'s form, delta = -0.05), fitted with
+  // the moe law; 64 H100s for 1,536 GPU-hours. A FLOPs budget picks the largest
+  // expansion; the cluster does not, and says why.
+  const std::string points = Path("moe_points.csv");
+  {
+    std::ofstream csv(points);
+    csv << "N,D,loss,expansion,N_total,T\n";
+    int k = 0;
+    for (const double n : {2e8, 4e8, 8e8, 1.6e9, 3.2e9, 6.4e9}) {
+      for (const double tpp : {5.0, 10.0, 20.0, 40.0}) {
+        for (const double e : {1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0}) {
+          const double d = n * tpp;
+          double loss =
+              406.4 * std::pow(e, -0.05) * std::pow(n, -0.34) + 410.7 * std::pow(d, -0.28) + 1.69;
+          loss *= 1.0 + 0.002 * std::sin(1.7 * ++k);  // a little scatter
+          csv << n << "," << d << "," << loss << "," << e << "," << n * (1 + 0.6 * (e - 1))
+              << ",4096\n";
+        }
+      }
+    }
+  }
+  r = Xmod({"plan",    "--csv",
+            points,    "--law",
+            "moe",     "--cluster",
+            h100,      "--gpu-hours",
+            "1536",    "--context",
+            "4096",    "--gpus",
+            "64",      "--global-batch-tokens",
+            "2097152", "--widths",
+            "4096",    "--bootstrap",
+            "10",      "--format",
+            "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto mosaic = nlohmann::json::parse(r.out);
+  EXPECT_EQ(mosaic["flops_only_best"], "moe E/k=64 d=4096");
+  EXPECT_NE(mosaic["best"], "moe E/k=64 d=4096");
+  EXPECT_NE(mosaic["best"], "dense d=4096");
+  EXPECT_THAT(mosaic["constraint"].get<std::string>(), HasSubstr("memory"));
+  EXPECT_EQ(mosaic["extrapolation"], "");
 
   // predict: one line per configuration, in order.
   const std::string configs = Path("configs.csv");

@@ -854,11 +854,11 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMoeSweepAndFitsTheMoeLaw) {
   EXPECT_THAT(svg, ::testing::HasSubstr("MoE law (two-stage)"));
   // The planner on the fitted laws (issue 34): dense and both expansions at two
   // widths on 64 H100s, each with its layout, tokens and loss interval, and the
-  // two optima.
+  // two optima; marked as the extrapolation it is (the runs are d 32-64).
   const std::string h100 = std::string(XMOD_SOURCE_DIR) + "/clusters/h100-sxm.yaml";
   r = Command(XMOD_BIN, {"plan", "moe", "--db", Path("x.db"), "--cluster", h100, "--gpu-hours",
                          "50000", "--context", "32", "--gpus", "64", "--widths", "2048,4096",
-                         "--bootstrap", "12", "--format", "json"});
+                         "--bootstrap", "12", "--format", "json", "--extrapolate"});
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json plan = nlohmann::json::parse(r.out);
   ASSERT_EQ(plan["rows"].size(), 6u);
@@ -868,6 +868,7 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMoeSweepAndFitsTheMoeLaw) {
   }
   EXPECT_FALSE(plan["best"].get<std::string>().empty());
   EXPECT_FALSE(plan["flops_only_best"].get<std::string>().empty());
+  EXPECT_THAT(plan["extrapolation"].get<std::string>(), ::testing::HasSubstr("beyond"));
   // The sweep's own jobs calibrate the CPU profile: one measured run per job.
   const std::string cpu = std::string(XMOD_SOURCE_DIR) + "/clusters/cpu-2core.yaml";
   r = Command(XMOD_BIN, {"plan", "calibrate", "--cluster", cpu, "--db", Path("x.db"), "--sweep",

@@ -878,11 +878,16 @@ void PlanSweepFlags(CLI::App* cmd, Flags& f) {
       ->capture_default_str();
   cmd->add_option("--seed", p.seed, "Seed of the refits")->capture_default_str();
   cmd->add_option("--plot", p.plot, "Draw the two views' losses to this SVG (gnuplot)");
+  cmd->add_option("--csv", p.csv, "Law points (as xmod fit --csv reads) instead of a sweep")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--law", p.law, "The law whose columns the CSV has")->capture_default_str();
+  cmd->add_flag("--extrapolate", p.extrapolate,
+                "Answer for candidates far outside the fitted runs (marked)");
   cmd->add_option("--format", p.format, "Output format: table or json")->capture_default_str();
 }
 
 absl::Status PlanSweep(const Flags& f, std::ostream& out) {
-  if (f.plan.sweep.empty()) {
+  if (f.plan.sweep.empty() && f.plan.csv.empty()) {
     return absl::InvalidArgumentError(
         "xmod plan: name a sweep (xmod plan SWEEP --db FILE --cluster FILE --gpu-hours H "
         "--context T), or use predict, calibrate or layout");

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@
 #include "common/status_macros.h"
 #include "orchestrator/fit/advise.h"
 #include "orchestrator/fit/analysis.h"
+#include "orchestrator/fit/law_csv.h"
 #include "orchestrator/plan/calibrate.h"
 #include "orchestrator/plan/cluster.h"
 #include "orchestrator/plan/codesign.h"
@@ -399,35 +401,64 @@ absl::Status RunPlanSweep(const PlanCommandOptions& o, std::ostream& out) {
   ClusterProfile cluster;
   Efficiency eff;
   RETURN_IF_ERROR(LoadCluster(o, &cluster, &eff));
-  if (o.db.empty()) return absl::InvalidArgumentError("--db: the sweep's database is required");
+  if (o.db.empty() == o.csv.empty()) {
+    return absl::InvalidArgumentError(
+        "the runs: a sweep's database (xmod plan SWEEP --db FILE) or law points (--csv FILE "
+        "--law moe), one of the two");
+  }
   if (!(o.gpu_hours > 0)) return absl::InvalidArgumentError("--gpu-hours: must be > 0");
-  if (!(o.context >= 1)) return absl::InvalidArgumentError("--context: a context the sweep ran");
+  if (!(o.context >= 1)) return absl::InvalidArgumentError("--context: a context the runs have");
   if (o.global_batch_tokens < static_cast<int64_t>(o.context)) {
     return absl::InvalidArgumentError("--global-batch-tokens: at least one sequence");
   }
-  SqliteStore::Options store_options;
-  store_options.path = o.db;
-  store_options.read_only = true;
-  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(store_options));
-  ASSIGN_OR_RETURN(const std::vector<JobResultRow> jobs, store->JobResultRows(o.sweep));
   std::vector<std::string> notes;
-  ASSIGN_OR_RETURN(const std::vector<LawPoint> points, AdvicePoints(jobs, PointOptions{}, &notes));
+  std::vector<LawPoint> points;
+  DesignFix fixed;
+  std::string source;
+  if (!o.db.empty()) {
+    SqliteStore::Options store_options;
+    store_options.path = o.db;
+    store_options.read_only = true;
+    ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(store_options));
+    ASSIGN_OR_RETURN(const std::vector<JobResultRow> jobs, store->JobResultRows(o.sweep));
+    ASSIGN_OR_RETURN(points, AdvicePoints(jobs, PointOptions{}, &notes));
+    ASSIGN_OR_RETURN(fixed, SweepDesignFix(*store, o.sweep));
+    source = absl::StrCat("sweep '", o.sweep, "'");
+  } else {
+    // Points of a law's CSV (xmod fit --csv): its dense and its own runs.
+    ASSIGN_OR_RETURN(points, ReadLawCsv(o.csv, o.law));
+    source = o.csv;
+  }
   if (points.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sweep '", o.sweep, "': no finished run a law reads yet"));
+    return absl::InvalidArgumentError(absl::StrCat(source, ": no finished run a law reads yet"));
   }
   bool context_run = false;
-  for (const LawPoint& x : points) context_run |= x.context == o.context;
+  double n_min = 0, n_max = 0, tpp_min = 0, tpp_max = 0;
+  for (const LawPoint& x : points) {
+    context_run |= x.context == o.context || (o.csv.size() > 0 && x.context == 0);
+    const double tpp = x.d / x.n;
+    n_min = n_min == 0 ? x.n : std::min(n_min, x.n);
+    n_max = std::max(n_max, x.n);
+    tpp_min = tpp_min == 0 ? tpp : std::min(tpp_min, tpp);
+    tpp_max = std::max(tpp_max, tpp);
+  }
   if (!context_run) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--context ", o.context,
-                     ": the sweep ran no job at this context; its laws' dense "
-                     "reference is per context"));
+        absl::StrCat("--context ", o.context, ": ", source,
+                     " has no run at this context; its laws' dense reference is per context"));
   }
-  ASSIGN_OR_RETURN(const auto fixed, SweepDesignFix(*store, o.sweep));
   // One law per family of configuration, fitted with bootstrap refits.
   std::map<std::string, LawReport> laws;
-  const std::vector<Configuration> configurations = SweepConfigurations(points);
+  // In the order of their routing: dense, then each family by its fields.
+  std::vector<Configuration> configurations = SweepConfigurations(points);
+  std::stable_sort(
+      configurations.begin(), configurations.end(),
+      [](const Configuration& a, const Configuration& b) {
+        return std::make_tuple(a.family != "dense", a.family, a.expansion, a.block_expansion,
+                               a.deltanet_share, -a.capacity, a.stride) <
+               std::make_tuple(b.family != "dense", b.family, b.expansion, b.block_expansion,
+                               b.deltanet_share, -b.capacity, b.stride);
+      });
   for (const Configuration& c : configurations) {
     const std::string law = LawOf(c.family);
     if (laws.count(law) > 0) continue;
@@ -479,20 +510,39 @@ absl::Status RunPlanSweep(const PlanCommandOptions& o, std::ostream& out) {
   co.gpus = o.gpus;
   co.global_batch = std::max<int64_t>(1, o.global_batch_tokens / static_cast<int64_t>(o.context));
   ASSIGN_OR_RETURN(const CodesignResult r, Codesign(candidates, loss, cluster, eff, co));
+  // How far the plan reaches beyond the runs the laws were fitted to.
+  double reach = 1.0;
+  for (const CodesignRow& row : r.rows) {
+    reach = std::max({reach, row.n_active / n_max, n_min / row.n_active,
+                      row.tokens / row.n_active / tpp_max, tpp_min * row.n_active / row.tokens});
+  }
+  const std::string extrapolation =
+      reach > 1.5 ? absl::StrFormat(
+                        "the candidates reach %.3gx beyond the fitted runs (N_active "
+                        "%.3g to %.3g, D/N_active %.3g to %.3g)",
+                        reach, n_min, n_max, tpp_min, tpp_max)
+                  : "";
+  if (!extrapolation.empty() && !o.extrapolate) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(extrapolation,
+                     "; a law says little that far out. --extrapolate answers anyway, "
+                     "marked, or choose --widths inside the runs"));
+  }
   if (!o.plot.empty()) RETURN_IF_ERROR(DrawCodesign(r, o.plot));
   if (o.format == "json") {
     nlohmann::json j = CodesignJson(r);
-    j["sweep"] = o.sweep;
+    j["runs"] = source;
     j["cluster"] = cluster.name;
     j["gpu_hours"] = o.gpu_hours;
     j["gpus"] = o.gpus;
     j["context"] = o.context;
+    j["extrapolation"] = extrapolation;
     out << j.dump(2) << "\n";
     return absl::OkStatus();
   }
   out << absl::StrFormat(
-      "sweep '%s' on %d GPUs of %s for %g GPU-hours at context %g (%d sequences per step)\n",
-      o.sweep, o.gpus, cluster.name, o.gpu_hours, o.context, co.global_batch);
+      "%s on %d GPUs of %s for %g GPU-hours at context %g (%d sequences per step)\n", source,
+      o.gpus, cluster.name, o.gpu_hours, o.context, co.global_batch);
   out << absl::StrFormat("%-34s %9s %9s %6s %8s %10s %24s %10s %s\n", "candidate", "N_active",
                          "N_total", "MFU", "memory", "tokens D", "loss [95% interval]",
                          "FLOPs-only", "layout");
@@ -513,6 +563,7 @@ absl::Status RunPlanSweep(const PlanCommandOptions& o, std::ostream& out) {
       r.rows[r.flops_best].candidate.name, r.model_flops, r.reference_mfu);
   out << (r.constraint.empty() ? std::string("the two agree\n")
                                : absl::StrCat("why they differ: ", r.constraint, "\n"));
+  if (!extrapolation.empty()) out << "EXTRAPOLATING: " << extrapolation << "\n";
   for (const std::string& note : notes) out << "note: " << note << "\n";
   return absl::OkStatus();
 }

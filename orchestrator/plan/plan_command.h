@@ -40,7 +40,10 @@ struct PlanCommandOptions {
   int64_t top_k = 2;     // moe candidates' experts per token
   int bootstrap = 100;
   uint64_t seed = 0;
-  std::string plot;  // SVG to draw (gnuplot), with its data and script beside it
+  std::string plot;          // SVG to draw (gnuplot), with its data and script beside it
+  std::string csv;           // law points instead of a sweep (xmod fit --csv's format)
+  std::string law = "moe";   // the law the CSV's columns are for
+  bool extrapolate = false;  // answer for candidates far outside the fitted runs
 };
 
 absl::Status RunPlanPredict(const PlanCommandOptions& o, std::ostream& out);
