@@ -854,7 +854,9 @@ void PlanLayoutFlags(CLI::App* cmd, Flags& f) {
 
 void PlanSweepFlags(CLI::App* cmd, Flags& f) {
   PlanCommandOptions& p = f.plan;
-  cmd->add_option("sweep", p.sweep, "Sweep whose fitted laws rank the candidates");
+  // Named in capitals: newer CLI11 refuses a subcommand option (plan calibrate's
+  // --sweep) that matches a positional of its parent by name.
+  cmd->add_option("SWEEP", p.sweep, "Sweep whose fitted laws rank the candidates");
   cmd->add_option("--db", p.db, "SQLite database file");
   cmd->add_option("--cluster", p.cluster, "Cluster profile (clusters/h100-sxm.yaml)")
       ->check(CLI::ExistingFile);

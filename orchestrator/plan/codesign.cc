@@ -42,15 +42,6 @@ Split PerFlop(const CodesignRow& r) {
   return s;
 }
 
-std::string LayoutWords(const Layout& l) {
-  std::string s = absl::StrCat("tp ", l.tp, ", pp ", l.pp, ", dp ", l.dp);
-  if (l.ep > 1) absl::StrAppend(&s, ", ep ", l.ep);
-  if (l.cp > 1) absl::StrAppend(&s, ", cp ", l.cp);
-  absl::StrAppend(&s, ", micro-batch ", l.micro_batch, ", ZeRO ", l.zero_stage, ", recompute ",
-                  RecomputeName(l.recompute));
-  return s;
-}
-
 // Why the FLOPs-only optimum `f` is not the wall-clock optimum `w`.
 std::string Constraint(const CodesignRow& f, const CodesignRow& w, double hbm) {
   const std::string name = f.candidate.name;
@@ -86,10 +77,10 @@ std::string Constraint(const CodesignRow& f, const CodesignRow& w, double hbm) {
   if (std::string(worst->what) == "expert all-to-all") {
     absl::StrAppend(&why,
                     absl::StrFormat(" (%.0f%% of its step at %s)", 100 * pf.ep_comm_s / pf.step_s,
-                                    LayoutWords(f.layout.layout)));
+                                    LayoutText(f.layout.layout)));
   } else {
     absl::StrAppend(&why, absl::StrFormat(" (its layout: %s; %.1f GB per GPU)",
-                                          LayoutWords(f.layout.layout), pf.memory_gb));
+                                          LayoutText(f.layout.layout), pf.memory_gb));
   }
   return why;
 }
@@ -205,16 +196,7 @@ nlohmann::json CodesignJson(const CodesignResult& r) {
                     {"fits", row.fits},
                     {"n_active", row.n_active},
                     {"n_total", row.n_total},
-                    {"layout",
-                     {{"tp", l.tp},
-                      {"pp", l.pp},
-                      {"interleave", l.interleave},
-                      {"dp", l.dp},
-                      {"ep", l.ep},
-                      {"cp", l.cp},
-                      {"micro_batch", l.micro_batch},
-                      {"zero_stage", l.zero_stage},
-                      {"recompute", RecomputeName(l.recompute)}}},
+                    {"layout", LayoutJson(l)},
                     {"tokens_per_s", p.tokens_per_s},
                     {"mfu", p.mfu},
                     {"memory_gb", p.memory_gb},

@@ -326,6 +326,33 @@ const char* PrecisionName(Precision p) {
   return "bf16";
 }
 
+std::string LayoutText(const Layout& l) {
+  std::string s = absl::StrCat("tp ", l.tp, " pp ", l.pp);
+  if (l.interleave > 1) absl::StrAppend(&s, "x", l.interleave);
+  absl::StrAppend(&s, " dp ", l.dp);
+  if (l.cp > 1) absl::StrAppend(&s, " cp ", l.cp);
+  if (l.ep > 1) absl::StrAppend(&s, " ep ", l.ep);
+  absl::StrAppend(&s, " mb ", l.micro_batch, " zero ", l.zero_stage, " recompute ",
+                  RecomputeName(l.recompute));
+  return s;
+}
+
+nlohmann::json LayoutJson(const Layout& l) {
+  return {{"gpus", l.gpus},
+          {"tp", l.tp},
+          {"pp", l.pp},
+          {"interleave", l.interleave},
+          {"dp", l.dp},
+          {"ep", l.ep},
+          {"cp", l.cp},
+          {"micro_batch", l.micro_batch},
+          {"global_batch", l.global_batch},
+          {"zero_stage", l.zero_stage},
+          {"recompute", RecomputeName(l.recompute)},
+          {"sequence_parallel", l.sequence_parallel && l.tp > 1},
+          {"precision", PrecisionName(l.precision)}};
+}
+
 absl::Status CheckLayout(const PlanModel& m, const Layout& l) {
   const ModelShape& s = m.shape;
   const auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };

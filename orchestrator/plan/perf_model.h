@@ -14,6 +14,7 @@
 #define XMOD_ORCHESTRATOR_PLAN_PERF_MODEL_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "absl/status/status.h"
@@ -101,6 +102,12 @@ double BubbleFraction(int64_t p, int64_t m, int64_t v);
 
 const char* RecomputeName(RecomputeMode mode);
 const char* PrecisionName(Precision p);
+
+// "tp 8 pp 4x2 dp 2 cp 2 ep 2 mb 1 zero 1 recompute selective" (parts that are 1
+// left out), for tables and messages.
+std::string LayoutText(const Layout& l);
+// The layout as a JSON object (every field), for `xmod plan`'s JSON outputs.
+nlohmann::json LayoutJson(const Layout& l);
 
 }  // namespace xmod
 

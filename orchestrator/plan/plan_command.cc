@@ -49,17 +49,6 @@ absl::Status LoadCluster(const PlanCommandOptions& o, ClusterProfile* cluster, E
   return absl::OkStatus();
 }
 
-std::string LayoutText(const Layout& l) {
-  std::string s = absl::StrCat("tp ", l.tp, " pp ", l.pp);
-  if (l.interleave > 1) absl::StrAppend(&s, "x", l.interleave);
-  absl::StrAppend(&s, " dp ", l.dp);
-  if (l.cp > 1) absl::StrAppend(&s, " cp ", l.cp);
-  if (l.ep > 1) absl::StrAppend(&s, " ep ", l.ep);
-  absl::StrAppend(&s, " mb ", l.micro_batch, " zero ", l.zero_stage, " recompute ",
-                  RecomputeName(l.recompute));
-  return s;
-}
-
 nlohmann::json PredictionJson(const Layout& l, const Prediction& p) {
   const ParallelMemoryEstimate& m = p.memory;
   return {{"tokens_per_s", p.tokens_per_s},
@@ -84,20 +73,7 @@ nlohmann::json PredictionJson(const Layout& l, const Prediction& p) {
             {"activations_gb", m.activations / 1e9},
             {"logits_gb", m.logits / 1e9},
             {"buffers_gb", m.buffers / 1e9}}},
-          {"layout",
-           {{"gpus", l.gpus},
-            {"tp", l.tp},
-            {"pp", l.pp},
-            {"interleave", l.interleave},
-            {"dp", l.dp},
-            {"ep", l.ep},
-            {"cp", l.cp},
-            {"micro_batch", l.micro_batch},
-            {"global_batch", l.global_batch},
-            {"zero_stage", l.zero_stage},
-            {"recompute", RecomputeName(l.recompute)},
-            {"sequence_parallel", l.sequence_parallel && l.tp > 1},
-            {"precision", PrecisionName(l.precision)}}}};
+          {"layout", LayoutJson(l)}};
 }
 
 }  // namespace
