@@ -368,8 +368,6 @@ absl::StatusOr<CodesignCandidate> CandidateOf(const Configuration& c, int64_t d,
   return cand;
 }
 
-std::string LawOf(const std::string& family) { return family; }
-
 }  // namespace
 
 absl::Status RunPlanSweep(const PlanCommandOptions& o, std::ostream& out) {
@@ -435,8 +433,9 @@ absl::Status RunPlanSweep(const PlanCommandOptions& o, std::ostream& out) {
                std::make_tuple(b.family != "dense", b.family, b.expansion, b.block_expansion,
                                b.deltanet_share, -b.capacity, b.stride);
       });
+  // Each configuration's family names the law that predicts it.
   for (const Configuration& c : configurations) {
-    const std::string law = LawOf(c.family);
+    const std::string& law = c.family;
     if (laws.count(law) > 0) continue;
     AnalysisOptions a;
     a.law = law;
@@ -458,21 +457,12 @@ absl::Status RunPlanSweep(const PlanCommandOptions& o, std::ostream& out) {
       candidates.push_back(std::move(cand));
     }
   }
-  std::map<std::string, std::string> law_of;  // configuration -> law
-  for (const Configuration& c : configurations) law_of[c.name] = LawOf(c.family);
-  std::map<std::string, std::string> config_of;  // candidate -> configuration
-  for (const CodesignCandidate& c : candidates) config_of[c.name] = c.configuration;
   const LossModel loss = [&](const LawPoint& x) -> absl::StatusOr<LossPrediction> {
-    // The law of the configuration this point is a candidate of.
-    std::string law = "dense";
-    if (!x.dense()) {
-      law = x.block_expansion > 0  ? "mol"
-            : x.deltanet_share > 0 ? "gdn"
-            : x.expansion > 1      ? "moe"
-                                   : "xmod";
+    // The point is a configuration's (Configuration::At): its family is its law.
+    const auto it = laws.find(x.family);
+    if (it == laws.end()) {
+      return absl::InternalError(absl::StrCat("no ", x.family, " law fitted"));
     }
-    const auto it = laws.find(law);
-    if (it == laws.end()) return absl::InternalError(absl::StrCat("no ", law, " law fitted"));
     LossPrediction p;
     ASSIGN_OR_RETURN(p.loss, it->second.Predict(x));
     for (size_t b = 0; b < it->second.refits.size(); ++b) {
