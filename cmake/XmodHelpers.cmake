@@ -101,7 +101,8 @@ function(xmod_test name)
   # COST: CTest's estimate of the test's length; a high one starts it first, so
   # that a long test overlaps the others instead of running alone at the end
   # (CTest learns real costs only after a first run, which CI never has).
-  cmake_parse_arguments(ARG "" "COST" "SOURCES;DEPS;LABELS" ${ARGN})
+  # SERIAL: no other test runs beside it (a timing test on a shared machine).
+  cmake_parse_arguments(ARG "SERIAL" "COST" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
@@ -115,6 +116,10 @@ function(xmod_test name)
   if(NOT ARG_COST)
     set(ARG_COST 0)
   endif()
+  set(serial FALSE)
+  if(ARG_SERIAL)
+    set(serial TRUE)
+  endif()
   gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" COST ${ARG_COST}
-                       DISCOVERY_TIMEOUT 60)
+                       RUN_SERIAL ${serial} DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -28,9 +28,11 @@ constexpr Free kFree[] = {
     {&Efficiency::pressure, 1e-3, 10.0},    {&Efficiency::recompute, 0.3, 1.5},
 };
 constexpr int kParams = sizeof(kFree) / sizeof(kFree[0]);
-// The pull towards the profile: one log-unit of departure costs as much as a
-// prediction off by a factor e^(1/kPriorSigma).
+// The pull towards the profile: one log-unit of departure from its value costs as
+// much as a run predicted off by a factor e^kDataSigma (about 10%), the spread a
+// measured throughput is trusted to.
 constexpr double kPriorSigma = 1.0;
+constexpr double kDataSigma = 0.1;
 
 Efficiency FromLog(const Efficiency& base, const double* x) {
   Efficiency e = base;
@@ -49,7 +51,7 @@ struct Residuals {
     for (size_t i = 0; i < rows->size(); ++i) {
       const PlanRow& r = (*rows)[i];
       const Prediction p = Predict(r.model, r.layout, *cluster, e);
-      out[i] = std::log(p.tokens_per_s / r.tokens_per_s);
+      out[i] = std::log(p.tokens_per_s / r.tokens_per_s) / kDataSigma;
     }
     for (int k = 0; k < kParams; ++k) {
       out[rows->size() + k] = (params[0][k] - start[k]) / kPriorSigma;

@@ -96,11 +96,16 @@ void AttentionCore(Work& w, const Context& c, double rows, double n, double head
     w.attention_s += (c.causal_skip ? 0.5 : 1.0) * flops / (c.attn_peak * c.eff.attention);
     w.kernels += 1;
   } else {
-    // Two batched matmuls (one per head and sequence) and the scores' softmax,
-    // mask and dropout written and read (four passes over the scores: 8 bytes per
-    // score in 16-bit, 16 in fp32).
-    const double per_call = 2.0 * n * n * hd;
-    w.attention_s += flops / (c.peak * c.eff.gemm_max * per_call / (per_call + c.eff.gemm_half));
+    // Two batched matmuls, QKᵀ and AV, each one call over every head and sequence
+    // and each at the larger of its compute and its traffic: QKᵀ writes the
+    // scores and AV reads them, hd FLOPs per score against one score's bytes, so
+    // on a GPU (hundreds of FLOPs per byte) the products are bound by memory, on a
+    // CPU by arithmetic. Then the scores' softmax, mask and dropout, written and
+    // read (four passes over the scores: 8 bytes per score in 16-bit, 16 in fp32).
+    const double product_s =
+        std::max(GemmSeconds(flops / 2.0, c),
+                 c.act_bytes * rows * local_heads * n * n / (c.hbm * c.eff.memory));
+    w.attention_s += 2.0 * product_s;
     Bytes(w, c, 4.0 * c.act_bytes * rows * local_heads * n * n, 3);
     w.kernels += 2;
   }
