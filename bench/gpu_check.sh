@@ -8,7 +8,7 @@
 #   bash bench/gpu_check.sh                     # on the GPU machine
 #   bash bench/gpu_check.sh --prepare-deps DIR  # on a Debian 12 machine with a package
 #       mirror: download and unpack what a GPU machine without one needs (Abseil,
-#       fmt, nlohmann-json, CLI11, Open MPI, CMake, Ninja) into DIR; copy DIR there
+#       fmt, xxHash, nlohmann-json, CLI11, Open MPI, CMake, Ninja) into DIR; copy DIR there
 #       and point XMOD_GPU_DEPS at it
 #   bash bench/gpu_check.sh --cpu               # the same steps on this machine's
 #       LibTorch with small shapes (the test suite runs this)
@@ -33,7 +33,7 @@ if [ "${1:-}" = "--prepare-deps" ]; then
   dir="${2:?usage: gpu_check.sh --prepare-deps DIR}"
   command -v apt-get >/dev/null || fail "apt-get is not here" "run --prepare-deps on a Debian 12 machine"
   mkdir -p "$dir/debs"
-  wanted="libabsl-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenmpi-dev openmpi-bin cmake ninja-build"
+  wanted="libabsl-dev nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev libopenmpi-dev openmpi-bin cmake ninja-build"
   # Their dependencies as apt resolves them on an empty system, less what must be
   # the GPU machine's own: the essential and required base (glibc above all: a
   # second libc on the library path breaks every process), and the compilers and

@@ -11,6 +11,9 @@
 namespace xmod {
 
 uint64_t Fnv1a64(std::string_view bytes);
+// The hash of earlier bytes (h, as Fnv1a64 returned it) extended by `bytes`:
+// Fnv1a64Continue(Fnv1a64(a), b) == Fnv1a64(a + b).
+uint64_t Fnv1a64Continue(uint64_t h, std::string_view bytes);
 
 // 16 lower-case hex digits of Fnv1a64(bytes).
 std::string HexId(std::string_view bytes);

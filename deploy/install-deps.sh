@@ -15,10 +15,11 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 BUILD=(build-essential cmake ninja-build ccache git pkg-config ca-certificates openssl)
 # Orchestrator side: gRPC + Protobuf with their compilers, SQLite, YAML, fitting (Ceres),
 # CLI, formatting (fmt), plots (gnuplot), the dashboard's HTTP server (cpp-httplib),
-# the F and t distributions of the fits' tests (Boost.Math, header-only).
+# the F and t distributions of the fits' tests (Boost.Math, header-only), checksums
+# of checkpoints and datasets (xxHash).
 ORCH=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
       libsqlite3-dev sqlite3 libyaml-cpp-dev libceres-dev libcli11-dev nlohmann-json3-dev
-      libfmt-dev gnuplot-nox libcpp-httplib-dev libboost-dev)
+      libfmt-dev gnuplot-nox libcpp-httplib-dev libboost-dev libxxhash-dev)
 # Worker side: LibTorch (CPU) on OpenBLAS, Open MPI.
 WORKER=(libtorch-dev libopenblas0-openmp libopenmpi-dev openmpi-bin)
 # Tests and benchmarks (clang-format: the format test, which runs with Debian 12's

@@ -7,23 +7,16 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <ostream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/id.h"
+#include "common/checksum.h"
 #include "common/status_macros.h"
 
 namespace xmod {
 
 namespace fs = std::filesystem;
-
-absl::StatusOr<std::string> FileChecksum(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return HexId(buffer.str());
-}
 
 std::string CheckpointDir(const std::string& run_dir, int64_t step) {
   char name[32];
@@ -79,6 +72,81 @@ int64_t LeftoverToken(const std::string& name) {
   return i > 18 ? t : -1;
 }
 
+// A file written through a std::ostream whose bytes are hashed on their way to
+// the disk: the checksum costs no second pass over the file and no copy of it.
+class HashingFile : public std::streambuf {
+ public:
+  explicit HashingFile(const std::string& path)
+      : path_(path), file_(std::fopen(path.c_str(), "wb")), buffer_(size_t{1} << 20) {
+    setp(buffer_.data(), buffer_.data() + buffer_.size());
+  }
+  ~HashingFile() override {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  HashingFile(const HashingFile&) = delete;
+  HashingFile& operator=(const HashingFile&) = delete;
+
+  bool is_open() const { return file_ != nullptr; }
+  // Writes what is buffered and closes the file; the checksum of every byte.
+  absl::StatusOr<std::string> Close() {
+    const bool flushed = Drain();
+    const bool closed = file_ != nullptr && std::fclose(file_) == 0;
+    file_ = nullptr;
+    if (!flushed || !closed || failed_) {
+      return absl::InternalError(absl::StrCat(path_, ": write failed"));
+    }
+    return sum_.Hex();
+  }
+
+ protected:
+  int overflow(int c) override {
+    if (!Drain()) return traits_type::eof();
+    if (c != traits_type::eof()) {
+      *pptr() = static_cast<char>(c);
+      pbump(1);
+    }
+    return traits_type::not_eof(c);
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    // A large piece (a tensor's storage) goes straight to the file.
+    if (n >= static_cast<std::streamsize>(buffer_.size())) {
+      if (!Drain() || !Put(s, static_cast<size_t>(n))) return 0;
+      return n;
+    }
+    return std::streambuf::xsputn(s, n);
+  }
+  int sync() override { return Drain() ? 0 : -1; }
+
+ private:
+  bool Put(const char* data, size_t size) {
+    sum_.Update(data, size);
+    if (file_ == nullptr || std::fwrite(data, 1, size, file_) != size) failed_ = true;
+    return !failed_;
+  }
+  bool Drain() {
+    const size_t n = static_cast<size_t>(pptr() - pbase());
+    setp(buffer_.data(), buffer_.data() + buffer_.size());
+    return n == 0 ? !failed_ : Put(buffer_.data(), n);
+  }
+
+  std::string path_;
+  std::FILE* file_;
+  std::vector<char> buffer_;
+  StreamChecksum sum_;
+  bool failed_ = false;
+};
+
+// Serialises `value` (a module or an optimizer) to `path`; its checksum.
+template <typename Value>
+absl::StatusOr<std::string> SaveHashed(const Value& value, const std::string& path) {
+  HashingFile file(path);
+  if (!file.is_open()) return absl::InternalError(absl::StrCat(path, ": cannot create"));
+  std::ostream out(&file);
+  torch::save(value, out);
+  out.flush();
+  return file.Close();
+}
+
 absl::Status Abandoned(const std::string& dir, const std::string& why) {
   return absl::AbortedError(absl::StrCat(dir, ": not published: ", why));
 }
@@ -96,16 +164,17 @@ absl::Status SaveCheckpoint(const std::string& run_dir, const std::string& job_i
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   if (ec) return absl::InternalError(absl::StrCat(tmp, ": ", ec.message()));
+  // Each file is written once, by this rank, and hashed as it is written.
+  nlohmann::json meta = {{"step", step},
+                         {"job_id", job_id},
+                         {"fencing_token", write.token},
+                         {"checksum", std::string(kChecksumAlgorithm)}};
   try {
-    torch::save(model, tmp + "/model.pt");
-    torch::save(optimizer, tmp + "/optimizer.pt");
+    ASSIGN_OR_RETURN(meta["checksums"]["model.pt"], SaveHashed(model, tmp + "/model.pt"));
+    ASSIGN_OR_RETURN(meta["checksums"]["optimizer.pt"],
+                     SaveHashed(optimizer, tmp + "/optimizer.pt"));
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat(tmp, ": saving failed: ", e.what_without_backtrace()));
-  }
-  nlohmann::json meta = {{"step", step}, {"job_id", job_id}, {"fencing_token", write.token}};
-  for (const char* file : {"model.pt", "optimizer.pt"}) {
-    ASSIGN_OR_RETURN(std::string sum, FileChecksum(tmp + "/" + file));
-    meta["checksums"][file] = sum;
   }
   {
     std::ofstream out(tmp + "/meta.json");
@@ -184,9 +253,17 @@ absl::StatusOr<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& run_dir
       loaded.skipped.push_back(dir + ": belongs to job " + meta.value("job_id", std::string("?")));
       continue;
     }
+    // Verified in blocks before LibTorch reads the file: XXH3, or FNV-1a for a
+    // checkpoint written before xmod recorded the algorithm.
+    const std::string algorithm = meta.value("checksum", std::string("fnv1a-64"));
+    if (algorithm != kChecksumAlgorithm && algorithm != "fnv1a-64") {
+      loaded.skipped.push_back(absl::StrCat(dir, ": unknown checksum '", algorithm, "'"));
+      continue;
+    }
     bool intact = true;
     for (const char* file : {"model.pt", "optimizer.pt"}) {
-      auto sum = FileChecksum(dir + "/" + file);
+      const std::string path = dir + "/" + file;
+      auto sum = algorithm == kChecksumAlgorithm ? FileChecksum(path) : LegacyFileChecksum(path);
       if (!sum.ok() || *sum != meta["checksums"].value(file, std::string())) {
         loaded.skipped.push_back(absl::StrCat(dir, "/", file, ": checksum mismatch"));
         intact = false;

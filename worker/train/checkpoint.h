@@ -1,6 +1,7 @@
 // Checkpoints of a training run: RUN_DIR/checkpoints/step_00000123/ holding
 // model.pt, optimizer.pt and meta.json (step, job id, the writer's fencing token,
-// FNV-1a checksum of each file). A checkpoint is written into a temporary folder
+// the XXH3 checksum of each file, computed while the file is written; verified
+// in blocks on load, never on an in-memory copy). A checkpoint is written into a temporary folder
 // of its own writer (step_00000123.tmp-TOKEN) and published by a rename that
 // never replaces a newer holder's folder, so two groups that both believe they
 // hold a job never write the same path, and a crash never leaves a half
@@ -70,9 +71,6 @@ absl::StatusOr<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& run_dir
 
 // The folder a checkpoint of `step` is (or would be) written to.
 std::string CheckpointDir(const std::string& run_dir, int64_t step);
-
-// FNV-1a 64 of a file's bytes as 16 hex digits; NOT_FOUND when unreadable.
-absl::StatusOr<std::string> FileChecksum(const std::string& path);
 
 }  // namespace xmod
 

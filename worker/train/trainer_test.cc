@@ -13,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "common/checksum.h"
 #include "worker/model/model.h"
 #include "worker/train/checkpoint.h"
 
@@ -954,6 +955,49 @@ TEST_F(CheckpointFence, PruningSparesNewerHoldersAndClearsEndedAttemptsLeftovers
   PruneCheckpoints(run_.string(), 2, -1, {}, 7);
   EXPECT_EQ(Folders(), (std::vector<std::string>{"step_00000020", "step_00000030", "step_00000040",
                                                  "step_00000050.tmp-9"}));
+}
+
+// Checksums: XXH3, computed while each file is written, equal to the file's own
+// (read back in blocks); a flipped byte in either file is caught at load; a
+// checkpoint from before XXH3 (FNV-1a, no algorithm in meta.json) still loads.
+TEST_F(CheckpointFence, ChecksumsAreTheFilesXxh3AndCatchAFlippedByte) {
+  Decoder model = Model(3);
+  ASSERT_TRUE(Save(model, 1).ok());
+  const auto step = run_ / "checkpoints" / "step_00000010";
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(step / "meta.json"));
+  EXPECT_EQ(meta.at("checksum"), "xxh3-64");
+  for (const char* file : {"model.pt", "optimizer.pt"}) {
+    auto sum = FileChecksum((step / file).string());
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    EXPECT_EQ(meta.at("checksums").at(file), *sum) << file;
+  }
+  EXPECT_TRUE(torch::equal(Loaded(), model->parameters()[0]));
+
+  // The legacy form: FNV-1a checksums and no "checksum" key.
+  meta.erase("checksum");
+  for (const char* file : {"model.pt", "optimizer.pt"}) {
+    meta["checksums"][file] = *LegacyFileChecksum((step / file).string());
+  }
+  std::ofstream(step / "meta.json") << meta.dump();
+  EXPECT_TRUE(torch::equal(Loaded(), model->parameters()[0]));
+
+  for (const char* file : {"model.pt", "optimizer.pt"}) {
+    ASSERT_TRUE(Save(model, 1).ok());
+    const auto size = std::filesystem::file_size(step / file);
+    {
+      std::fstream f(step / file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(static_cast<std::streamoff>(size / 2));
+      const char c = static_cast<char>(f.get());
+      f.seekp(static_cast<std::streamoff>(size / 2));
+      f.put(static_cast<char>(c ^ 0x10));
+    }
+    Decoder into = Model(99);
+    torch::optim::AdamW optimizer(into->parameters(), torch::optim::AdamWOptions(1e-3));
+    auto loaded = LoadLatestCheckpoint(run_.string(), "job", into, optimizer);
+    ASSERT_FALSE(loaded.ok()) << file;
+    EXPECT_THAT(std::string(loaded.status().message()),
+                ::testing::HasSubstr(std::string(file) + ": checksum mismatch"));
+  }
 }
 
 }  // namespace
