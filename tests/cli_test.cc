@@ -827,7 +827,7 @@ TEST_F(Cli, PlanRanksASweepsConfigurationsOnAClusterAndItsFileCommandsRefuseBadI
 
 TEST_F(Cli, EveryCommandHasHelpAndUsageErrorsExitTwo) {
   for (const char* command : {"expand", "submit", "status", "results", "curves", "sql", "resume",
-                              "cancel", "serve", "run", "fit", "plot"}) {
+                              "cancel", "serve", "run", "fit", "plot", "export"}) {
     const CommandResult r = Xmod({command, "--help"});
     EXPECT_EQ(r.code, 0) << command;
     EXPECT_THAT(r.out, HasSubstr("Usage")) << command;

@@ -878,6 +878,41 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMoeSweepAndFitsTheMoeLaw) {
   const nlohmann::json cal = nlohmann::json::parse(cal_in);
   EXPECT_EQ(cal["fit"]["rows"], 27);
   EXPECT_EQ(cal["cluster"], "cpu-2core");
+  // Issue 35: a MoE job's weights as safetensors, read by Python's standard
+  // library from the format's specification (length, JSON header, data).
+  r = Command(XMOD_BIN, {"sql", "--db", Path("x.db"), "--format", "csv",
+                         "SELECT job_id FROM job_results WHERE family = 'moe' LIMIT 1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string job = r.out.substr(r.out.find('\n') + 1, 16);
+  r = Command(XMOD_BIN, {"export", job, "--db", Path("x.db"), "--out", Path("export")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("model.safetensors"));
+  r = Command("python3",
+              {"-c",
+               "import json, struct, sys\n"
+               "f = open(sys.argv[1], 'rb')\n"
+               "n, = struct.unpack('<Q', f.read(8))\n"
+               "h = json.loads(f.read(n))\n"
+               "data = f.read()\n"
+               "meta = h.pop('__metadata__')\n"
+               "spans = sorted(tuple(t['data_offsets']) for t in h.values())\n"
+               "assert spans[0][0] == 0 and spans[-1][1] == len(data)\n"
+               "assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))\n"
+               "assert all(t['dtype'] == 'F32' for t in h.values())\n"
+               "print(meta['xmod_job_id'], len(h), any(k.endswith('.w13') for k in h))\n",
+               Path("export/model.safetensors")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith(job + " "));
+  EXPECT_THAT(r.out, ::testing::HasSubstr(" True"));  // the experts' weights are there
+  std::ifstream config_in(Path("export/config.json"));
+  EXPECT_EQ(nlohmann::json::parse(config_in)["family"], "moe");
+  r = Command(XMOD_BIN,
+              {"export", job, "--db", Path("x.db"), "--out", Path("e2"), "--format", "gguf"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("--format: 'gguf'"));
+  r = Command(XMOD_BIN, {"export", "0123456789abcdef", "--db", Path("x.db"), "--out", Path("e3")});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("no job '0123456789abcdef'"));
 }
 
 // sweeps/mol.yaml (issue 33): Mixture-of-Layers runs at two block sparsities, their

@@ -1,11 +1,14 @@
 // `xmod-train --job JOB.json [--run-dir DIR] [--resume]`: trains one job without a
 // coordinator, printing progress and writing metrics as JSON lines. Under mpirun
 // every rank runs it and the ranks train data-parallel.
+// `xmod-train --job JOB.json [--run-dir DIR] --export OUT_DIR`: writes the job's
+// newest checkpoint as OUT_DIR/model.safetensors and OUT_DIR/config.json instead.
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
 
 #include "worker/dist/communicator.h"
+#include "worker/train/export.h"
 #include "worker/train/trainer.h"
 
 namespace {
@@ -32,6 +35,10 @@ int main(int argc, char** argv) {
   app.add_option("--stop-after-step", options.stop_after_step,
                  "Checkpoint and stop after this step, as a preemption would");
   app.add_flag("--quiet", quiet, "No progress lines");
+  std::string export_dir;
+  app.add_option("--export", export_dir,
+                 "Train nothing: write the newest checkpoint as OUT_DIR/model.safetensors and "
+                 "OUT_DIR/config.json (docs/export.md)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -43,6 +50,17 @@ int main(int argc, char** argv) {
   if (!job.ok()) {
     std::cerr << job.status().message() << "\n";
     return 2;
+  }
+  if (!export_dir.empty()) {
+    auto exported = xmod::ExportJob(*job, run_dir + "/" + job->id, export_dir);
+    if (!exported.ok()) {
+      std::cerr << "job " << job->id << ": export failed: " << exported.status().message() << "\n";
+      return absl::IsNotFound(exported.status()) ? 2 : 1;
+    }
+    std::cout << "job " << job->id << ": step " << exported->step << ", " << exported->tensors
+              << " tensors, " << exported->bytes << " bytes -> " << exported->weights << ", "
+              << exported->config << "\n";
+    return 0;
   }
   options.device = xmod::DefaultDevice();
   auto made = xmod::MakeCommunicatorFor(options.device, UnderMpi());

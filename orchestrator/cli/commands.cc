@@ -23,6 +23,7 @@
 #include "orchestrator/coordinator/coordinator.h"
 #include "orchestrator/dashboard/http_server.h"
 #include "orchestrator/fit/law_registry.h"
+#include "orchestrator/launch/export_job.h"
 #include "orchestrator/launch/local_run.h"
 #include "orchestrator/plan/plan_command.h"
 #include "orchestrator/report/output.h"
@@ -101,6 +102,7 @@ struct Flags {
   FitCommandOptions fit;
   PlotCommandOptions plot;
   AdviseCommandOptions advise;
+  ExportOptions export_options;
   PlanCommandOptions plan;
 };
 
@@ -508,6 +510,13 @@ absl::Status Curves(const Flags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
+absl::Status Export(const Flags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
+  ExportOptions o = f.export_options;
+  o.job = f.job;
+  return ExportJobWeights(*store, o, out);
+}
+
 absl::Status Sql(const Flags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
   ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
@@ -656,6 +665,21 @@ void CurvesFlags(CLI::App* cmd, Flags& f) {
   cmd->add_option("job", f.job, "Job id")->required();
   AddDb(cmd, f);
   AddFormat(cmd, f);
+}
+void ExportFlags(CLI::App* cmd, Flags& f) {
+  cmd->add_option("job", f.job, "Job id")->required();
+  AddDb(cmd, f);
+  cmd->add_option("--out", f.export_options.out,
+                  "Folder for model.safetensors and config.json (made if missing)")
+      ->required();
+  f.export_options.format = "safetensors";
+  cmd->add_option("--format", f.export_options.format, "safetensors (the only one)")
+      ->capture_default_str();
+  cmd->add_option("--run-dir", f.export_options.run_dir,
+                  "Where the job's runs went (RUN_DIR/JOB_ID/checkpoints); default: from the "
+                  "newest checkpoint the database recorded");
+  cmd->add_option("--train-binary", f.export_options.train_binary,
+                  "The xmod-train that reads the checkpoint (default: beside xmod)");
 }
 void SqlFlags(CLI::App* cmd, Flags& f) {
   cmd->add_option("query", f.sql, "SQL statement (SELECT ...)")->required();
@@ -926,6 +950,10 @@ const Command kCommands[] = {
     {"results", "One row per job: axes, sizes, status, losses", ResultsFlags, Results},
     {"curves", "One job's curve: step, tokens, FLOPs, metrics", CurvesFlags, Curves},
     {"sql", "Run one read-only SQL query on the database", SqlFlags, Sql},
+    {"export",
+     "Write a job's newest checkpoint as safetensors with a config.json, for other tools "
+     "(docs/export.md)",
+     ExportFlags, Export},
     {"resume", "Move a sweep's failed and cancelled jobs to pending", ResumeFlags, Resume},
     {"cancel", "Cancel a sweep's unfinished jobs, or one job", CancelFlags, Cancel},
     {"serve", "Run the coordinator (gRPC) over a SQLite file", ServeFlags, Serve},

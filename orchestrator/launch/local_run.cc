@@ -52,13 +52,13 @@ std::string Duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
+}  // namespace
+
 std::string SelfDirectory() {
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::string(".") : exe.parent_path().string();
 }
-
-}  // namespace
 
 void InterruptLocalRun() { g_interrupted = true; }
 

@@ -24,6 +24,10 @@ using Launcher = std::function<absl::StatusOr<pid_t>(const std::vector<std::stri
 absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
                                    const std::string& log_path);
 
+// The folder of the running binary (where xmod-worker and xmod-train are
+// installed beside xmod); "." when /proc cannot say.
+std::string SelfDirectory();
+
 struct LocalRunOptions {
   std::string spec_path;
   std::string db;  // default: <sweep name>.db

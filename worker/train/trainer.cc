@@ -24,6 +24,7 @@
 #include "worker/train/adamw.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/host_allocator.h"
+#include "worker/train/job_model.h"
 #include "worker/train/zero.h"
 
 namespace xmod {
@@ -64,9 +65,6 @@ absl::StatusOr<std::unique_ptr<TokenSource>> OpenJobData(const JobFile& job) {
   return OpenDatasetSource(job.data_path, job.shape.vocab_size);
 }
 
-namespace {
-
-// The common fields from the job file, then the family's own (ModelFamily::configure).
 DecoderOptions ModelOptionsFor(const JobFile& job) {
   const ModelShape& s = job.shape;
   DecoderOptions options =
@@ -83,8 +81,6 @@ DecoderOptions ModelOptionsFor(const JobFile& job) {
   return options;
 }
 
-// AdamW with weight decay on matrices only (embeddings, projections, head, routers),
-// over `params` (the model's, or one ZeRO-1 shard of them).
 std::unique_ptr<torch::optim::AdamW> MakeOptimizer(const JobFile& job,
                                                    const std::vector<torch::Tensor>& params) {
   std::vector<torch::Tensor> decay, no_decay;
@@ -98,6 +94,8 @@ std::unique_ptr<torch::optim::AdamW> MakeOptimizer(const JobFile& job,
                                     torch::optim::AdamWOptions(base).weight_decay(0.0)));
   return std::make_unique<torch::optim::AdamW>(std::move(groups), base);
 }
+
+namespace {
 
 void SetLearningRate(torch::optim::AdamW& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) {

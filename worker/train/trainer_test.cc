@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -16,6 +17,8 @@
 #include "common/checksum.h"
 #include "worker/model/model.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/export.h"
+#include "worker/train/job_model.h"
 
 namespace xmod {
 namespace {
@@ -998,6 +1001,107 @@ TEST_F(CheckpointFence, ChecksumsAreTheFilesXxh3AndCatchAFlippedByte) {
     EXPECT_THAT(std::string(loaded.status().message()),
                 ::testing::HasSubstr(std::string(file) + ": checksum mismatch"));
   }
+}
+
+// The safetensors export, read back by a reader of the format written here (the
+// 8-byte length, the JSON header, the data section), not by the writer's code.
+struct Read {
+  nlohmann::json header;
+  std::string data;  // the bytes after the header
+};
+
+Read ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Read r;
+  EXPECT_GE(bytes.size(), 8u);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  EXPECT_LE(8 + n, bytes.size());
+  EXPECT_EQ((8 + n) % 8, 0u) << "the data section starts 8-byte aligned";
+  r.header = nlohmann::json::parse(bytes.substr(8, n));
+  r.data = bytes.substr(8 + n);
+  return r;
+}
+
+TEST_F(Trainer, ExportWritesEveryTensorOfTheNewestCheckpointAsSafetensors) {
+  const JobFile job = TinyJob(Family::kMoe, 20);
+  ASSERT_TRUE(Run(job, "run").ok());
+  auto exported = ExportJob(job, (dir_ / "run").string(), (dir_ / "out").string());
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(exported->step, 20);
+
+  // The checkpoint as the trainer would load it.
+  Decoder model(ModelOptionsFor(job));
+  auto optimizer = MakeOptimizer(job, model->parameters());
+  ASSERT_TRUE(LoadLatestCheckpoint((dir_ / "run").string(), job.id, model, *optimizer).ok());
+  std::map<std::string, torch::Tensor> expected;
+  for (const auto& p : model->named_parameters()) expected[p.key()] = p.value();
+  for (const auto& b : model->named_buffers()) expected[b.key()] = b.value();
+
+  const Read file = ReadFile(exported->weights);
+  EXPECT_EQ(file.header.at("__metadata__").at("xmod_job_id"), job.id);
+  EXPECT_EQ(file.header.at("__metadata__").at("step"), "20");
+  size_t tensors = 0;
+  std::vector<std::pair<size_t, size_t>> spans;
+  for (const auto& [name, entry] : file.header.items()) {
+    if (name == "__metadata__") continue;
+    ++tensors;
+    ASSERT_EQ(expected.count(name), 1u) << name;
+    const torch::Tensor& want = expected[name];
+    ASSERT_EQ(entry.at("dtype"), "F32") << name;
+    EXPECT_EQ(entry.at("shape").get<std::vector<int64_t>>(), want.sizes().vec()) << name;
+    const auto offsets = entry.at("data_offsets").get<std::vector<size_t>>();
+    ASSERT_EQ(offsets.size(), 2u);
+    spans.emplace_back(offsets[0], offsets[1]);
+    ASSERT_LE(offsets[1], file.data.size());
+    ASSERT_EQ(offsets[1] - offsets[0], static_cast<size_t>(want.numel()) * sizeof(float)) << name;
+    std::vector<float> values(static_cast<size_t>(want.numel()));
+    std::memcpy(values.data(), file.data.data() + offsets[0], offsets[1] - offsets[0]);
+    const torch::Tensor got = torch::from_blob(values.data(), want.sizes(), torch::kFloat32);
+    EXPECT_TRUE(torch::equal(got, want.contiguous())) << name;
+  }
+  EXPECT_EQ(tensors, expected.size());
+  // The spans tile the data section: no gap, no overlap, nothing after.
+  std::sort(spans.begin(), spans.end());
+  size_t end = 0;
+  for (const auto& [begin, stop] : spans) {
+    EXPECT_EQ(begin, end);
+    end = stop;
+  }
+  EXPECT_EQ(end, file.data.size());
+  EXPECT_GT(tensors, 10u);  // embeddings, attention, experts, router, norms, head
+
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(exported->config));
+  EXPECT_EQ(config.at("family"), "moe");
+  EXPECT_EQ(config.at("d_model"), 32);
+  EXPECT_EQ(config.at("xmod_job").at("id"), job.id);
+}
+
+TEST_F(Trainer, ExportOfAJobWithoutACheckpointIsNotFoundAndWritesNothing) {
+  const JobFile job = TinyJob(Family::kMoe, 20);
+  auto exported = ExportJob(job, (dir_ / "nothing").string(), (dir_ / "out").string());
+  EXPECT_EQ(exported.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "out" / "model.safetensors"));
+}
+
+TEST_F(Trainer, SafetensorsRefuseAnUnnamedDtypeOrARepeatedName) {
+  std::filesystem::create_directories(dir_);
+  const std::string path = (dir_ / "x.safetensors").string();
+  auto bad = WriteSafetensors({{"c", torch::zeros({2}, torch::kComplexFloat)}}, {}, path);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), testing::HasSubstr("'c'"));
+  bad = WriteSafetensors({{"a", torch::zeros({2})}, {"a", torch::ones({2})}}, {}, path);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  // bf16 keeps its dtype and bytes.
+  ASSERT_TRUE(
+      WriteSafetensors({{"w", torch::arange(6, torch::kBFloat16).reshape({2, 3})}}, {}, path).ok());
+  const Read file = ReadFile(path);
+  EXPECT_EQ(file.header.at("w").at("dtype"), "BF16");
+  EXPECT_EQ(file.data.size(), 12u);
+  EXPECT_FALSE(file.header.contains("__metadata__"));
 }
 
 }  // namespace
