@@ -75,6 +75,9 @@ nlohmann::json CanonicalJson(const JobFile& job) {
                                                                {"vocab_size", job.data_vocab_size}}
                                               : nlohmann::json{{"path", job.data_path},
                                                                {"vocab_size", job.data_vocab_size}};
+  if (!job.data_path.empty() && !job.data_fingerprint.empty()) {
+    data["fingerprint"] = job.data_fingerprint;
+  }
   nlohmann::json j{
       {"family", FamilyName(job.shape.family)},
       {"d_model", job.shape.d_model},
@@ -157,6 +160,7 @@ absl::Status ReadData(const nlohmann::json& json, JobFile* job) {
   } else {
     data.String("path", &job->data_path);
     if (data.status().ok() && job->data_path.empty()) data.Fail("path", "is empty");
+    if (data.Has("fingerprint")) data.String("fingerprint", &job->data_fingerprint);
   }
   return data.status();
 }

@@ -106,6 +106,11 @@ struct JobFile {
   double flops_per_token = 0.0;             // training FLOPs per token, for the FLOPs column
   // Data: a dataset folder, or the synthetic source when data_path is empty.
   std::string data_path;
+  // The dataset's content fingerprint from its meta.json (docs/data.md), read at
+  // expand time: part of the id, so re-tokenised data in the same folder gives
+  // new jobs. Empty (and absent from the canonical JSON) for synthetic data and
+  // datasets from before fingerprints.
+  std::string data_fingerprint;
   uint64_t synthetic_seed = 0;
   int64_t data_vocab_size = 0;  // the dataset's vocabulary as the sweep declared it
 

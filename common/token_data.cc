@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/checksum.h"
 #include "common/status_macros.h"
 
 namespace xmod {
@@ -81,6 +82,8 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::stri
     m.val_tokens = j.at("val_tokens").get<int64_t>();
     m.val_split = j.value("val_split", std::string());
     m.val_documents = j.value("val_documents", std::vector<std::string>());
+    m.fingerprint = j.value("fingerprint", std::string());
+    m.max_token = j.value("max_token", int64_t{-1});
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(meta_path, ": ", e.what()));
   }
@@ -107,6 +110,10 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::stri
         absl::StrCat(meta_path, ": vocab_size: the data has ", m.vocab_size,
                      " token ids but the model's vocabulary is only ", expected_vocab));
   }
+  if (m.max_token >= m.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(meta_path, ": max_token: ", m.max_token,
+                                                   " is outside vocab_size ", m.vocab_size));
+  }
   ASSIGN_OR_RETURN(dataset->train_, TokenFile::Open(dir + "/train.bin", width));
   ASSIGN_OR_RETURN(dataset->val_, TokenFile::Open(dir + "/val.bin", width));
   for (auto [name, file, count] : {std::tuple{"train.bin", dataset->train_.get(), m.train_tokens},
@@ -115,6 +122,7 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::stri
       return absl::InvalidArgumentError(absl::StrCat(dir, "/", name, ": holds ", file->size(),
                                                      " tokens but meta.json says ", count));
     }
+    if (m.max_token >= 0) continue;  // checked below, from meta.json
     for (int64_t i = 0; i < file->size(); ++i) {
       if ((*file)[i] >= static_cast<uint64_t>(m.vocab_size)) {
         return absl::InvalidArgumentError(absl::StrCat(dir, "/", name, ": token ", (*file)[i],
@@ -249,6 +257,15 @@ absl::StatusOr<TokenMeta> PrepareByteDataset(const PrepareOptions& options) {
   const std::string dir = options.output_dir + "/";
   RETURN_IF_ERROR(WriteTokens(dir + "train.bin.tmp", train));
   RETURN_IF_ERROR(WriteTokens(dir + "val.bin.tmp", val));
+  ASSIGN_OR_RETURN(const std::string train_sum, FileChecksum(dir + "train.bin.tmp"));
+  ASSIGN_OR_RETURN(const std::string val_sum, FileChecksum(dir + "val.bin.tmp"));
+  meta.fingerprint = absl::StrCat("xxh3:", train_sum, val_sum);
+  meta.max_token = 0;
+  for (const std::string* part : {&train, &val}) {
+    for (const char c : *part) {
+      meta.max_token = std::max<int64_t>(meta.max_token, static_cast<unsigned char>(c));
+    }
+  }
   nlohmann::json j = {{"format", meta.format},
                       {"version", meta.version},
                       {"dtype", meta.dtype},
@@ -259,7 +276,9 @@ absl::StatusOr<TokenMeta> PrepareByteDataset(const PrepareOptions& options) {
                       {"val_split", meta.val_split},
                       {"val_period", period},
                       {"val_offset", offset},
-                      {"val_documents", meta.val_documents}};
+                      {"val_documents", meta.val_documents},
+                      {"fingerprint", meta.fingerprint},
+                      {"max_token", meta.max_token}};
   j.update(split);
   {
     std::ofstream out(dir + "meta.json.tmp", std::ios::trunc);

@@ -30,6 +30,14 @@ struct TokenMeta {
   std::string val_split;
   // The input files held out whole, in input order (empty for a chunk split).
   std::vector<std::string> val_documents;
+  // The tokens' content, "xxh3:" + XXH3-64 of train.bin + XXH3-64 of val.bin (32
+  // hex digits), computed once when the dataset is written: part of every job id
+  // that trains on it. Empty for datasets from before it was recorded.
+  std::string fingerprint;
+  // The largest token id in train.bin and val.bin, recorded when written, so that
+  // opening the dataset checks it against the vocabulary without reading every
+  // token; -1 (unrecorded): Open reads them all.
+  int64_t max_token = -1;
 };
 
 // A read-only, memory-mapped token file. Thread-safe after Open.

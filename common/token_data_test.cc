@@ -103,6 +103,48 @@ TEST_F(TokenData, ValidationHoldsOutWholeDocumentsInterleavedThroughTheCorpus) {
   EXPECT_EQ(ds.value()->meta().val_documents, meta->val_documents);
 }
 
+// The fingerprint and the largest id are written once, at prepare time: the same
+// text gives the same fingerprint, one changed byte another; with max_token
+// recorded, opening checks it instead of reading every id, and refuses a dataset
+// whose recorded maximum is outside its vocabulary.
+TEST_F(TokenData, PrepareRecordsAFingerprintAndTheLargestId) {
+  Write("a.txt", "hello world, ");
+  Write("b.txt", "this is xmod~\n");
+  PrepareOptions options;
+  options.inputs = {Path("a.txt"), Path("b.txt")};
+  options.output_dir = Path("ds");
+  options.val_fraction = 0.25;
+  auto first = PrepareByteDataset(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_THAT(first->fingerprint, ::testing::MatchesRegex("xxh3:[0-9a-f]{32}"));
+  EXPECT_EQ(first->max_token, '~');
+  options.output_dir = Path("same");
+  EXPECT_EQ(PrepareByteDataset(options)->fingerprint, first->fingerprint);
+  Write("b.txt", "this is xmod!\n");
+  options.output_dir = Path("changed");
+  auto changed = PrepareByteDataset(options);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_NE(changed->fingerprint, first->fingerprint);
+  EXPECT_EQ(changed->max_token, 'x');
+
+  auto ds = TokenDataset::Open(Path("ds"), 256);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ(ds.value()->meta().fingerprint, first->fingerprint);
+  EXPECT_EQ(ds.value()->meta().max_token, '~');
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(Path("ds/meta.json")));
+  j["vocab_size"] = 100;  // below '~' (126): the recorded maximum says so
+  std::ofstream(Path("ds/meta.json")) << j.dump();
+  auto refused = TokenDataset::Open(Path("ds"), 256);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("meta.json: max_token: 126 is outside vocab_size 100"));
+  j.erase("max_token");  // unrecorded: every id is read, and the first one out is named
+  std::ofstream(Path("ds/meta.json")) << j.dump();
+  refused = TokenDataset::Open(Path("ds"), 256);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("is outside vocab_size 100"));
+}
+
 // One input file cannot be split by document: 64 KiB chunks, every 20th held out.
 TEST_F(TokenData, ASingleFileIsSplitIntoInterleavedChunks) {
   std::string text(2 << 20, ' ');  // 2 MiB: 32 chunks of 64 KiB, chunks 10 and 30 held out

@@ -832,6 +832,11 @@ TEST_F(Cli, EveryCommandHasHelpAndUsageErrorsExitTwo) {
     EXPECT_EQ(r.code, 0) << command;
     EXPECT_THAT(r.out, HasSubstr("Usage")) << command;
   }
+  const CommandResult version = Xmod({"--version"});
+  EXPECT_EQ(version.code, 0) << version.err;
+  EXPECT_THAT(version.out, ::testing::MatchesRegex(
+                               "xmod [0-9.]+ \\(commit ([0-9a-f]{12}(-dirty)?|unknown), .+\\)\n"
+                               "SQLite [0-9.]+, gRPC [0-9.]+, Protobuf [0-9.]+\n"));
   EXPECT_EQ(Xmod({}).code, 2);
   EXPECT_EQ(Xmod({"frobnicate"}).code, 2);
   EXPECT_EQ(Xmod({"submit", Sweep("smoke")}).code, 2);  // --db missing

@@ -492,6 +492,32 @@ TEST_F(CoordinatorE2e, XmodRunTrainsTheSmokeSweepAndContinuesWhereItStopped) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("0 new"));
   EXPECT_EQ(Count("SELECT MAX(attempt) FROM jobs"), 1);
+  // Provenance (issue 35): every attempt kept the build its group reported, the
+  // same commit `xmod --version` names; `xmod results` shows it per job; `xmod
+  // status` warns once the sweep's jobs come from two builds.
+  r = Command(XMOD_BIN, {"--version"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string commit = r.out.substr(r.out.find("(commit ") + 8, 12);
+  EXPECT_EQ(
+      Count("SELECT COUNT(*) FROM attempts WHERE json_extract(build, '$.commit') LIKE '" + commit +
+            "%' AND json_extract(build, '$.libtorch') <> '' AND "
+            "json_extract(build, '$.device') <> '' AND host <> ''"),
+      8);
+  r = Command(XMOD_BIN, {"results", "smoke", "--db", Path("x.db"), "--format", "csv"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out.substr(0, r.out.find('\n')), ::testing::EndsWith(",commit"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("," + commit));
+  r = Command(XMOD_BIN, {"status", "smoke", "--db", Path("x.db")});
+  EXPECT_THAT(r.err, ::testing::Not(::testing::HasSubstr("different builds")));
+  r = Command("sqlite3", {Path("x.db"),
+                          "UPDATE attempts SET build = '{\"commit\": \"fedcba987654\"}' "
+                          "WHERE job_id IN (SELECT job_id FROM attempts ORDER BY job_id LIMIT 3)"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Command(XMOD_BIN, {"status", "smoke", "--db", Path("x.db")});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, ::testing::HasSubstr("warning: sweep 'smoke' ran on 2 different builds ("));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("fedcba987654: 3 jobs"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr(": 5 jobs"));
 }
 
 // The law-driven order end to end (issue 14): `xmod run` on a sweep with

@@ -221,6 +221,16 @@ TEST_F(WorkerE2e, CheapestDemoJobOnTheBrownCorpusBeatsTheUnigramEntropy) {
   EXPECT_LT(val, entropy - 0.3);
 }
 
+// --version (issue 35): the build, LibTorch, MPI, CUDA and NCCL, and the device.
+TEST_F(WorkerE2e, XmodTrainNamesItsBuildLibrariesAndDevice) {
+  const CommandResult r = Command(XMOD_TRAIN_BIN, {"--version"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::MatchesRegex(
+                         "xmod-train [0-9.]+ \\(commit ([0-9a-f]{12}(-dirty)?|unknown), .+\\)\n"
+                         "LibTorch [0-9.]+.*, .+, CUDA [^,]+, NCCL [^,]+\n"
+                         "device cpu: .+\n"));
+}
+
 TEST_F(WorkerE2e, BadJobFilesAndDataAreClearErrors) {
   std::ofstream(Path("bad.json")) << R"({"id": "x", "family": "xmod"})";
   CommandResult r = Command(XMOD_TRAIN_BIN, {"--job", Path("bad.json")});

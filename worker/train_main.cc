@@ -35,6 +35,9 @@ int main(int argc, char** argv) {
   app.add_option("--stop-after-step", options.stop_after_step,
                  "Checkpoint and stop after this step, as a preemption would");
   app.add_flag("--quiet", quiet, "No progress lines");
+  app.set_version_flag(
+      "--version", [] { return xmod::WorkerVersionText("xmod-train", xmod::DefaultDevice()); },
+      "Print the build, its libraries and the device, then exit");
   std::string export_dir;
   app.add_option("--export", export_dir,
                  "Train nothing: write the newest checkpoint as OUT_DIR/model.safetensors and "

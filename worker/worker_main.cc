@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/channel.h"
 #include "worker/client/worker_group.h"
+#include "worker/dist/communicator.h"
 #include "worker/train/trainer.h"
 
 namespace {
@@ -48,6 +49,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--poll-seconds", o.poll_seconds, "Wait between lease attempts when idle")
       ->capture_default_str();
+  app.set_version_flag(
+      "--version", [] { return xmod::WorkerVersionText("xmod-worker", xmod::DefaultDevice()); },
+      "Print the build, its libraries and the device, then exit");
   app.add_option("--stall-timeout", o.stall_seconds,
                  "Seconds without a training step after which the group reports the job "
                  "failed and exits (0: never)")

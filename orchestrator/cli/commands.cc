@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <google/protobuf/stubs/common.h>
+#include <grpcpp/grpcpp.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -20,6 +23,7 @@
 #include "common/clock.h"
 #include "common/status_macros.h"
 #include "common/token_data.h"
+#include "common/version/build_info.h"
 #include "orchestrator/coordinator/coordinator.h"
 #include "orchestrator/dashboard/http_server.h"
 #include "orchestrator/fit/law_registry.h"
@@ -321,6 +325,22 @@ absl::Status Submit(const Flags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
+// "" when every job with an attempt ran on one build (or none said which); else a
+// warning naming the builds and how many jobs each ran.
+std::string MixedBuildsWarning(const std::map<std::string, std::string>& commits,
+                               const std::string& sweep) {
+  std::map<std::string, int> jobs;
+  for (const auto& [job, commit] : commits) ++jobs[commit.empty() ? "unrecorded" : commit];
+  if (jobs.size() < 2) return "";
+  std::vector<std::string> parts;
+  for (const auto& [commit, n] : jobs) parts.push_back(fmt::format("{}: {} jobs", commit, n));
+  return fmt::format(
+      "warning: {} ran on {} different builds ({}); results from different code may not be "
+      "comparable: `xmod results` shows each job's commit",
+      sweep.empty() ? std::string("the jobs in this database") : "sweep '" + sweep + "'",
+      jobs.size(), absl::StrJoin(parts, ", "));
+}
+
 absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
   std::vector<SweepSummary> sweeps;
   std::vector<JobProgressRow> jobs;  // of the named sweep
@@ -337,6 +357,12 @@ absl::Status StatusOnce(const Flags& f, Format format, std::ostream& out) {
     ASSIGN_OR_RETURN(sweeps, scheduler.Status(f.sweep, &jobs));
   }
   PrintResult(StatusTable(sweeps, SystemClock().Now()), format, out);
+  if (f.coordinator.empty() && f.err != nullptr) {
+    ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
+    ASSIGN_OR_RETURN(auto commits, store->JobCommits(f.sweep));
+    const std::string warning = MixedBuildsWarning(commits, f.sweep);
+    if (!warning.empty()) *f.err << warning << "\n";
+  }
   // The named sweep's jobs in flight, with their progress.
   const QueryResult running = InFlightTable(jobs);
   if (!running.rows.empty() && format == Format::kTable) {
@@ -498,6 +524,18 @@ absl::Status Results(const Flags& f, std::ostream& out) {
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(QueryResult rows, ResultsTable(store.get(), f.sweep));
+  // The build each job's newest attempt ran on (docs/provenance.md).
+  ASSIGN_OR_RETURN(auto commits, store->JobCommits(f.sweep));
+  const auto id = std::find(rows.columns.begin(), rows.columns.end(), "job_id");
+  if (id != rows.columns.end()) {
+    const size_t c = static_cast<size_t>(id - rows.columns.begin());
+    rows.columns.push_back("commit");
+    for (auto& row : rows.rows) {
+      const std::string* job = std::get_if<std::string>(&row[c]);
+      const auto it = job == nullptr ? commits.end() : commits.find(*job);
+      row.push_back(it == commits.end() ? Value() : Value(it->second));
+    }
+  }
   PrintResult(rows, format, out);
   return absl::OkStatus();
 }
@@ -1016,9 +1054,19 @@ std::vector<CLI::App*> Register(CLI::App& app, Flags& f) {
 
 }  // namespace
 
+// What `xmod --version` prints: the build, then the libraries the store and the
+// coordinator run on.
+std::string XmodVersionText() {
+  return absl::StrCat(VersionLine("xmod"), "\nSQLite ", sqlite3_libversion(), ", gRPC ",
+                      grpc::Version(), ", Protobuf ",
+                      google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION));
+}
+
 int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"xmod: scaling-law sweeps for sparse-depth (X-MoD) language models"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", XmodVersionText,
+                       "Print the build and its libraries, then exit");
   Flags f;
   const std::vector<CLI::App*> parsers = Register(app, f);
   try {
@@ -1026,6 +1074,8 @@ int RunXmod(int argc, char** argv, std::ostream& out, std::ostream& err) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e, out, err);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e, out, err);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e, out, err);
   } catch (const CLI::ParseError& e) {
     app.exit(e, out, err);

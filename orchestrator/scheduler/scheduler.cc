@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -26,8 +27,15 @@ absl::StatusOr<SubmitResult> Scheduler::Submit(const std::string& yaml, const st
 }
 
 absl::StatusOr<std::string> Scheduler::RegisterWorker(const std::string& host, int64_t ranks,
-                                                      const std::string& name) {
+                                                      const std::string& name,
+                                                      const std::string& build) {
   if (host.empty()) return absl::InvalidArgumentError("RegisterWorker: host is empty");
+  if (!build.empty()) {
+    const nlohmann::json parsed = nlohmann::json::parse(build, nullptr, false);
+    if (!parsed.is_object()) {
+      return absl::InvalidArgumentError("RegisterWorker: build: not a JSON object");
+    }
+  }
   if (ranks < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("RegisterWorker: ranks must be >= 1, got ", ranks));
@@ -38,7 +46,7 @@ absl::StatusOr<std::string> Scheduler::RegisterWorker(const std::string& host, i
       name.empty() ? host : name, "-",
       HexId(absl::StrCat(host, "/", name, "/", clock_->Now(), "/", salt, "/", ++worker_counter_))
           .substr(0, 8));
-  RETURN_IF_ERROR(store_->UpsertWorker(id, host, ranks, clock_->Now()));
+  RETURN_IF_ERROR(store_->UpsertWorker(id, host, ranks, clock_->Now(), build));
   std::lock_guard<std::mutex> lock(ranks_mu_);
   worker_ranks_[id] = ranks;
   return id;

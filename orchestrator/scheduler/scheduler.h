@@ -73,8 +73,11 @@ class Scheduler {
                                       bool allow_unidentifiable = false);
 
   // INVALID_ARGUMENT for ranks < 1 or an empty host. Returns the new worker id.
+  // `build`: the group's build and libraries as a JSON object (or empty), kept
+  // with each attempt it makes; INVALID_ARGUMENT when it is not an object.
   absl::StatusOr<std::string> RegisterWorker(const std::string& host, int64_t ranks,
-                                             const std::string& name);
+                                             const std::string& name,
+                                             const std::string& build = "");
 
   // Leases the next job that fits the group (overdue leases are ended by
   // ExpireLeases, which the server runs every TTL/4). NOT_FOUND for an

@@ -63,7 +63,9 @@ absl::Status Check(const Message& m, const std::string& prefix, const std::strin
 size_t MaxStringBytes(const std::string& field) {
   if (field == "spec_yaml") return size_t{4} << 20;
   if (field == "message") return size_t{64} << 10;
-  if (field == "source" || field == "path" || field == "resume_checkpoint") return 4096;
+  if (field == "source" || field == "path" || field == "resume_checkpoint" || field == "build") {
+    return 4096;
+  }
   return 256;
 }
 

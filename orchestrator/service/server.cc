@@ -70,7 +70,7 @@ class Service final : public pb::Coordinator::Service {
                               pb::RegisterWorkerResponse* resp) override {
     return GuardRpc("RegisterWorker", [&]() -> grpc::Status {
       if (auto s = Admit(c, *req, "RegisterWorker", Role::kWorker); !s.ok()) return s;
-      auto id = scheduler_->RegisterWorker(req->host(), req->ranks(), req->name());
+      auto id = scheduler_->RegisterWorker(req->host(), req->ranks(), req->name(), req->build());
       if (!id.ok()) return ToGrpc(id.status());
       resp->set_worker_id(*id);
       resp->set_lease_ttl_seconds(scheduler_->lease_ttl());

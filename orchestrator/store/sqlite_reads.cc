@@ -185,6 +185,26 @@ absl::StatusOr<std::optional<TrainSpanRow>> SqliteStore::TrainSpan(const std::st
   return out;
 }
 
+absl::StatusOr<std::map<std::string, std::string>> SqliteStore::JobCommits(
+    const std::string& sweep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(
+      Statement * s,
+      PrepareLocked("SELECT a.job_id, COALESCE(json_extract(a.build, '$.commit'), '') "
+                    "FROM attempts a "
+                    "WHERE a.attempt = (SELECT MAX(b.attempt) FROM attempts b "
+                    "                   WHERE b.job_id = a.job_id) "
+                    "AND (?1 = '' OR a.job_id IN (SELECT sj.job_id FROM sweep_jobs sj "
+                    "     JOIN sweeps w ON w.sweep_id = sj.sweep_id WHERE w.name = ?1))"));
+  s->Bind(1, sweep);
+  std::map<std::string, std::string> out;
+  RETURN_IF_ERROR(EachRowLocked(s, [&](const Row& r) {
+    out[r.Text(0)] = r.Text(1);
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
 absl::StatusOr<JobRecord> SqliteStore::JobDetail(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   JobRecord out;

@@ -739,13 +739,18 @@ absl::StatusOr<QueryResult> SqliteStore::Query(const std::string& sql) {
 // ---- Leases ---------------------------------------------------------------------
 
 absl::Status SqliteStore::UpsertWorker(const std::string& worker_id, const std::string& host,
-                                       int64_t ranks, double now) {
+                                       int64_t ranks, double now, const std::string& build) {
   return Write([&]() -> absl::Status {
     ASSIGN_OR_RETURN(Statement * s,
                      PrepareLocked("INSERT INTO workers (worker_id, host, ranks, registered_at, "
-                                   "last_seen) VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (worker_id) "
-                                   "DO UPDATE SET last_seen = excluded.last_seen"));
+                                   "last_seen, build) VALUES (?1, ?2, ?3, ?4, ?4, ?5) ON CONFLICT "
+                                   "(worker_id) DO UPDATE SET last_seen = excluded.last_seen"));
     s->Bind(1, worker_id).Bind(2, host).Bind(3, ranks).Bind(4, now);
+    if (build.empty()) {
+      s->BindNull(5);
+    } else {
+      s->Bind(5, build);
+    }
     return WriteLocked(s, "registering a worker");
   });
 }
@@ -872,7 +877,9 @@ absl::StatusOr<LeaseGrant> SqliteStore::GrantLeaseLocked(const std::string& job_
   ASSIGN_OR_RETURN(Statement * attempt,
                    PrepareLocked("INSERT INTO attempts (job_id, attempt, worker_id, "
                                  "fencing_token, status, resumed_from_step, started_at, "
-                                 "lease_request) VALUES (?1, ?2, ?3, ?4, 'leased', ?5, ?6, ?7)"));
+                                 "lease_request, host, build) VALUES (?1, ?2, ?3, ?4, 'leased', "
+                                 "?5, ?6, ?7, (SELECT host FROM workers WHERE worker_id = ?3), "
+                                 "(SELECT build FROM workers WHERE worker_id = ?3))"));
   attempt->Bind(1, g.job_id)
       .Bind(2, g.attempt)
       .Bind(3, worker_id)

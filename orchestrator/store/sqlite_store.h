@@ -139,9 +139,14 @@ class SqliteStore : public StoreReader {
   absl::StatusOr<QueryResult> Query(const std::string& sql);
 
   // ---- Leases (used by orchestrator/scheduler) ----------------------------------
-  // Records (or refreshes) a worker group.
+  // Records (or refreshes) a worker group; `build` (its build and libraries as
+  // JSON, or empty) is copied into each attempt it is granted.
   absl::Status UpsertWorker(const std::string& worker_id, const std::string& host, int64_t ranks,
-                            double now);
+                            double now, const std::string& build = "");
+
+  // The builds behind a sweep's jobs (all sweeps when empty): for each job with
+  // an attempt, its newest attempt's commit ("" when the group sent none).
+  absl::StatusOr<std::map<std::string, std::string>> JobCommits(const std::string& sweep);
 
   // The ranks of a registered worker group; NOT_FOUND when unknown.
   absl::StatusOr<int64_t> WorkerRanks(const std::string& worker_id);

@@ -376,6 +376,31 @@ TEST(SqliteStore, AFileThatIsNotADatabaseIsDataLossAndALockedOneIsUnavailable) {
   std::filesystem::remove_all(dir);
 }
 
+// Provenance (schema 12): an attempt keeps the build and host of the group it was
+// granted to, and JobCommits gives each job's newest attempt's commit.
+TEST(SqliteStore, AnAttemptKeepsItsGroupsBuildAndHost) {
+  auto store = OpenMemory();
+  const SweepSpec spec = Smoke();
+  ASSERT_TRUE(store->SubmitSweep(spec, Expand(spec)).ok());
+  ASSERT_TRUE(store->UpsertWorker("old", "h0", 1, 0.0).ok());  // a group from before builds
+  ASSERT_TRUE(store->UpsertWorker("w", "h1", 1, 0.0, R"({"commit": "0123456789ab"})").ok());
+  const LeaseGrant a = store->LeaseNextJob("old", 1, 0.0, 60.0).value().value();
+  const LeaseGrant b = store->LeaseNextJob("w", 1, 0.0, 60.0).value().value();
+  auto rows = store->Query("SELECT job_id, host, build FROM attempts ORDER BY host");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->rows.size(), 2u);
+  EXPECT_EQ(std::get<std::string>(rows->rows[0][1]), "h0");
+  EXPECT_TRUE(std::holds_alternative<std::monostate>(rows->rows[0][2]));
+  EXPECT_EQ(std::get<std::string>(rows->rows[1][1]), "h1");
+  EXPECT_EQ(std::get<std::string>(rows->rows[1][2]), R"({"commit": "0123456789ab"})");
+  auto commits = store->JobCommits("smoke");
+  ASSERT_TRUE(commits.ok()) << commits.status();
+  EXPECT_EQ(commits->size(), 2u);
+  EXPECT_EQ(commits->at(a.job_id), "");
+  EXPECT_EQ(commits->at(b.job_id), "0123456789ab");
+  EXPECT_TRUE(store->JobCommits("no-such-sweep")->empty());
+}
+
 TEST(SqliteStore, MetricsFeedTheResultsAndCurveViews) {
   auto store = OpenMemory();
   const SweepSpec spec = Smoke();

@@ -302,7 +302,10 @@ void SetSchedule(const SweepSpec& spec, const ScaleSpec& scale, ResolvedJob* job
 // The data source as the job file names it: a dataset folder, or the synthetic
 // source's seed.
 void SetData(const DataSpec& data, JobFile* f) {
-  if (!data.synthetic) f->data_path = data.path;
+  if (!data.synthetic) {
+    f->data_path = data.path;
+    f->data_fingerprint = data.fingerprint;
+  }
   f->synthetic_seed = data.synthetic ? data.synthetic_seed : 0;
   f->data_vocab_size = data.vocab_size;
 }

@@ -1,9 +1,12 @@
 #include "orchestrator/sweep/expand.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -220,6 +223,49 @@ std::string ExpansionError(const std::string& text) {
   EXPECT_FALSE(jobs.ok()) << jobs->size() << " jobs";
   EXPECT_EQ(jobs.status().code(), absl::StatusCode::kInvalidArgument);
   return std::string(jobs.status().message());
+}
+
+// A dataset's fingerprint (its meta.json, docs/data.md) is part of every job's id:
+// re-tokenised data in the same folder gives new jobs; a folder without one (or
+// not readable where the spec is loaded) keeps the ids it always had.
+TEST(Expand, TheDatasetsFingerprintIsPartOfTheJobId) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("xmod_fingerprint_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string text = "name: d\ndata: {path: " + dir.string() +
+                           ", vocab_size: 256}\nfamily: dense\n"
+                           "scales: {s: {d_model: 32, n_heads: 2, n_layers: 2}}\n"
+                           "grid: {context: [32]}\nbudget: {tokens: 4096}\n"
+                           "train: {batch_tokens: 1024}\ndesign: {laws: []}\n";
+  auto id_with = [&](const std::string& meta) {
+    if (meta.empty()) {
+      std::filesystem::remove(dir / "meta.json");
+    } else {
+      std::ofstream(dir / "meta.json") << meta;
+    }
+    auto spec = ParseSweepSpec(text, "d.yaml");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    if (!spec.ok()) return std::string();
+    auto jobs = ExpandSweep(*spec);
+    EXPECT_TRUE(jobs.ok()) << jobs.status();
+    return jobs.ok() && jobs->size() == 1 ? jobs->front().file.id : std::string();
+  };
+  const std::string none = id_with("");
+  const std::string a = id_with(R"({"fingerprint": "xxh3:0123456789abcdef0123456789abcdef"})");
+  const std::string b = id_with(R"({"fingerprint": "xxh3:fedcba9876543210fedcba9876543210"})");
+  const std::string old = id_with(R"({"format": "xmod-tokens"})");  // from before fingerprints
+  EXPECT_FALSE(none.empty());
+  EXPECT_NE(a, none);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(old, none);
+  EXPECT_EQ(id_with(R"({"fingerprint": "xxh3:0123456789abcdef0123456789abcdef"})"), a);
+  // A meta.json that is not JSON is refused at data.path's line.
+  std::ofstream(dir / "meta.json") << "{not json";
+  auto spec = ParseSweepSpec(text, "d.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("d.yaml:2: data.path"), std::string::npos)
+      << spec.status();
+  std::filesystem::remove_all(dir);
 }
 
 // D = r·N or C / F past 2^63 used to wrap in llround and become a 1-token job.

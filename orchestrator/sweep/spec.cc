@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -515,6 +516,19 @@ class SpecParser {
             "give either data.path or data.synthetic: true, not both");
     } else if (d.path.empty() && !d.synthetic) {
       Error(KeyLine("data"), "data", "missing data; give data.path or data.synthetic: true");
+    } else if (!d.path.empty()) {
+      // The dataset's fingerprint, when it can be read from here; a dataset kept
+      // only where the workers run keeps its ids free of it.
+      std::ifstream meta(d.path + "/meta.json");
+      if (meta) {
+        const nlohmann::json j = nlohmann::json::parse(meta, nullptr, false);
+        if (!j.is_object()) {
+          Error(Line(node["path"]), "data.path",
+                absl::StrCat(d.path, "/meta.json is not a JSON object (docs/data.md)"));
+        } else if (j.contains("fingerprint") && j["fingerprint"].is_string()) {
+          d.fingerprint = j["fingerprint"].get<std::string>();
+        }
+      }
     }
   }
 

@@ -39,6 +39,10 @@ struct DataSpec {
   bool synthetic = false;
   uint64_t synthetic_seed = 0;
   int64_t vocab_size = 256;
+  // The dataset's fingerprint from path/meta.json when that file can be read where
+  // the spec is loaded (empty otherwise, or for a dataset from before
+  // fingerprints): it goes into every job's id (docs/data.md).
+  std::string fingerprint;
 };
 
 enum class MatchMode { kFlops, kLayers };

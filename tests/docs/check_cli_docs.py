@@ -270,7 +270,7 @@ class Checker:
                 self.fail(where, " ".join([binary] + path), "`--help` failed")
                 return
         if info.subcommands and not info.optional_subcommand and binary == "xmod" and \
-                not any(f in ("--help", "-h") for f in rest):
+                not any(f in ("--help", "-h", "--version") for f in rest):
             self.invocations += 1
             self.fail(where, " ".join([binary] + path), "needs a subcommand ({})".format(
                 ", ".join(sorted(info.subcommands))))

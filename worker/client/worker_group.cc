@@ -19,6 +19,7 @@
 #include "worker/client/coordinator_client.h"
 #include "worker/client/group_command.h"
 #include "worker/client/job_session.h"
+#include "worker/dist/communicator.h"
 #include "worker/train/trainer.h"
 
 namespace xmod {
@@ -104,6 +105,7 @@ absl::StatusOr<std::string> RegisterGroup(const WorkerGroupOptions& o, Communica
   reg.set_host(HostName());
   reg.set_ranks(comm.size());
   reg.set_name(o.name);
+  reg.set_build(WorkerBuild(o.device).dump());
   pb::RegisterWorkerResponse registered;
   grpc::Status s = client.Register(reg, &registered);
   if (!s.ok()) {

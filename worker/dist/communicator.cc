@@ -1,14 +1,19 @@
 #include "worker/dist/communicator.h"
 
 #include <mpi.h>
+#include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/version/build_info.h"
 
 namespace xmod {
 
@@ -224,6 +229,40 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(int64_t bucket
   MPI_Comm_rank(sub, &sub_rank);
   MPI_Comm_size(sub, &sub_size);
   return std::unique_ptr<Communicator>(new Mpi(sub, sub_rank, sub_size, rank, bucket_bytes));
+}
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
+  }
+  return "unknown CPU";
+}
+
+nlohmann::json WorkerBuild(const std::string& device) {
+  nlohmann::json j = BuildJson(ThisBuild());
+  j["libtorch"] = TORCH_VERSION;
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_Get_library_version(mpi, &length);
+  // Its first line up to the first comma: "Open MPI v4.1.4", "MPICH Version: 4.0".
+  std::string first(mpi, strnlen(mpi, static_cast<size_t>(std::max(length, 0))));
+  first = first.substr(0, first.find_first_of(",\r\n"));
+  j["mpi"] = first;
+  const nlohmann::json accelerator = AcceleratorVersions(device);
+  for (const auto& [key, value] : accelerator.items()) j[key] = value;
+  return j;
+}
+
+std::string WorkerVersionText(const std::string& name, const std::string& device) {
+  const nlohmann::json b = WorkerBuild(device);
+  return absl::StrCat(VersionLine(name), "\nLibTorch ", b["libtorch"].get<std::string>(), ", ",
+                      b["mpi"].get<std::string>(), ", CUDA ", b["cuda"].get<std::string>(),
+                      ", NCCL ", b["nccl"].get<std::string>(), "\ndevice ", device, ": ",
+                      b["device"].get<std::string>());
 }
 
 }  // namespace xmod

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,23 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(int64_t bucket
 // Whether this build has the NCCL communicator, and whether a CUDA device is visible.
 bool NcclCompiledIn();
 int CudaDeviceCount();
+
+// The accelerator side of this build and machine: {"cuda": runtime version or
+// "none", "nccl": version or "none", "device": the name of `device` ("cuda:N":
+// the GPU's; "cpu": the processor's model name from /proc/cpuinfo)}.
+nlohmann::json AcceleratorVersions(const std::string& device);
+
+// Everything a result depends on besides the job file: this build (build_info.h),
+// LibTorch's version, the MPI library's (its first line) and AcceleratorVersions.
+// Sent to the coordinator at registration and kept per attempt.
+nlohmann::json WorkerBuild(const std::string& device);
+
+// What `--version` prints for a worker binary: VersionLine(name), then LibTorch,
+// MPI, CUDA and NCCL, then the device.
+std::string WorkerVersionText(const std::string& name, const std::string& device);
+
+// The processor's model name (/proc/cpuinfo), or "unknown CPU".
+std::string CpuModelName();
 
 // NCCL over MPI_COMM_WORLD on device `device` (usually the local rank). UNIMPLEMENTED
 // when built without NCCL; FAILED_PRECONDITION without a GPU.

@@ -114,6 +114,24 @@ int CudaDeviceCount() {
   return n;
 }
 
+nlohmann::json AcceleratorVersions(const std::string& device) {
+  int runtime = 0, nccl = 0;
+  cudaRuntimeGetVersion(&runtime);
+  ncclGetVersion(&nccl);
+  nlohmann::json j = {
+      {"cuda", absl::StrCat(runtime / 1000, ".", (runtime % 1000) / 10)},
+      {"nccl", absl::StrCat(nccl / 10000, ".", (nccl % 10000) / 100, ".", nccl % 100)}};
+  if (device.rfind("cuda:", 0) == 0) {
+    cudaDeviceProp prop;
+    const int index = std::atoi(device.c_str() + 5);
+    j["device"] =
+        cudaGetDeviceProperties(&prop, index) == cudaSuccess ? std::string(prop.name) : device;
+  } else {
+    j["device"] = CpuModelName();
+  }
+  return j;
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(int device) {
   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> mpi, MakeMpiCommunicator());
   if (device >= CudaDeviceCount()) {

@@ -7,6 +7,11 @@ namespace xmod {
 bool NcclCompiledIn() { return false; }
 int CudaDeviceCount() { return 0; }
 
+nlohmann::json AcceleratorVersions(const std::string& device) {
+  return {
+      {"cuda", "none"}, {"nccl", "none"}, {"device", device == "cpu" ? CpuModelName() : device}};
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(int device) {
   return absl::UnimplementedError(
       absl::StrCat("this xmod was built without NCCL; cannot use cuda:", device));
