@@ -543,7 +543,7 @@ TEST(SqliteStore, MetricsForAnUnknownJobAreRefusedWhole) {
 
 TEST(SqliteStore, QueryRefusesStatementsThatWrite) {
   auto store = OpenMemory();
-  for (const char* sql : {"DELETE FROM jobs", "INSERT INTO workers VALUES ('w', 'h', 1, 0, 0)",
+  for (const char* sql : {"DELETE FROM jobs", "INSERT INTO workers VALUES ('w', 'h', 1, 0, 0, NULL)",
                           "DROP TABLE jobs", "PRAGMA user_version=6"}) {
     auto r = store->Query(sql);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << sql;
