@@ -543,8 +543,9 @@ TEST(SqliteStore, MetricsForAnUnknownJobAreRefusedWhole) {
 
 TEST(SqliteStore, QueryRefusesStatementsThatWrite) {
   auto store = OpenMemory();
-  for (const char* sql : {"DELETE FROM jobs", "INSERT INTO workers VALUES ('w', 'h', 1, 0, 0, NULL)",
-                          "DROP TABLE jobs", "PRAGMA user_version=6"}) {
+  for (const char* sql :
+       {"DELETE FROM jobs", "INSERT INTO workers VALUES ('w', 'h', 1, 0, 0, NULL)",
+        "DROP TABLE jobs", "PRAGMA user_version=6"}) {
     auto r = store->Query(sql);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << sql;
     EXPECT_THAT(std::string(r.status().message()), HasSubstr("would write")) << sql;
