@@ -28,13 +28,14 @@ void StreamChecksum::Update(const void* data, size_t size) {
 
 uint64_t StreamChecksum::Digest() const { return XXH3_64bits_digest(state_->xxh); }
 
-std::string StreamChecksum::Hex() const {
+namespace {
+
+// 16 lower-case hex digits.
+std::string Hex64(uint64_t h) {
   char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(Digest()));
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
   return buf;
 }
-
-namespace {
 
 // Calls `eat` on each block of the file, in order.
 template <typename Eat>
@@ -53,6 +54,8 @@ absl::Status ReadBlocks(const std::string& path, Eat eat) {
 
 }  // namespace
 
+std::string StreamChecksum::Hex() const { return Hex64(Digest()); }
+
 absl::StatusOr<std::string> FileChecksum(const std::string& path) {
   StreamChecksum sum;
   const absl::Status read =
@@ -67,9 +70,7 @@ absl::StatusOr<std::string> LegacyFileChecksum(const std::string& path) {
     h = Fnv1a64Continue(h, std::string_view(data, size));
   });
   if (!read.ok()) return read;
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return std::string(buf);
+  return Hex64(h);
 }
 
 }  // namespace xmod
