@@ -62,31 +62,17 @@ cpu=0
 build="${XMOD_GPU_BUILD:-build-gpu}"
 deps="${XMOD_GPU_DEPS:-}"
 [ -z "$deps" ] && [ -d bench/gpu-deps/root ] && deps=bench/gpu-deps
-prefix_path=""
-if [ -n "$deps" ]; then
-  [ -d "$deps/root" ] || fail "XMOD_GPU_DEPS=$deps has no root/ folder" "make it with bash bench/gpu_check.sh --prepare-deps $deps"
-  d="$(cd "$deps/root" && pwd)"
-  export PATH="$d/usr/bin:$PATH"
-  export LD_LIBRARY_PATH="$d/usr/lib/x86_64-linux-gnu:$d/usr/lib/x86_64-linux-gnu/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export OPAL_PREFIX="$d/usr/lib/x86_64-linux-gnu/openmpi"  # Open MPI found where it was unpacked
-  export CMAKE_ROOT="$(ls -d "$d"/usr/share/cmake-* 2>/dev/null | head -n 1)"
-  [ -z "$CMAKE_ROOT" ] && unset CMAKE_ROOT
-  prefix_path="$d/usr;$d/usr/lib/x86_64-linux-gnu/cmake"
-  say "using the unpacked packages in $d"
-fi
+# Finding LibTorch and the carried packages is shared with deploy/build-gpu.sh.
+source deploy/libtorch-env.sh
+xmod_prefix_path=""
+[ -n "$deps" ] && xmod_use_carried_deps "$deps"
 
 # -- LibTorch -------------------------------------------------------------------
-torch_prefix="${XMOD_TORCH_PREFIX:-}"
-if [ -z "$torch_prefix" ] && [ "$cpu" = 0 ]; then
-  command -v python3 >/dev/null || fail "python3 is not on PATH" "set XMOD_TORCH_PREFIX to LibTorch's CMake prefix"
-  torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)" ||
-    fail "python3 cannot import torch" "install PyTorch with CUDA, or set XMOD_TORCH_PREFIX"
-  abi="$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>/dev/null || echo 1)"
-  [ "$abi" = 1 ] || fail "this PyTorch is built with the old C++ ABI (_GLIBCXX_USE_CXX11_ABI=0); Debian's Abseil and fmt use the new one" \
-    "use a PyTorch built with the CXX11 ABI (pip wheels from 2.7 on, NGC containers), or a LibTorch cxx11-abi download via XMOD_TORCH_PREFIX"
-  say "LibTorch from python3's torch: $torch_prefix"
+if [ -n "${XMOD_TORCH_PREFIX:-}" ] || [ "$cpu" = 0 ]; then
+  xmod_find_torch
+  xmod_prefix_path="${xmod_torch_prefix}${xmod_prefix_path:+;$xmod_prefix_path}"
 fi
-[ -n "$torch_prefix" ] && prefix_path="${torch_prefix}${prefix_path:+;$prefix_path}"
+prefix_path="$xmod_prefix_path"
 
 # -- Tools ------------------------------------------------------------------------
 command -v cmake >/dev/null || fail "cmake is not on PATH" "install CMake >= 3.22, or carry it with --prepare-deps"

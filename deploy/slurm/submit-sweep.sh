@@ -3,9 +3,10 @@
 # array (held, and starting only after the coordinator), waits for the
 # coordinator's address file, submits SPEC to it and releases the workers.
 #   deploy/slurm/submit-sweep.sh sweeps/xmod-cluster.yaml
-# Environment: XMOD_BIN, XMOD_RUN_DIR, XMOD_DB, XMOD_TOKEN_FILE, XMOD_PORT (see the
-# .sbatch files), XMOD_QUEUE_WAIT_SECONDS (default 1800: how long the coordinator may
-# queue; the wait stops early when the coordinator job has ended or can never start).
+# Environment: XMOD_BIN, XMOD_RUN_DIR, XMOD_DB, XMOD_TOKEN_FILE, XMOD_PORT, XMOD_SIF
+# (an Apptainer image to run xmod from, e.g. xmod.sif; see the .sbatch files),
+# XMOD_QUEUE_WAIT_SECONDS (default 1800: how long the coordinator may queue; the wait
+# stops early when the coordinator job has ended or can never start).
 # XMOD_WAIT_SECONDS is the worker groups' own wait for the address file (workers.sbatch).
 set -euo pipefail
 
@@ -21,9 +22,17 @@ export XMOD_RUN_DIR="${XMOD_RUN_DIR:-$PWD/xmod-run}"
 export XMOD_DB="${XMOD_DB:-$XMOD_RUN_DIR/xmod.db}"
 export XMOD_TOKEN_FILE="${XMOD_TOKEN_FILE:-$XMOD_RUN_DIR/token}"
 wait_seconds="${XMOD_QUEUE_WAIT_SECONDS:-1800}"
+run=()
+if [ -n "${XMOD_SIF:-}" ]; then
+  mkdir -p "$XMOD_RUN_DIR"
+  run=(apptainer exec --bind "$XMOD_RUN_DIR" "$XMOD_SIF")
+  xmod=/usr/local/bin/xmod
+else
+  xmod="$XMOD_BIN/xmod"
+fi
 
 # Check the spec here, before anything is queued (exit 2 names file:line:field).
-"$XMOD_BIN/xmod" expand "$spec" >/dev/null
+"${run[@]}" "$xmod" expand "$spec" >/dev/null
 
 mkdir -p "$XMOD_RUN_DIR/runs"
 if [ ! -s "$XMOD_TOKEN_FILE" ]; then
@@ -71,7 +80,7 @@ until [ -s "$addr_file" ]; do
 done
 addr=$(<"$addr_file")
 
-"$XMOD_BIN/xmod" submit "$spec" --coordinator "$addr" --token-file "$XMOD_TOKEN_FILE"
+"${run[@]}" "$xmod" submit "$spec" --coordinator "$addr" --token-file "$XMOD_TOKEN_FILE"
 scontrol release "$workers"
 echo "submit-sweep: coordinator at $addr; follow with:"
-echo "  $XMOD_BIN/xmod status --coordinator $addr --token-file $XMOD_TOKEN_FILE --watch"
+echo "  ${run[*]:+${run[*]} }$xmod status --coordinator $addr --token-file $XMOD_TOKEN_FILE --watch"
