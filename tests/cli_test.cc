@@ -181,6 +181,26 @@ TEST_F(Cli, CancelAndResumeMoveJobs) {
   r = Xmod({"resume", "smoke", "--db", db});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("8 failed or cancelled jobs back to pending"));
+  // One job: cancelled by id, found by --where, resumed by id.
+  r = Xmod({"results", "smoke", "--db", db, "--columns", "job_id", "--format", "csv"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string job = r.out.substr(7, 16);  // the first id after the header "job_id\n"
+  r = Xmod({"cancel", job, "--db", db});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("1 jobs cancelled"));
+  r = Xmod({"results", "smoke", "--db", db, "--where", "status = 'cancelled'", "--columns",
+            "job_id,status", "--format", "csv"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "job_id,status\n" + job + ",cancelled\n");
+  r = Xmod({"resume", job, "--db", db});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("'" + job + "': 1 failed or cancelled jobs back to pending"));
+  r = Xmod({"results", "smoke", "--db", db, "--where", "status <> 'pending'"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr(job)));
+  r = Xmod({"resume", "0000000000000000", "--db", db});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("no sweep or job named '0000000000000000'"));
 }
 
 TEST_F(Cli, FitReadsACsvAndPrintsTheDenseLawAsJson) {
@@ -841,6 +861,97 @@ TEST_F(Cli, EveryCommandHasHelpAndUsageErrorsExitTwo) {
   EXPECT_EQ(Xmod({"frobnicate"}).code, 2);
   EXPECT_EQ(Xmod({"submit", Sweep("smoke")}).code, 2);  // --db missing
   EXPECT_EQ(Xmod({"expand", Path("missing.yaml")}).code, 2);
+}
+
+// Output control, tags and comparison on two law grids that differ only in their
+// learning rate (losses written as a law plus noise): --columns picks and orders,
+// --where filters by SQL over the columns, the table hides cluster_key and prints
+// times as dates; tags and a note persist; compare names the lr as the
+// difference and matches every configuration.
+TEST_F(Cli, ResultsColumnsWhereTagsAndCompare) {
+  const std::string db = Path("grid.db");
+  ASSERT_EQ(Xmod({"submit", LawGrid(), "--db", db}).code, 0);
+  FinishWithLawLosses(db, "lawgrid", 0.002,
+                      5);  // leases every job of the file: one sweep at a time
+  {
+    std::ifstream in(LawGrid());
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    text.replace(text.find("name: lawgrid"), 13, "name: lawgrid-lr");
+    text.replace(text.find("lr: 1.0e-2"), 10, "lr: 2.0e-2");
+    std::ofstream(Path("lawgrid_lr.yaml")) << text;
+  }
+  ASSERT_EQ(Xmod({"submit", Path("lawgrid_lr.yaml"), "--db", db}).code, 0);
+  FinishWithLawLosses(db, "lawgrid-lr", 0.002, 6);
+
+  CommandResult r = Xmod({"results", "lawgrid", "--db", db});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("final_val_loss"));
+  EXPECT_THAT(r.out, Not(HasSubstr("cluster_key")));
+  r = Xmod({"results", "lawgrid", "--db", db, "--format", "csv"});
+  EXPECT_THAT(r.out, HasSubstr("cluster_key"));  // machine formats keep every column
+  r = Xmod({"results", "lawgrid", "--db", db, "--columns", "family,job_id,cluster_key", "--where",
+            "family = 'dense' AND final_val_loss IS NOT NULL", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_GE(rows.size(), 2u);
+  for (const auto& row : rows) {
+    EXPECT_EQ(row.size(), 3u);
+    EXPECT_EQ(row["family"], "dense");
+    EXPECT_EQ(row.begin().key(), "cluster_key");  // nlohmann sorts keys; all three are there
+  }
+  r = Xmod({"results", "lawgrid", "--db", db, "--where", "family = 'dense'", "--by-config",
+            "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const auto& row : nlohmann::json::parse(r.out)) EXPECT_EQ(row["family"], "dense");
+  r = Xmod({"results", "lawgrid", "--db", db, "--where", "no_such_column = 1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--where: SQL error: no such column: no_such_column"));
+  r = Xmod({"results", "lawgrid", "--db", db, "--where", "1); DELETE FROM jobs; SELECT (1"});
+  EXPECT_EQ(r.code, 2);
+  r = Xmod({"sql", "SELECT COUNT(*) AS n FROM jobs", "--db", db, "--format", "csv"});
+  EXPECT_NE(r.out, "n\n0\n");
+  r = Xmod({"results", "lawgrid", "--db", db, "--columns", "job_id,nope"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--columns: no column 'nope' (known: sweep, job_id,"));
+  // Times: the sweeps' created_at as a UTC date in tables, seconds in CSV.
+  r = Xmod({"sql", "SELECT 1764964800.5 AS created_at, 12.5 AS wall_time", "--db", db});
+  EXPECT_THAT(r.out, HasSubstr("2025-12-05 20:00:00  12.5"));
+  r = Xmod({"sql", "SELECT 1764964800.5 AS created_at", "--db", db, "--format", "csv"});
+  EXPECT_EQ(r.out, "created_at\n1764964800.5\n");
+
+  r = Xmod({"tag", "lawgrid", "--db", db, "--add", "baseline", "--add", "fig-3", "--note",
+            "lr 0.01, the first grid"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Xmod({"tag", "lawgrid", "--db", db, "--remove", "fig-3"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Xmod({"tag", "lawgrid", "--db", db});
+  EXPECT_EQ(r.out, "sweep 'lawgrid': tags: baseline\nnote: lr 0.01, the first grid\n");
+  r = Xmod({"tag", "lawgrid", "--db", db, "--add", "two words"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("tag 'two words'"));
+  r = Xmod({"tag", "nosuch", "--db", db, "--add", "x"});
+  EXPECT_EQ(r.code, 2);
+  r = Xmod({"sql", "SELECT s.name, t.tag FROM sweep_tags t JOIN sweeps s USING (sweep_id)", "--db",
+            db, "--format", "csv"});
+  EXPECT_EQ(r.out, "name,tag\nlawgrid,baseline\n");
+
+  r = Xmod({"compare", "lawgrid", "lawgrid-lr", "--db", db});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("B differs from A in: lr: 0.01 -> 0.02"));
+  r = Xmod({"results", "lawgrid", "--db", db, "--where", "status = 'succeeded'", "--format", "csv",
+            "--columns", "job_id"});
+  const auto finished = std::count(r.out.begin(), r.out.end(), '\n') - 1;
+  EXPECT_THAT(r.out, Not(HasSubstr("nope")));
+  r = Xmod({"compare", "lawgrid", "lawgrid-lr", "--db", db, "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto compared = nlohmann::json::parse(r.out);
+  EXPECT_EQ(static_cast<int64_t>(compared.size()), finished);  // one seed per configuration
+  for (const auto& row : compared) {
+    EXPECT_NEAR(row["diff"].get<double>(),
+                row["loss_b"].get<double>() - row["loss_a"].get<double>(), 1e-12);
+    EXPECT_EQ(row["se_from"], "eval");
+  }
+  EXPECT_THAT(r.err, HasSubstr("shared configurations, 0 only in A, 0 only in B"));
 }
 
 }  // namespace

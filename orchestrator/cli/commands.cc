@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -33,6 +35,7 @@
 #include "orchestrator/launch/export_job.h"
 #include "orchestrator/launch/local_run.h"
 #include "orchestrator/plan/plan_command.h"
+#include "orchestrator/report/compare.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
 #include "orchestrator/report/slopes.h"
@@ -40,6 +43,7 @@
 #include "orchestrator/scheduler/scheduler.h"
 #include "orchestrator/service/client.h"
 #include "orchestrator/service/server.h"
+#include "orchestrator/store/cells.h"
 #include "orchestrator/store/sqlite_store.h"
 #include "orchestrator/sweep/design_check.h"
 #include "orchestrator/sweep/expand.h"
@@ -108,6 +112,15 @@ struct Flags {
   bool power = false;
   PowerOptions power_options;
   std::vector<std::string> assume;
+  // results
+  std::vector<std::string> columns;
+  std::string where;
+  // tag
+  std::vector<std::string> tags_add, tags_remove;
+  std::optional<std::string> note;
+  // compare
+  std::string sweep_b;
+  std::string db_b;
   // fit, plot
   FitCommandOptions fit;
   PlotCommandOptions plot;
@@ -512,36 +525,84 @@ absl::Status Dashboard(const Flags& f, std::ostream& out) {
   return absl::OkStatus();
 }
 
+// The ids of the sweep's jobs whose job_results row satisfies `where`, an SQL
+// expression over the view's columns (read-only: it runs through `xmod sql`'s guard).
+absl::StatusOr<std::set<std::string>> JobsWhere(SqliteStore* store, const std::string& sweep,
+                                                const std::string& where) {
+  std::string quoted;
+  for (char c : sweep) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  auto rows = store->Query(absl::StrCat("SELECT job_id FROM job_results WHERE sweep = '", quoted,
+                                        "' AND (", where, ")"));
+  if (!rows.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--where: ", rows.status().message(),
+                     " (an SQL expression over the columns of xmod results, e.g. "
+                     "\"status = 'succeeded' AND context >= 256\")"));
+  }
+  std::set<std::string> ids;
+  for (const auto& row : rows->rows) ids.insert(AsText(row[0]));
+  return ids;
+}
+
 absl::Status Results(const Flags& f, std::ostream& out) {
   ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
   ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
+  std::optional<std::set<std::string>> kept;
+  if (!f.where.empty()) {
+    RETURN_IF_ERROR(store->JobResultRows(f.sweep).status());  // NOT_FOUND for no such sweep
+    ASSIGN_OR_RETURN(kept, JobsWhere(store.get(), f.sweep, f.where));
+  }
+  QueryResult rows;
   if (f.by_config || f.baselines || f.slopes || f.pairs || f.lr_scan) {
     if (int{f.by_config} + int{f.baselines} + int{f.slopes} + int{f.pairs} + int{f.lr_scan} > 1) {
       return absl::InvalidArgumentError(
           "give one of --by-config, --baselines, --slopes, --pairs and --lr-scan");
     }
     ASSIGN_OR_RETURN(std::vector<JobResultRow> jobs, store->JobResultRows(f.sweep));
-    PrintResult(f.by_config   ? ReplicateTable(jobs)
-                : f.baselines ? BaselineComparison(jobs)
-                : f.pairs     ? PairedDifferences(jobs)
-                : f.lr_scan   ? LrScanTable(jobs)
-                              : LocalSlopes(jobs),
-                format, out);
-    return absl::OkStatus();
-  }
-  ASSIGN_OR_RETURN(QueryResult rows, ResultsTable(store.get(), f.sweep));
-  // The build each job's newest attempt ran on (docs/provenance.md).
-  ASSIGN_OR_RETURN(auto commits, store->JobCommits(f.sweep));
-  const auto id = std::find(rows.columns.begin(), rows.columns.end(), "job_id");
-  if (id != rows.columns.end()) {
-    const size_t c = static_cast<size_t>(id - rows.columns.begin());
-    rows.columns.push_back("commit");
-    for (auto& row : rows.rows) {
-      const std::string* job = std::get_if<std::string>(&row[c]);
-      const auto it = job == nullptr ? commits.end() : commits.find(*job);
-      row.push_back(it == commits.end() ? Value() : Value(it->second));
+    if (kept.has_value()) {
+      jobs.erase(std::remove_if(jobs.begin(), jobs.end(),
+                                [&](const JobResultRow& j) { return kept->count(j.id) == 0; }),
+                 jobs.end());
+    }
+    rows = f.by_config   ? ReplicateTable(jobs)
+           : f.baselines ? BaselineComparison(jobs)
+           : f.pairs     ? PairedDifferences(jobs)
+           : f.lr_scan   ? LrScanTable(jobs)
+                         : LocalSlopes(jobs);
+  } else {
+    ASSIGN_OR_RETURN(rows, ResultsTable(store.get(), f.sweep));
+    // The build each job's newest attempt ran on (docs/provenance.md).
+    ASSIGN_OR_RETURN(auto commits, store->JobCommits(f.sweep));
+    const auto id = std::find(rows.columns.begin(), rows.columns.end(), "job_id");
+    if (id != rows.columns.end()) {
+      const size_t c = static_cast<size_t>(id - rows.columns.begin());
+      rows.columns.push_back("commit");
+      for (auto& row : rows.rows) {
+        const std::string* job = std::get_if<std::string>(&row[c]);
+        const auto it = job == nullptr ? commits.end() : commits.find(*job);
+        row.push_back(it == commits.end() ? Value() : Value(it->second));
+      }
+      if (kept.has_value()) {
+        rows.rows.erase(std::remove_if(rows.rows.begin(), rows.rows.end(),
+                                       [&](const std::vector<Value>& row) {
+                                         const std::string* job = std::get_if<std::string>(&row[c]);
+                                         return job == nullptr || kept->count(*job) == 0;
+                                       }),
+                        rows.rows.end());
+      }
+    }
+    // The bootstrap's grouping key is a long JSON text: out of the default table
+    // (CSV and JSON keep it; --columns cluster_key shows it).
+    if (format == Format::kTable && f.columns.empty()) {
+      const auto key = std::find(rows.columns.begin(), rows.columns.end(), "cluster_key");
+      if (key != rows.columns.end()) {
+        const auto c = key - rows.columns.begin();
+        rows.columns.erase(key);
+        for (auto& row : rows.rows) row.erase(row.begin() + c);
+      }
     }
   }
+  if (!f.columns.empty()) RETURN_IF_ERROR(SelectColumns(f.columns, &rows));
   PrintResult(rows, format, out);
   return absl::OkStatus();
 }
@@ -574,13 +635,64 @@ absl::Status Resume(const Flags& f, std::ostream& out) {
   int64_t moved = 0;
   if (!f.coordinator.empty()) {
     ASSIGN_OR_RETURN(auto remote, Connect(f));
-    ASSIGN_OR_RETURN(moved, remote->Resume(f.sweep));
+    ASSIGN_OR_RETURN(moved, remote->Resume(f.target));
   } else {
     ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
     Scheduler scheduler(store.get(), SchedulerOptions{});
-    ASSIGN_OR_RETURN(moved, scheduler.Resume(f.sweep));
+    ASSIGN_OR_RETURN(moved, scheduler.Resume(f.target));
   }
-  out << fmt::format("sweep '{}': {} failed or cancelled jobs back to pending\n", f.sweep, moved);
+  out << fmt::format("'{}': {} failed or cancelled jobs back to pending\n", f.target, moved);
+  return absl::OkStatus();
+}
+
+absl::Status Tag(const Flags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto store, OpenStore(f.db, false));
+  SqliteStore::SweepLabels labels;
+  if (f.tags_add.empty() && f.tags_remove.empty() && !f.note.has_value()) {
+    ASSIGN_OR_RETURN(labels, store->SweepTags(f.sweep));
+  } else {
+    ASSIGN_OR_RETURN(labels, store->SetSweepTags(f.sweep, f.tags_add, f.tags_remove, f.note));
+  }
+  out << fmt::format("sweep '{}': tags: {}\n", f.sweep,
+                     labels.tags.empty() ? "(none)" : absl::StrJoin(labels.tags, ", "));
+  out << fmt::format("note: {}\n", labels.note.empty() ? "(none)" : labels.note);
+  return absl::OkStatus();
+}
+
+absl::Status Compare(const Flags& f, std::ostream& out) {
+  ASSIGN_OR_RETURN(Format format, ParseFormat(f.format));
+  ASSIGN_OR_RETURN(auto store, OpenStore(f.db, true));
+  ASSIGN_OR_RETURN(std::vector<JobResultRow> a, store->JobResultRows(f.sweep));
+  std::vector<JobResultRow> b;
+  if (f.db_b.empty()) {
+    ASSIGN_OR_RETURN(b, store->JobResultRows(f.sweep_b));
+  } else {
+    ASSIGN_OR_RETURN(auto other, OpenStore(f.db_b, true));
+    ASSIGN_OR_RETURN(b, other->JobResultRows(f.sweep_b));
+  }
+  const SweepComparison c = CompareSweeps(a, b);
+  // The summary goes to standard error for CSV and JSON, which stay machine-readable.
+  std::ostream& note = format == Format::kTable || f.err == nullptr ? out : *f.err;
+  note << fmt::format(
+      "A = '{}', B = '{}'{}: {} shared configurations, {} only in A, {} only in B\n", f.sweep,
+      f.sweep_b, f.db_b.empty() ? "" : fmt::format(" (B from {})", f.db_b), c.shared, c.only_a,
+      c.only_b);
+  if (c.differences.empty()) {
+    note << "the sweeps differ in no setting that is constant within each (shared jobs compare "
+            "with themselves)\n";
+  } else {
+    note << "B differs from A in: " << absl::StrJoin(c.differences, "; ") << "\n";
+  }
+  if (c.shared > 0) {
+    note << fmt::format(
+        "mean difference B - A over shared configurations: {:+.4g}{}; B lower in {} "
+        "of {}\n",
+        c.mean_diff,
+        c.shared >= 2 ? fmt::format(" ± {:.2g} (SE across configurations)", c.mean_diff_se)
+                      : std::string(" (one configuration: no spread)"),
+        c.b_lower, c.shared);
+  }
+  PrintResult(c.table, format, out);
   return absl::OkStatus();
 }
 
@@ -762,6 +874,13 @@ void ResultsFlags(CLI::App* cmd, Flags& f) {
   cmd->add_option("sweep", f.sweep, "Sweep name")->required();
   AddDb(cmd, f);
   AddFormat(cmd, f);
+  cmd->add_option("--columns", f.columns,
+                  "Only these columns, in this order (comma-separated; e.g. "
+                  "job_id,context,final_val_loss)")
+      ->delimiter(',');
+  cmd->add_option("--where", f.where,
+                  "Only jobs whose row satisfies this SQL expression over the columns "
+                  "(e.g. \"status = 'succeeded' AND context >= 256\")");
   cmd->add_flag("--by-config", f.by_config,
                 "One row per configuration: seeds, mean loss, seed spread, evaluation SE");
   cmd->add_flag("--baselines", f.baselines,
@@ -802,8 +921,23 @@ void SqlFlags(CLI::App* cmd, Flags& f) {
   AddFormat(cmd, f);
 }
 void ResumeFlags(CLI::App* cmd, Flags& f) {
-  cmd->add_option("sweep", f.sweep, "Sweep name")->required();
+  cmd->add_option("target", f.target, "Sweep name or job id")->required();
   AddDbOrRemote(cmd, f);
+}
+void TagFlags(CLI::App* cmd, Flags& f) {
+  cmd->add_option("sweep", f.sweep, "Sweep name")->required();
+  AddDb(cmd, f);
+  cmd->add_option("--add", f.tags_add, "Tags to add (no commas or spaces, at most 64 bytes)");
+  cmd->add_option("--remove", f.tags_remove, "Tags to remove");
+  cmd->add_option("--note", f.note, "Replace the sweep's note (\"\" clears it)");
+}
+void CompareFlags(CLI::App* cmd, Flags& f) {
+  cmd->add_option("sweep_a", f.sweep, "Sweep A")->required();
+  cmd->add_option("sweep_b", f.sweep_b, "Sweep B")->required();
+  AddDb(cmd, f);
+  cmd->add_option("--db-b", f.db_b, "Read sweep B from this database file instead")
+      ->check(CLI::ExistingFile);
+  AddFormat(cmd, f);
 }
 void CancelFlags(CLI::App* cmd, Flags& f) {
   cmd->add_option("target", f.target, "Sweep name or job id")->required();
@@ -1097,7 +1231,10 @@ const Command kCommands[] = {
      "Write a job's newest checkpoint as safetensors with a config.json, for other tools "
      "(docs/export.md)",
      ExportFlags, Export},
-    {"resume", "Move a sweep's failed and cancelled jobs to pending", ResumeFlags, Resume},
+    {"resume", "Move a sweep's failed and cancelled jobs, or one job, to pending", ResumeFlags,
+     Resume},
+    {"tag", "Show or change a sweep's tags and note", TagFlags, Tag},
+    {"compare", "Two sweeps' losses on the configurations they share", CompareFlags, Compare},
     {"cancel", "Cancel a sweep's unfinished jobs, or one job", CancelFlags, Cancel},
     {"serve", "Run the coordinator (gRPC) over a SQLite file", ServeFlags, Serve},
     {"dashboard", "Serve the read-only web dashboard over a SQLite file", DashboardFlags,

@@ -650,21 +650,99 @@ absl::Status SqliteStore::TransitionJob(const std::string& job_id, JobState to,
   });
 }
 
-absl::StatusOr<int64_t> SqliteStore::ResumeSweep(const std::string& sweep) {
+absl::StatusOr<int64_t> SqliteStore::ResumeSweep(const std::string& sweep_or_job) {
   int64_t moved = 0;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
-    ASSIGN_OR_RETURN(int64_t sweep_id, SweepIdLocked(sweep));
-    ASSIGN_OR_RETURN(Statement * s,
-                     PrepareLocked("SELECT job_id FROM sweep_jobs WHERE sweep_id = ?1"));
-    s->Bind(1, sweep_id);
-    ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
     std::vector<std::string> ids;
-    for (const auto& row : rows.rows) ids.push_back(AsText(row[0]));
-    ASSIGN_OR_RETURN(moved,
-                     MoveJobsLocked(ids, StatesWhere(IsResumable), JobState::kPending, "resumed"));
+    auto sweep_id = SweepIdLocked(sweep_or_job);
+    if (sweep_id.ok()) {
+      ASSIGN_OR_RETURN(Statement * s,
+                       PrepareLocked("SELECT job_id FROM sweep_jobs WHERE sweep_id = ?1"));
+      s->Bind(1, *sweep_id);
+      ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+      for (const auto& row : rows.rows) ids.push_back(AsText(row[0]));
+    } else if (absl::IsNotFound(sweep_id.status())) {
+      ids.push_back(sweep_or_job);
+    } else {
+      return sweep_id.status();
+    }
+    auto result = MoveJobsLocked(ids, StatesWhere(IsResumable), JobState::kPending, "resumed");
+    if (absl::IsNotFound(result.status())) {
+      return absl::NotFoundError(absl::StrCat("no sweep or job named '", sweep_or_job, "'"));
+    }
+    ASSIGN_OR_RETURN(moved, std::move(result));
     return absl::OkStatus();
   }));
   return moved;
+}
+
+namespace {
+
+absl::Status CheckTag(const std::string& tag) {
+  if (tag.empty() || tag.size() > 64 || tag.find_first_of(", \t\n\r") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tag '", tag, "': give 1-64 bytes without commas or white space"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SqliteStore::SweepLabels> SqliteStore::SweepTags(const std::string& sweep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return SweepTagsLocked(sweep);
+}
+
+absl::StatusOr<SqliteStore::SweepLabels> SqliteStore::SweepTagsLocked(const std::string& sweep) {
+  ASSIGN_OR_RETURN(int64_t sweep_id, SweepIdLocked(sweep));
+  SweepLabels labels;
+  ASSIGN_OR_RETURN(Statement * tags,
+                   PrepareLocked("SELECT tag FROM sweep_tags WHERE sweep_id = ?1 ORDER BY tag"));
+  tags->Bind(1, sweep_id);
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(tags));
+  for (const auto& row : rows.rows) labels.tags.push_back(AsText(row[0]));
+  ASSIGN_OR_RETURN(Statement * note,
+                   PrepareLocked("SELECT COALESCE(note, '') FROM sweeps WHERE sweep_id = ?1"));
+  note->Bind(1, sweep_id);
+  ASSIGN_OR_RETURN(QueryResult notes, CollectLocked(note));
+  if (!notes.rows.empty()) labels.note = AsText(notes.rows[0][0]);
+  return labels;
+}
+
+absl::StatusOr<SqliteStore::SweepLabels> SqliteStore::SetSweepTags(
+    const std::string& sweep, const std::vector<std::string>& add,
+    const std::vector<std::string>& remove, const std::optional<std::string>& note) {
+  for (const std::string& tag : add) RETURN_IF_ERROR(CheckTag(tag));
+  SweepLabels labels;
+  RETURN_IF_ERROR(Write([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(int64_t sweep_id, SweepIdLocked(sweep));
+    ASSIGN_OR_RETURN(Statement * insert,
+                     PrepareLocked("INSERT OR IGNORE INTO sweep_tags (sweep_id, tag) "
+                                   "VALUES (?1, ?2)"));
+    for (const std::string& tag : add) {
+      insert->Bind(1, sweep_id);
+      insert->Bind(2, tag);
+      RETURN_IF_ERROR(WriteLocked(insert, "adding a tag"));
+    }
+    ASSIGN_OR_RETURN(Statement * erase,
+                     PrepareLocked("DELETE FROM sweep_tags WHERE sweep_id = ?1 AND tag = ?2"));
+    for (const std::string& tag : remove) {
+      erase->Bind(1, sweep_id);
+      erase->Bind(2, tag);
+      RETURN_IF_ERROR(WriteLocked(erase, "removing a tag"));
+    }
+    if (note.has_value()) {
+      ASSIGN_OR_RETURN(
+          Statement * set,
+          PrepareLocked("UPDATE sweeps SET note = NULLIF(?2, '') WHERE sweep_id = ?1"));
+      set->Bind(1, sweep_id);
+      set->Bind(2, *note);
+      RETURN_IF_ERROR(WriteLocked(set, "setting the note"));
+    }
+    ASSIGN_OR_RETURN(labels, SweepTagsLocked(sweep));
+    return absl::OkStatus();
+  }));
+  return labels;
 }
 
 absl::StatusOr<int64_t> SqliteStore::Cancel(const std::string& sweep_or_job) {

@@ -120,9 +120,24 @@ class SqliteStore : public StoreReader {
   // NOT_FOUND when there is no such sweep.
   absl::StatusOr<int64_t> RecordFit(const std::string& sweep, const FitRecord& fit);
 
-  // Failed and cancelled jobs of the sweep back to pending, with a fresh attempt
-  // budget; returns how many.
-  absl::StatusOr<int64_t> ResumeSweep(const std::string& sweep);
+  // Failed and cancelled jobs of the sweep (or the one job whose id is
+  // `sweep_or_job`) back to pending, with a fresh attempt budget; returns how
+  // many. NOT_FOUND names the argument when it is neither.
+  absl::StatusOr<int64_t> ResumeSweep(const std::string& sweep_or_job);
+
+  // A sweep's tags (sorted) and note (`xmod tag`). NOT_FOUND for no such sweep.
+  struct SweepLabels {
+    std::vector<std::string> tags;
+    std::string note;
+  };
+  absl::StatusOr<SweepLabels> SweepTags(const std::string& sweep);
+  // Adds and removes tags and, when `note` is set, replaces the note (an empty
+  // one clears it), in one transaction; returns the labels after. INVALID_ARGUMENT
+  // for a tag that is empty, longer than 64 bytes or holds a comma or white space.
+  absl::StatusOr<SweepLabels> SetSweepTags(const std::string& sweep,
+                                           const std::vector<std::string>& add,
+                                           const std::vector<std::string>& remove,
+                                           const std::optional<std::string>& note);
   // Pending, leased and running jobs of the sweep (or the one job whose id is
   // `sweep_or_job`) to cancelled; returns how many.
   absl::StatusOr<int64_t> Cancel(const std::string& sweep_or_job);
@@ -248,6 +263,7 @@ class SqliteStore : public StoreReader {
   // Consults the fault seam, then steps a write statement to completion.
   absl::Status WriteLocked(Statement* statement, std::string_view what);
   absl::StatusOr<int64_t> SweepIdLocked(const std::string& sweep);
+  absl::StatusOr<SweepLabels> SweepTagsLocked(const std::string& sweep);
   // Raise the data version (SweepDataVersion) of one sweep, or of every sweep
   // holding the job. Every write that changes what a sweep's answers show calls
   // one of them in its transaction: a submit, a lease, a heartbeat, metrics, a
