@@ -268,6 +268,39 @@ TEST(Expand, TheDatasetsFingerprintIsPartOfTheJobId) {
   std::filesystem::remove_all(dir);
 }
 
+// data.eos_token states the id the sweep expects to end each document: it must
+// be the one the folder's meta.json records (xmod data import --eos, prepare).
+TEST(Expand, TheSpecsEosTokenMustBeTheDatasetsOwn) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("xmod_eos_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string text = "name: d\ndata: {path: " + dir.string() +
+                           ", vocab_size: 50304,\n  eos_token: 50256}\nfamily: dense\n"
+                           "scales: {s: {d_model: 32, n_heads: 2, n_layers: 2}}\n"
+                           "grid: {context: [32]}\nbudget: {tokens: 4096}\n"
+                           "train: {batch_tokens: 1024}\ndesign: {laws: []}\n";
+  auto error = [&](const std::string& meta) {
+    std::ofstream(dir / "meta.json") << meta;
+    auto spec = ParseSweepSpec(text, "d.yaml");
+    return spec.ok() ? std::string() : std::string(spec.status().message());
+  };
+  EXPECT_EQ(error(R"({"eos_token": 50256})"), "");
+  EXPECT_NE(error(R"({"eos_token": 2})")
+                .find("d.yaml:3: data.eos_token: 50256, but " + dir.string() +
+                      "/meta.json says its documents end with 2"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"format": "xmod-tokens"})").find("records no eos_token"), std::string::npos);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(error(""), "");  // no meta.json where the spec is loaded: nothing to check here
+  auto synthetic = ParseSweepSpec(
+      "name: d\ndata: {synthetic: true, vocab_size: 64, eos_token: 3}\nfamily: dense\n"
+      "scales: {s: {d_model: 32, n_heads: 2, n_layers: 2}}\ngrid: {context: [32]}\n"
+      "budget: {tokens: 4096}\ntrain: {batch_tokens: 1024}\ndesign: {laws: []}\n",
+      "s.yaml");
+  ASSERT_FALSE(synthetic.ok());
+  EXPECT_NE(synthetic.status().message().find("only a dataset folder"), std::string::npos);
+}
+
 // D = r·N or C / F past 2^63 used to wrap in llround and become a 1-token job.
 // Past 2^53 (a bound on every count) it is refused at the budget value's line.
 TEST(Expand, ABudgetGivingMoreThanTwoToThe53TokensIsRefusedAtItsLine) {

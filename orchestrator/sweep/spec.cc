@@ -494,7 +494,7 @@ class SpecParser {
 
   void ParseData(const YAML::Node& node, SweepSpec* spec) {
     if (!ExpectMap(node, "data")) return;
-    CheckKeys(node, "data", {"path", "synthetic", "seed", "vocab_size"});
+    CheckKeys(node, "data", {"path", "synthetic", "seed", "vocab_size", "eos_token"});
     DataSpec& d = spec->data;
     if (node["path"]) String(node["path"], "data.path", &d.path);
     if (node["synthetic"])
@@ -507,6 +507,17 @@ class SpecParser {
     }
     if (node["vocab_size"]) {
       IntIn(node["vocab_size"], "data.vocab_size", 2, kVocabBound, &d.vocab_size);
+    }
+    if (node["eos_token"]) {
+      IntIn(node["eos_token"], "data.eos_token", 0, kVocabBound, &d.eos_token);
+      if (d.eos_token >= d.vocab_size) {
+        Error(Line(node["eos_token"]), "data.eos_token",
+              absl::StrCat(d.eos_token, " is outside data.vocab_size ", d.vocab_size));
+      }
+      if (d.synthetic || d.path.empty()) {
+        Error(Line(node["eos_token"]), "data.eos_token",
+              "only a dataset folder (data.path) has documents to end");
+      }
     }
     if (!d.path.empty() && d.synthetic) {
       // At the second of the two, the one to remove.
@@ -525,8 +536,26 @@ class SpecParser {
         if (!j.is_object()) {
           Error(Line(node["path"]), "data.path",
                 absl::StrCat(d.path, "/meta.json is not a JSON object (docs/data.md)"));
-        } else if (j.contains("fingerprint") && j["fingerprint"].is_string()) {
-          d.fingerprint = j["fingerprint"].get<std::string>();
+        } else {
+          if (j.contains("fingerprint") && j["fingerprint"].is_string()) {
+            d.fingerprint = j["fingerprint"].get<std::string>();
+          }
+          // The EOS the sweep expects must be the one the data was written with.
+          if (d.eos_token >= 0) {
+            const int64_t recorded = j.contains("eos_token") && j["eos_token"].is_number_integer()
+                                         ? j["eos_token"].get<int64_t>()
+                                         : -1;
+            if (recorded < 0) {
+              Error(Line(node["eos_token"]), "data.eos_token",
+                    absl::StrCat(d.path, "/meta.json records no eos_token: its documents are not "
+                                         "marked (re-make it with xmod data import --eos or "
+                                         "xmod data prepare, docs/data.md)"));
+            } else if (recorded != d.eos_token) {
+              Error(Line(node["eos_token"]), "data.eos_token",
+                    absl::StrCat(d.eos_token, ", but ", d.path, "/meta.json says its documents "
+                                 "end with ", recorded));
+            }
+          }
         }
       }
     }

@@ -43,6 +43,9 @@ struct DataSpec {
   // the spec is loaded (empty otherwise, or for a dataset from before
   // fingerprints): it goes into every job's id (docs/data.md).
   std::string fingerprint;
+  // data.eos_token: the id the sweep expects to end every document, checked
+  // against path/meta.json's eos_token where the spec is loaded; -1: not stated.
+  int64_t eos_token = -1;
 };
 
 enum class MatchMode { kFlops, kLayers };
