@@ -547,13 +547,16 @@ class SpecParser {
                                          : -1;
             if (recorded < 0) {
               Error(Line(node["eos_token"]), "data.eos_token",
-                    absl::StrCat(d.path, "/meta.json records no eos_token: its documents are not "
-                                         "marked (re-make it with xmod data import --eos or "
-                                         "xmod data prepare, docs/data.md)"));
+                    absl::StrCat(d.path,
+                                 "/meta.json records no eos_token: its documents are not "
+                                 "marked (re-make it with xmod data import --eos or "
+                                 "xmod data prepare, docs/data.md)"));
             } else if (recorded != d.eos_token) {
               Error(Line(node["eos_token"]), "data.eos_token",
-                    absl::StrCat(d.eos_token, ", but ", d.path, "/meta.json says its documents "
-                                 "end with ", recorded));
+                    absl::StrCat(d.eos_token, ", but ", d.path,
+                                 "/meta.json says its documents "
+                                 "end with ",
+                                 recorded));
             }
           }
         }
