@@ -20,7 +20,7 @@
 
 namespace xmod {
 
-absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& path, int width) {
+absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
@@ -30,17 +30,10 @@ absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& pa
     ::close(fd);
     return absl::InternalError(absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
   }
-  std::unique_ptr<TokenFile> file(new TokenFile());
-  file->width_ = width;
-  file->bytes_ = static_cast<size_t>(st.st_size);
-  if (file->bytes_ % width != 0) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": size ", file->bytes_, " bytes is not a whole number of ", width, "-byte tokens"));
-  }
-  file->size_ = static_cast<int64_t>(file->bytes_ / width);
-  if (file->bytes_ > 0) {
-    void* p = ::mmap(nullptr, file->bytes_, PROT_READ, MAP_SHARED, fd, 0);
+  std::unique_ptr<MappedFile> file(new MappedFile());
+  file->size_ = static_cast<size_t>(st.st_size);
+  if (file->size_ > 0) {
+    void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       ::close(fd);
       return absl::InternalError(absl::StrCat(path, ": mmap failed: ", std::strerror(errno)));
@@ -51,8 +44,32 @@ absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& pa
   return file;
 }
 
-TokenFile::~TokenFile() {
-  if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), bytes_);
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_);
+}
+
+std::string Ordinal(int64_t n) {
+  const int64_t last = n % 10, tens = n % 100;
+  const char* suffix = (tens >= 11 && tens <= 13) ? "th"
+                       : last == 1                ? "st"
+                       : last == 2                ? "nd"
+                       : last == 3                ? "rd"
+                                                  : "th";
+  return absl::StrCat(n, suffix);
+}
+
+absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& path, int width) {
+  std::unique_ptr<TokenFile> file(new TokenFile());
+  ASSIGN_OR_RETURN(file->file_, MappedFile::Open(path));
+  const size_t bytes = file->file_->size();
+  if (bytes % width != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": size ", bytes, " bytes is not a whole number of ", width, "-byte tokens"));
+  }
+  file->width_ = width;
+  file->data_ = file->file_->data();
+  file->size_ = static_cast<int64_t>(bytes / width);
+  return file;
 }
 
 void TokenFile::Copy(int64_t start, int64_t n, int64_t* out) const {
@@ -306,21 +323,6 @@ absl::StatusOr<std::vector<std::string>> ReadDocuments(const PrepareOptions& opt
   }
   return documents;
 }
-
-namespace {
-
-// "1st", "2nd", "3rd", "4th", "11th", "20th", "21st".
-std::string Ordinal(int64_t n) {
-  const int64_t last = n % 10, tens = n % 100;
-  const char* suffix = (tens >= 11 && tens <= 13) ? "th"
-                       : last == 1                ? "st"
-                       : last == 2                ? "nd"
-                       : last == 3                ? "rd"
-                                                  : "th";
-  return absl::StrCat(n, suffix);
-}
-
-}  // namespace
 
 absl::StatusOr<TokenMeta> PrepareByteDataset(const PrepareOptions& options) {
   return PrepareTokenDataset(options, ByteTokenizer(options.eos), nlohmann::json::object());

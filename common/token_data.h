@@ -48,12 +48,31 @@ struct TokenMeta {
 // The id width a vocabulary needs: 2 bytes (uint16) up to 65536 ids, else 4.
 inline int TokenWidth(int64_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
 
+// A whole file mapped read-only (an empty file maps to nothing).
+class MappedFile {
+ public:
+  // NOT_FOUND when the file cannot be opened; INTERNAL when it cannot be mapped.
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const unsigned char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  MappedFile() = default;
+  const unsigned char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// "1st", "2nd", "3rd", "4th", "11th", "21st": how split rules are written out.
+std::string Ordinal(int64_t n);
+
 // A read-only, memory-mapped token file. Thread-safe after Open.
 class TokenFile {
  public:
   // INVALID_ARGUMENT when the size is not a whole number of tokens of `width` bytes.
   static absl::StatusOr<std::unique_ptr<TokenFile>> Open(const std::string& path, int width);
-  ~TokenFile();
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
 
@@ -68,8 +87,8 @@ class TokenFile {
 
  private:
   TokenFile() = default;
+  std::unique_ptr<MappedFile> file_;
   const unsigned char* data_ = nullptr;
-  size_t bytes_ = 0;
   int64_t size_ = 0;
   int width_ = 2;
 };

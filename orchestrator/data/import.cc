@@ -1,12 +1,6 @@
 #include "orchestrator/data/import.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -19,44 +13,6 @@
 
 namespace xmod {
 namespace {
-
-// A read-only memory map of a whole file.
-class Mapped {
- public:
-  static absl::StatusOr<std::unique_ptr<Mapped>> Open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) {
-      return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-    }
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      ::close(fd);
-      return absl::InternalError(absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
-    }
-    std::unique_ptr<Mapped> m(new Mapped());
-    m->size_ = static_cast<size_t>(st.st_size);
-    if (m->size_ > 0) {
-      void* p = ::mmap(nullptr, m->size_, PROT_READ, MAP_SHARED, fd, 0);
-      if (p == MAP_FAILED) {
-        ::close(fd);
-        return absl::InternalError(absl::StrCat(path, ": mmap failed: ", std::strerror(errno)));
-      }
-      m->data_ = static_cast<const unsigned char*>(p);
-    }
-    ::close(fd);
-    return m;
-  }
-  ~Mapped() {
-    if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_);
-  }
-  const unsigned char* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  Mapped() = default;
-  const unsigned char* data_ = nullptr;
-  size_t size_ = 0;
-};
 
 template <typename T>
 T Load(const unsigned char* p) {
@@ -109,8 +65,8 @@ int64_t ElemAt(const unsigned char* base, Elem e, int64_t i) {
 // Documents of one input: runs of ids in a mapped file.
 struct Source {
   std::string path;
-  std::unique_ptr<Mapped> bin;
-  std::unique_ptr<Mapped> idx;  // Megatron only
+  std::unique_ptr<MappedFile> bin;
+  std::unique_ptr<MappedFile> idx;  // Megatron only
   const unsigned char* ids = nullptr;
   Elem elem = Elem::kU16;
   // Document d is the runs [run_begin[d], run_begin[d + 1]) of `runs`, each an
@@ -138,7 +94,7 @@ void SplitAtEos(Source* s, int64_t n, int64_t eos) {
 }
 
 absl::Status OpenNanoGpt(const ImportOptions& o, Source* s) {
-  ASSIGN_OR_RETURN(s->bin, Mapped::Open(s->path));
+  ASSIGN_OR_RETURN(s->bin, MappedFile::Open(s->path));
   const size_t bytes = s->bin->size();
   int64_t header = 0;
   s->elem = Elem::kU16;
@@ -182,7 +138,7 @@ absl::Status OpenRaw(const ImportOptions& o, Source* s) {
         absl::StrCat("--dtype: give uint16 or uint32 for raw files, got '", o.dtype, "'"));
   }
   s->elem = o.dtype == "uint16" ? Elem::kU16 : Elem::kU32;
-  ASSIGN_OR_RETURN(s->bin, Mapped::Open(s->path));
+  ASSIGN_OR_RETURN(s->bin, MappedFile::Open(s->path));
   const int width = ElemBytes(s->elem);
   if (s->bin->size() % width != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -204,8 +160,8 @@ absl::Status OpenMegatron(Source* s) {
   }
   const std::string idx_path = prefix + ".idx";
   s->path = prefix + ".bin";
-  ASSIGN_OR_RETURN(s->idx, Mapped::Open(idx_path));
-  ASSIGN_OR_RETURN(s->bin, Mapped::Open(s->path));
+  ASSIGN_OR_RETURN(s->idx, MappedFile::Open(idx_path));
+  ASSIGN_OR_RETURN(s->bin, MappedFile::Open(s->path));
   const unsigned char* p = s->idx->data();
   const size_t size = s->idx->size();
   auto bad = [&](const std::string& what) {
@@ -283,17 +239,6 @@ absl::Status ReadDocument(const Source& s, int64_t d, const ImportOptions& o,
     out->push_back(static_cast<uint32_t>(o.eos));
   }
   return absl::OkStatus();
-}
-
-// "1st", "2nd", "3rd", "4th", "11th".
-std::string Ordinal(int64_t n) {
-  const int64_t last = n % 10, tens = n % 100;
-  const char* suffix = (tens >= 11 && tens <= 13) ? "th"
-                       : last == 1                ? "st"
-                       : last == 2                ? "nd"
-                       : last == 3                ? "rd"
-                                                  : "th";
-  return absl::StrCat(n, suffix);
 }
 
 absl::StatusOr<std::vector<Source>> OpenAll(const ImportOptions& o,

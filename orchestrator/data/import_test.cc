@@ -2,7 +2,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -10,23 +9,15 @@
 #include <nlohmann/json.hpp>
 
 #include "common/token_data.h"
+#include "tests/process.h"
 
 namespace xmod {
 namespace {
 
 using ::testing::HasSubstr;
 
-class Data : public ::testing::Test {
+class Data : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("xmod_data_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
   void WriteBytes(const std::string& name, const void* data, size_t n) {
     std::ofstream out(Path(name), std::ios::binary);
     out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
@@ -44,7 +35,6 @@ class Data : public ::testing::Test {
     std::ifstream in(Path(ds) + "/meta.json");
     return nlohmann::json::parse(in);
   }
-  std::filesystem::path dir_;
 };
 
 // Eight documents of GPT-2 ids ending in 50256 (nanoGPT's layout), with a tail

@@ -650,22 +650,24 @@ absl::Status SqliteStore::TransitionJob(const std::string& job_id, JobState to,
   });
 }
 
+absl::StatusOr<std::vector<std::string>> SqliteStore::SweepOrJobLocked(
+    const std::string& sweep_or_job) {
+  auto sweep_id = SweepIdLocked(sweep_or_job);
+  if (absl::IsNotFound(sweep_id.status())) return std::vector<std::string>{sweep_or_job};
+  RETURN_IF_ERROR(sweep_id.status());
+  ASSIGN_OR_RETURN(Statement * s,
+                   PrepareLocked("SELECT job_id FROM sweep_jobs WHERE sweep_id = ?1"));
+  s->Bind(1, *sweep_id);
+  ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
+  std::vector<std::string> ids;
+  for (const auto& row : rows.rows) ids.push_back(AsText(row[0]));
+  return ids;
+}
+
 absl::StatusOr<int64_t> SqliteStore::ResumeSweep(const std::string& sweep_or_job) {
   int64_t moved = 0;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
-    std::vector<std::string> ids;
-    auto sweep_id = SweepIdLocked(sweep_or_job);
-    if (sweep_id.ok()) {
-      ASSIGN_OR_RETURN(Statement * s,
-                       PrepareLocked("SELECT job_id FROM sweep_jobs WHERE sweep_id = ?1"));
-      s->Bind(1, *sweep_id);
-      ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
-      for (const auto& row : rows.rows) ids.push_back(AsText(row[0]));
-    } else if (absl::IsNotFound(sweep_id.status())) {
-      ids.push_back(sweep_or_job);
-    } else {
-      return sweep_id.status();
-    }
+    ASSIGN_OR_RETURN(const std::vector<std::string> ids, SweepOrJobLocked(sweep_or_job));
     auto result = MoveJobsLocked(ids, StatesWhere(IsResumable), JobState::kPending, "resumed");
     if (absl::IsNotFound(result.status())) {
       return absl::NotFoundError(absl::StrCat("no sweep or job named '", sweep_or_job, "'"));
@@ -748,19 +750,7 @@ absl::StatusOr<SqliteStore::SweepLabels> SqliteStore::SetSweepTags(
 absl::StatusOr<int64_t> SqliteStore::Cancel(const std::string& sweep_or_job) {
   int64_t moved = 0;
   RETURN_IF_ERROR(Write([&]() -> absl::Status {
-    std::vector<std::string> ids;
-    auto sweep_id = SweepIdLocked(sweep_or_job);
-    if (sweep_id.ok()) {
-      ASSIGN_OR_RETURN(Statement * s,
-                       PrepareLocked("SELECT job_id FROM sweep_jobs WHERE sweep_id = ?1"));
-      s->Bind(1, *sweep_id);
-      ASSIGN_OR_RETURN(QueryResult rows, CollectLocked(s));
-      for (const auto& row : rows.rows) ids.push_back(AsText(row[0]));
-    } else if (absl::IsNotFound(sweep_id.status())) {
-      ids.push_back(sweep_or_job);
-    } else {
-      return sweep_id.status();
-    }
+    ASSIGN_OR_RETURN(const std::vector<std::string> ids, SweepOrJobLocked(sweep_or_job));
     auto result =
         MoveJobsLocked(ids, StatesWhere(IsCancellable), JobState::kCancelled, "cancelled");
     if (absl::IsNotFound(result.status())) {

@@ -264,6 +264,8 @@ class SqliteStore : public StoreReader {
   absl::Status WriteLocked(Statement* statement, std::string_view what);
   absl::StatusOr<int64_t> SweepIdLocked(const std::string& sweep);
   absl::StatusOr<SweepLabels> SweepTagsLocked(const std::string& sweep);
+  // The jobs of the sweep named `sweep_or_job`, or else that one id (which may not exist).
+  absl::StatusOr<std::vector<std::string>> SweepOrJobLocked(const std::string& sweep_or_job);
   // Raise the data version (SweepDataVersion) of one sweep, or of every sweep
   // holding the job. Every write that changes what a sweep's answers show calls
   // one of them in its transaction: a submit, a lease, a heartbeat, metrics, a

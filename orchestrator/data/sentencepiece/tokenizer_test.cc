@@ -2,7 +2,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -11,31 +10,15 @@
 #include <random>
 
 #include "common/token_data.h"
+#include "tests/process.h"
 
 namespace xmod {
 namespace {
 
 using ::testing::HasSubstr;
 
-class SentencePiece : public ::testing::Test {
+class SentencePiece : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("xmod_sentencepiece_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-  void WriteBytes(const std::string& name, const void* data, size_t n) {
-    std::ofstream out(Path(name), std::ios::binary);
-    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-  }
-  template <typename T>
-  void WriteIds(const std::string& name, const std::vector<T>& ids) {
-    WriteBytes(name, ids.data(), ids.size() * sizeof(T));
-  }
   std::vector<uint32_t> Split(const TokenFile& f) {
     std::vector<uint32_t> ids;
     for (int64_t i = 0; i < f.size(); ++i) ids.push_back(f[i]);
@@ -45,7 +28,6 @@ class SentencePiece : public ::testing::Test {
     std::ifstream in(Path(ds) + "/meta.json");
     return nlohmann::json::parse(in);
   }
-  std::filesystem::path dir_;
 };
 
 // A text of made-up words from a small syllable set (so a few hundred pieces
