@@ -5,7 +5,6 @@
 #include <google/protobuf/stubs/common.h>
 #include <grpcpp/grpcpp.h>
 #include <sqlite3.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -733,27 +732,14 @@ absl::Status PrepareWithSentencePiece(const Flags& f, std::ostream& out) {
   }
   argv.push_back("--input");
   argv.insert(argv.end(), f.prepare.inputs.begin(), f.prepare.inputs.end());
-  char pattern[] = "/tmp/xmod-sentencepiece-XXXXXX";
-  const int fd = ::mkstemp(pattern);
-  if (fd < 0) return absl::InternalError("cannot make a temporary file under /tmp");
-  ::close(fd);
-  const std::string log = pattern;
-  auto pid = SpawnProcess(argv, log);
-  int status = 0;
-  absl::Status result = pid.status();
-  if (pid.ok() && ::waitpid(*pid, &status, 0) < 0) {
-    result = absl::InternalError(absl::StrCat("waiting for ", binary, " failed"));
-  }
-  std::ifstream in(log);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::filesystem::remove(log);
-  RETURN_IF_ERROR(result);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-    out << text;
+  ASSIGN_OR_RETURN(HelperRun run, RunHelper(argv));
+  if (run.exit_code == 0) {
+    out << run.output;
     return absl::OkStatus();
   }
+  std::string text = std::move(run.output);
   while (!text.empty() && text.back() == '\n') text.pop_back();
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 2) return absl::InvalidArgumentError(text);
+  if (run.exit_code == 2) return absl::InvalidArgumentError(text);
   return absl::InternalError(absl::StrCat(binary, " failed: ", text));
 }
 

@@ -44,34 +44,24 @@ absl::Status ExportJobWeights(StoreReader& store, const ExportOptions& o, std::o
                      "xmod-train (a build with LibTorch), beside xmod or named by "
                      "--train-binary"));
   }
-  // The job file xmod-train reads, and its output, in a folder of their own.
+  // The job file xmod-train reads, in a folder of its own.
   char pattern[] = "/tmp/xmod-export-XXXXXX";
   if (::mkdtemp(pattern) == nullptr) {
     return absl::InternalError("cannot make a temporary folder under /tmp");
   }
   const std::string tmp = pattern;
-  const std::string job_file = tmp + "/job.json", log = tmp + "/export.log";
+  const std::string job_file = tmp + "/job.json";
   std::ofstream(job_file) << job.config_json;
-  absl::Status result = absl::OkStatus();
-  auto pid =
-      SpawnProcess({binary, "--job", job_file, "--run-dir", run_dir, "--export", o.out}, log);
-  int status = 0;
-  if (!pid.ok()) {
-    result = pid.status();
-  } else if (::waitpid(*pid, &status, 0) < 0) {
-    result = absl::InternalError(absl::StrCat("waiting for ", binary, " failed"));
-  }
-  std::ifstream in(log);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto run = RunHelper({binary, "--job", job_file, "--run-dir", run_dir, "--export", o.out});
   std::error_code ec;
   fs::remove_all(tmp, ec);
-  RETURN_IF_ERROR(result);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  RETURN_IF_ERROR(run.status());
+  const std::string& text = run->output;
+  if (run->exit_code != 0) {
     const std::string message = absl::StrCat(binary, " --export (job ", o.job, ", run dir ",
-                                             run_dir, ") exited ", code, ": ", text);
-    return WIFEXITED(status) && code == 2 ? absl::NotFoundError(message)
-                                          : absl::FailedPreconditionError(message);
+                                             run_dir, ") exited ", run->exit_code, ": ", text);
+    return run->exit_code == 2 ? absl::NotFoundError(message)
+                               : absl::FailedPreconditionError(message);
   }
   out << text;
   return absl::OkStatus();

@@ -118,6 +118,29 @@ absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
   return pid;
 }
 
+absl::StatusOr<HelperRun> RunHelper(const std::vector<std::string>& argv) {
+  char pattern[] = "/tmp/xmod-helper-XXXXXX";
+  const int fd = ::mkstemp(pattern);
+  if (fd < 0) return absl::InternalError("cannot make a temporary file under /tmp");
+  ::close(fd);
+  const std::string log = pattern;
+  auto pid = SpawnProcess(argv, log);
+  int status = 0;
+  absl::Status result = pid.status();
+  if (pid.ok() && ::waitpid(*pid, &status, 0) < 0) {
+    result = absl::InternalError(absl::StrCat("waiting for ", argv.front(), " failed"));
+  }
+  HelperRun run;
+  {
+    std::ifstream in(log);
+    run.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::filesystem::remove(log);
+  RETURN_IF_ERROR(result);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return run;
+}
+
 std::vector<std::string> GroupMpirunPrefix(const LocalRunOptions& o, int cores) {
   std::vector<std::string> argv = {o.mpirun, "-np", std::to_string(o.ranks), "--bind-to", "none"};
   if (::geteuid() == 0) argv.push_back("--allow-run-as-root");

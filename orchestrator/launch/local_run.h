@@ -24,6 +24,14 @@ using Launcher = std::function<absl::StatusOr<pid_t>(const std::vector<std::stri
 absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
                                    const std::string& log_path);
 
+// Runs a helper binary to its end with stdout and stderr captured together:
+// its exit code (128 + signal when killed) and everything it printed.
+struct HelperRun {
+  int exit_code = 0;
+  std::string output;
+};
+absl::StatusOr<HelperRun> RunHelper(const std::vector<std::string>& argv);
+
 // The folder of the running binary (where xmod-worker and xmod-train are
 // installed beside xmod); "." when /proc cannot say.
 std::string SelfDirectory();
