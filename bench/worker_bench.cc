@@ -32,12 +32,14 @@
 //        worker_bench --experts [--threads N] [--repeats N]   (part 6 alone)
 //        worker_bench --gdn [--threads N] [--repeats N]       (part 7 alone)
 //        worker_bench --mol [--threads N] [--repeats N]       (part 8 alone)
+//        worker_bench --help   (any unknown flag is refused with this usage)
 // Exits 1 when target 1, 2, 4, 6, 7 or 8 is missed (or the Python side cannot run).
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -47,6 +49,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/paired_ratio.h"
@@ -474,32 +477,33 @@ bool MolSteps(int repeats) {
 
 int main(int argc, char** argv) {
   using namespace xmod;
-  if (argc >= 3 && !std::strcmp(argv[1], "--time")) {
-    int steps = 5, threads = 1;
-    std::string trace;
-    for (int i = 3; i + 1 < argc; i += 2) {
-      if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-      if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-      if (!std::strcmp(argv[i], "--trace")) trace = argv[i + 1];
-    }
-    return TimeOne(argv[2], steps, threads, trace);
-  }
-  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int repeats = 15;
-  std::string python = "/usr/bin/python3";
-  if (argc == 4 && !std::strcmp(argv[1], "--allocator-child")) {
-    return AllocatorChild(argv[2], std::atoi(argv[3]));
-  }
+  // Flags through CLI11: an unknown flag or a stray argument is refused with the
+  // usage instead of starting minutes of measurement; --help prints it and exits.
+  CLI::App app{
+      "worker_bench: the worker's step times side by side (interleaved rounds, median of "
+      "pairwise ratios). With no part flag it runs every part (1-8)."};
+  int threads = 0, repeats = 15, steps = 5;
+  std::string python = "/usr/bin/python3", time_config, trace;
+  std::vector<std::string> allocator_child;
   bool experts_only = false, gdn_only = false, mol_only = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--experts")) experts_only = true;
-    if (!std::strcmp(argv[i], "--gdn")) gdn_only = true;
-    if (!std::strcmp(argv[i], "--mol")) mol_only = true;
-    if (i + 1 >= argc) continue;
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--repeats")) repeats = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--python")) python = argv[i + 1];
+  app.add_flag("--experts", experts_only, "only part 6: the MoE and DECO steps");
+  app.add_flag("--gdn", gdn_only, "only part 7: Gated DeltaNet against softmax attention");
+  app.add_flag("--mol", mol_only, "only part 8: Mixture of Layers against the dense step");
+  app.add_option("--threads", threads, "intra-op threads (default: every core; 1 with --time)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--repeats", repeats, "interleaved rounds per part")->check(CLI::PositiveNumber);
+  app.add_option("--python", python, "the python3 with torch for the PyTorch comparison");
+  app.add_option("--time", time_config, "time one configuration alone (dense, xmod, ...)");
+  app.add_option("--steps", steps, "steps for --time or the allocator child")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--trace", trace, "with --time: write a profiler trace to this file");
+  app.add_option("--allocator-child", allocator_child, "internal: MODE STEPS")->expected(2);
+  CLI11_PARSE(app, argc, argv);
+  if (!time_config.empty()) return TimeOne(time_config, steps, threads > 0 ? threads : 1, trace);
+  if (!allocator_child.empty()) {
+    return AllocatorChild(allocator_child[0], std::atoi(allocator_child[1].c_str()));
   }
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Parts 1-3 measure what training runs with (Train() applies the same).
   ApplyHostAllocatorSettings(TrainingAllocatorSettings());
   torch::set_num_threads(threads);

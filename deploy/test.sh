@@ -82,6 +82,8 @@ ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" --timeout 600 "$
 status=${PIPESTATUS[0]}
 set -e
 leg_times+=("main-tests $((SECONDS - t)) s")
+# Where the time went: the slowest tests of this leg, and any one over its budget.
+python3 deploy/test-times.py "$log" || true
 echo "test: times: ${leg_times[*]}; all $((SECONDS - started)) s"
 if [[ "$debian13_status" != 0 ]]; then
   echo "test: the Debian 13 leg failed (exit $debian13_status; its output is above)"

@@ -944,14 +944,15 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMoeSweepAndFitsTheMoeLaw) {
   EXPECT_THAT(r.err, ::testing::HasSubstr("no job '0123456789abcdef'"));
 }
 
-// sweeps/mol.yaml (issue 33): Mixture-of-Layers runs at two block sparsities, their
+// sweeps/mol.yaml's grid (issue 33): Mixture-of-Layers runs at two block sparsities, their
 // dense baseline and the dense model with Gated DeltaNet in every layer or every
 // other one train end to end; xmod run fits the dense and mol laws; the results
 // view gives each mol run its routed blocks and top_k and each gdn run its share
 // of DeltaNet layers; xmod advise ranks the MoL and gdn configurations with their
 // laws; the plots draw the mol law.
 TEST_F(CoordinatorE2e, XmodRunTrainsAMolSweepAndFitsTheMolLaw) {
-  const std::string sweep = std::string(XMOD_SOURCE_DIR) + "/sweeps/mol.yaml";
+  // sweeps/mol.yaml's grid at a quarter of its tokens (the fixture says why).
+  const std::string sweep = std::string(XMOD_SOURCE_DIR) + "/tests/fixtures/mol_e2e.yaml";
   CommandResult r = Command(
       XMOD_BIN, {"run", sweep, "--db", Path("x.db"), "--groups", "2", "--run-dir", Path("runs")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -983,13 +984,15 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMolSweepAndFitsTheMolLaw) {
     EXPECT_GE(fit["intervals"][name][1].get<double>(), fit["params"][name].get<double>()) << name;
   }
   EXPECT_LT(fit["rmse"].get<double>(), 0.1);
-  r = Command(XMOD_BIN, {"advise", "mol", "--db", Path("x.db"), "--compute", "3e10", "--context",
+  // Inside the runs' compute (the largest is 1.1e10); a row whose optimum sits on
+  // the edge of the searched sizes carries a '*'.
+  r = Command(XMOD_BIN, {"advise", "mol", "--db", Path("x.db"), "--compute", "1e10", "--context",
                          "32", "--bootstrap", "8"});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, ::testing::HasSubstr("mol E_b=2      mol"));
-  EXPECT_THAT(r.out, ::testing::HasSubstr("mol E_b=4      mol"));
-  EXPECT_THAT(r.out, ::testing::HasSubstr("gdn share=1    gdn"));
-  EXPECT_THAT(r.out, ::testing::HasSubstr("gdn share=0.5  gdn"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("mol E_b=2 [ *]+ mol "));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("mol E_b=4 [ *]+ mol "));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("gdn share=1 [ *]+ gdn "));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("gdn share=0.5 [ *]+ gdn "));
   EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("not ranked")));
   r = Command(XMOD_BIN, {"plot", "mol", "--db", Path("x.db"), "--out", Path("plots")});
   std::ifstream in(Path("plots/predicted_vs_observed.svg"));

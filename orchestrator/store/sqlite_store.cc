@@ -395,6 +395,7 @@ absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
   const double now = Now();
   absl::Status status = Write([&]() -> absl::Status {
     int64_t sweep_id = 0;
+    bool spec_changed = false;
     auto existing = SweepIdLocked(spec.name);
     if (existing.ok()) {
       sweep_id = *existing;
@@ -403,6 +404,7 @@ absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
                                      "updated_at = ?4 WHERE sweep_id = ?1 AND spec_yaml <> ?2"));
       update->Bind(1, sweep_id).Bind(2, spec.yaml_text).Bind(3, spec.source).Bind(4, now);
       RETURN_IF_ERROR(WriteLocked(update, "updating the sweep"));
+      spec_changed = sqlite3_changes(db_) > 0;
     } else if (absl::IsNotFound(existing.status())) {
       ASSIGN_OR_RETURN(Statement * insert,
                        PrepareLocked("INSERT INTO sweeps (name, spec_yaml, source, created_at, "
@@ -475,6 +477,11 @@ absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
       } else if (sqlite3_changes(db_) > 0) {
         ++result.linked_jobs;
       }
+    }
+    // An unchanged resubmission writes nothing: the data version (the dashboard's
+    // ETag) stays, and the transaction commits no page.
+    if (!result.sweep_created && !spec_changed && result.new_jobs == 0 && result.linked_jobs == 0) {
+      return absl::OkStatus();
     }
     return NoteSweepChangedLocked(sweep_id);
   });

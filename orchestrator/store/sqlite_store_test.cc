@@ -529,6 +529,46 @@ TEST(SqliteStore, TheDataVersionRisesWithEveryWriteASweepShowsAndWithNothingElse
   EXPECT_EQ(store->JobDataVersion("nope").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Issue 45: submitting an unchanged spec again is a no-op. The sweep's data
+// version (the dashboard's ETag) stays, and SQLite's own data_version, read on a
+// second connection, shows that no transaction changed the file.
+TEST(SqliteStore, ResubmittingAnUnchangedSweepWritesNothing) {
+  TempDir dir;
+  SqliteStore::Options options;
+  options.path = dir.File("x.db");
+  auto store = SqliteStore::Open(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const SweepSpec spec = Smoke();
+  const std::vector<ResolvedJob> jobs = Expand(spec);
+  ASSERT_TRUE((*store)->SubmitSweep(spec, jobs).ok());
+  const int64_t version = (*store)->SweepDataVersion("smoke").value();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(options.path.c_str(), &db), SQLITE_OK);
+  const auto file_version = [db] {
+    sqlite3_stmt* stmt = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, "PRAGMA data_version", -1, &stmt, nullptr), SQLITE_OK);
+    EXPECT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+    const int64_t v = sqlite3_column_int64(stmt, 0);
+    sqlite3_finalize(stmt);
+    return v;
+  };
+  const int64_t before = file_version();
+  const auto again = (*store)->SubmitSweep(spec, jobs);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->new_jobs, 0);
+  EXPECT_EQ(again->linked_jobs, 0);
+  EXPECT_FALSE(again->sweep_created);
+  EXPECT_EQ((*store)->SweepDataVersion("smoke").value(), version);
+  EXPECT_EQ(file_version(), before) << "the resubmission committed a change to the file";
+  // A changed spec text is a change: the sweep row is rewritten, the version rises.
+  SweepSpec wider = spec;
+  wider.yaml_text += "\n# wider\n";
+  ASSERT_TRUE((*store)->SubmitSweep(wider, jobs).ok());
+  EXPECT_GT((*store)->SweepDataVersion("smoke").value(), version);
+  EXPECT_NE(file_version(), before);
+  sqlite3_close(db);
+}
+
 TEST(SqliteStore, MetricsForAnUnknownJobAreRefusedWhole) {
   auto store = OpenMemory();
   const SweepSpec spec = Smoke();

@@ -259,6 +259,7 @@ class SpecParser {
     spec.source = source_;
     spec.yaml_text = text;
     ParseTop(root, &spec);
+    ReportUnknownKeys();
     spec.field_lines = field_lines_;
     if (errors_.empty()) CrossCheck(&spec);
     if (!errors_.empty()) {
@@ -270,6 +271,13 @@ class SpecParser {
  private:
   // What CrossCheck needs to know of one grid block: where it is and which axes
   // and budget it wrote.
+  // A key CheckKeys did not find in its section's list (reported at the end).
+  struct UnknownKey {
+    int line = 1;
+    std::string field, key, prefix;
+    std::vector<std::string> allowed;
+  };
+
   struct BlockInfo {
     int line = 1;
     std::string prefix;
@@ -298,25 +306,68 @@ class SpecParser {
       if (!seen.insert(key).second) {
         Error(Line(it->first), field, "duplicate key");
       } else if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-        Error(Line(it->first), field,
-              absl::StrCat("unknown key '", key, "'", DidYouMean(key, allowed)));
+        unknown_keys_.push_back({Line(it->first), field, key, prefix, allowed});
       }
     }
+    // Scale names are the user's own, not keys a section accepts.
+    if (prefix != "scales") section_keys_[prefix].insert(allowed.begin(), allowed.end());
+  }
+
+  // The unknown keys, once every section has said what it accepts: a key that
+  // another section of this file accepts (e.g. `sparsity:` outdented out of
+  // `grid:`) is told where it belongs.
+  void ReportUnknownKeys() {
+    for (const UnknownKey& u : unknown_keys_) {
+      std::vector<std::string> homes;
+      for (const auto& [prefix, keys] : section_keys_) {
+        if (prefix != u.prefix && keys.count(u.key) > 0) {
+          homes.push_back(prefix.empty() ? "at the top level" : absl::StrCat("under ", prefix));
+        }
+      }
+      std::string message = absl::StrCat("unknown key '", u.key, "'");
+      if (homes.empty()) {
+        absl::StrAppend(&message, DidYouMean(u.key, u.allowed));
+      } else {
+        absl::StrAppend(&message, u.prefix.empty() ? " at the top level" : " here", "; it belongs ",
+                        absl::StrJoin(homes, " or "));
+      }
+      Error(u.line, u.field, message);
+    }
+    unknown_keys_.clear();
+  }
+
+  // The line of `field`'s value. A null value (`key:` with nothing after it) is
+  // marked by yaml-cpp at the next token, often a line or more below; its key's
+  // line (kept by CheckKeys) is the one to report.
+  int ValueLine(const YAML::Node& node, const std::string& field) const {
+    if (node.IsNull()) {
+      auto it = field_lines_.find(field);
+      if (it != field_lines_.end()) return it->second;
+    }
+    return Line(node);
+  }
+
+  // How a value that is not of the expected type is shown in a message.
+  static std::string Shown(const YAML::Node& node) {
+    if (node.IsScalar()) return absl::StrCat("'", node.Scalar(), "'");
+    if (node.IsNull()) return "nothing (the value is empty)";
+    return node.IsSequence() ? "a list" : "a mapping";
   }
 
   bool ExpectMap(const YAML::Node& node, const std::string& field) {
     if (node.IsMap()) return true;
-    Error(Line(node), field, "expected a mapping");
+    Error(ValueLine(node, field), field,
+          node.IsNull() ? "expected a mapping, got nothing (the value is empty)"
+                        : "expected a mapping");
     return false;
   }
 
   template <typename T>
   bool Scalar(const YAML::Node& node, const std::string& field, const char* type_name, T* out) {
-    field_lines_[field] = Line(node);  // the value's line, which a key's may not be
+    const int line = ValueLine(node, field);
+    field_lines_[field] = line;  // the value's line, which a key's may not be
     if (!node.IsScalar() || !YAML::convert<T>::decode(node, *out)) {
-      const std::string shown = node.IsScalar() ? absl::StrCat("'", node.Scalar(), "'")
-                                                : (node.IsSequence() ? "a list" : "a mapping");
-      Error(Line(node), field, absl::StrCat("expected ", type_name, ", got ", shown));
+      Error(line, field, absl::StrCat("expected ", type_name, ", got ", Shown(node)));
       return false;
     }
     return true;
@@ -401,7 +452,7 @@ class SpecParser {
       T value{};
       if (read(node, field, &value)) out->push_back(value);
     } else {
-      Error(Line(node), field, "expected a value or a list of values");
+      Error(ValueLine(node, field), field, "expected a value or a list of values");
     }
   }
 
@@ -496,7 +547,10 @@ class SpecParser {
     if (!ExpectMap(node, "data")) return;
     CheckKeys(node, "data", {"path", "synthetic", "seed", "vocab_size", "eos_token"});
     DataSpec& d = spec->data;
-    if (node["path"]) String(node["path"], "data.path", &d.path);
+    if (node["path"] && String(node["path"], "data.path", &d.path) && d.path.empty()) {
+      Error(Line(node["path"]), "data.path",
+            "is empty; give a dataset folder, or data.synthetic: true");
+    }
     if (node["synthetic"])
       Scalar(node["synthetic"], "data.synthetic", "true or false", &d.synthetic);
     if (node["seed"]) {
@@ -525,7 +579,7 @@ class SpecParser {
       const char* last = path_last ? "path" : "synthetic";
       Error(Line(node[last]), absl::StrCat("data.", last),
             "give either data.path or data.synthetic: true, not both");
-    } else if (d.path.empty() && !d.synthetic) {
+    } else if (d.path.empty() && !d.synthetic && !node["path"]) {
       Error(KeyLine("data"), "data", "missing data; give data.path or data.synthetic: true");
     } else if (!d.path.empty()) {
       // The dataset's fingerprint, when it can be read from here; a dataset kept
@@ -1572,6 +1626,8 @@ class SpecParser {
   std::vector<std::string> errors_;
   std::map<std::string, int> key_lines_;
   std::map<std::string, int> field_lines_;  // see SweepSpec::field_lines
+  std::vector<UnknownKey> unknown_keys_;
+  std::map<std::string, std::set<std::string>> section_keys_;  // prefix -> the keys it accepts
   int grid_line_ = 1;
   bool top_budget_ = false;
   bool grid_is_map_ = false;

@@ -48,7 +48,7 @@ train: {batch_tokens: 64}
 }
 
 TEST(SweepSpec, ExampleSweepsParse) {
-  for (const char* name : {"smoke", "demo", "xmod-cluster"}) {
+  for (const char* name : {"smoke", "demo", "xmod-cluster", "mol"}) {
     auto spec = LoadSweepSpec(std::string(XMOD_SOURCE_DIR) + "/sweeps/" + name + ".yaml");
     EXPECT_TRUE(spec.ok()) << name << ": " << spec.status();
   }
