@@ -129,7 +129,10 @@ TEST(AdaptiveOrder, ReachesTheHoldOutErrorWithFewerFlopsThanCheapestFirst) {
   const Grid grid = FiveByFive();
   const LawPoint target = DensePoint(128e6, 20 * 128e6, 0);
   const double sigma = 0.005;
-  const int draws = 24;
+  // 12 seeded draws (they were 24): an ordering no better than cheapest-first puts
+  // the ratio of means near 1 and wins near half, both far outside the bounds
+  // below; 12 draws halve the test's time (27 s).
+  const int draws = 12;
   std::vector<double> cheap_reach, adaptive_reach, ratios;
   const auto start = std::chrono::steady_clock::now();
   for (int draw = 0; draw < draws; ++draw) {

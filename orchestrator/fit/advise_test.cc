@@ -113,7 +113,9 @@ AdviseOptions Options(double compute) {
   AdviseOptions o;
   o.compute = compute;
   o.context = kContext;
-  o.bootstrap = 40;
+  // 24 refits (they were 40): P(best) and the intervals of a clear decision; the
+  // tests that read them ask for a majority, not a precise share.
+  o.bootstrap = 24;
   o.seed = 7;
   return o;
 }
@@ -135,7 +137,7 @@ TEST(Advise, RecoversTheConstantFormAndItsDecision) {
     EXPECT_LE(r.loss_interval.low, r.loss_interval.high) << r.configuration.name;
     EXPECT_GT(r.loss, 0.0);
   }
-  EXPECT_GT(a->refits, 20);
+  EXPECT_GT(a->refits, 12);  // most of the 24 refits succeed
   EXPECT_NEAR(total, 1.0, 1e-12);
   // The dense row's gain is zero by definition; the winner's is positive.
   for (const ConfigurationAdvice& r : a->rows) {

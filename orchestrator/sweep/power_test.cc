@@ -25,11 +25,13 @@ TEST(Power, SimulatesTheDesignAndItsSpreadGrowsWithTheNoise) {
   const auto jobs = ExpandSweep(spec);
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   PowerOptions o;
-  o.simulations = 6;
+  // 4 simulated sweeps per noise level (they were 6): the noisy level's noise is 15x
+  // the quiet one's, so its parameter spread is larger in any draw of a few.
+  o.simulations = 4;
   o.noise = 0.002;
   const absl::StatusOr<PowerReport> quiet = PowerCheck(spec, *jobs, o);
   ASSERT_TRUE(quiet.ok()) << quiet.status();
-  EXPECT_EQ(quiet->fitted, 6) << quiet->failure;
+  EXPECT_EQ(quiet->fitted, 4) << quiet->failure;
   EXPECT_EQ(quiet->fixed, (std::vector<std::string>{"beta_T", "psi"}));  // the demo's design.fix
   std::map<std::string, double> quiet_sd;
   for (const PowerParameter& p : quiet->parameters) {
@@ -39,7 +41,7 @@ TEST(Power, SimulatesTheDesignAndItsSpreadGrowsWithTheNoise) {
   }
   EXPECT_EQ(quiet_sd.count("eta"), 1u);
   EXPECT_FALSE(quiet->truth_best.empty());
-  EXPECT_EQ(quiet->advised, 6);
+  EXPECT_EQ(quiet->advised, 4);
   int picked = 0;
   for (const auto& [name, count] : quiet->picks) picked += count;
   EXPECT_EQ(picked, quiet->advised);
