@@ -9,6 +9,8 @@
 #   bash deploy/debian13.sh [ctest arguments]
 #   bash deploy/debian13.sh --run 'COMMAND'   # in the tree as last built (e.g. a benchmark:
 #       --run '/root/build/bin/worker_bench --threads 2'), without copying or testing
+#   bash deploy/debian13.sh --prepare   # the tree and its packages only (deploy/test.sh
+#       runs it in the background while the host build compiles)
 #
 # The tree is made once with debootstrap (minbase) under /var/cache/xmod/debian13/root
 # (or $XMOD_DEBIAN13_DIR/root) and kept, with its build folder and ccache, for the
@@ -135,17 +137,34 @@ if [ -f data/brown/meta.json ]; then
   cp -r data/brown "$root/xmod/data/"
 fi
 
+# The machine's CA certificates in the tree (apt and npm inside it trust them too).
+trust='if ! command -v update-ca-certificates >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ca-certificates >/dev/null
+  fi
+  update-ca-certificates >/dev/null 2>&1 || true'
+
+# --prepare: only the tree and its packages (network and disk, little CPU), so that
+# deploy/test.sh can do it while the host build compiles; the leg proper then finds
+# every package present.
+if [ "${1:-}" = "--prepare" ]; then
+  say "preparing the tree's packages (no build, no tests)"
+  start=$SECONDS
+  set +e
+  in_tree XMOD_DEPS_SCOPE=release bash -c "set -e; $trust
+    cd /xmod && exec bash deploy/install-deps.sh"
+  status=$?
+  set -e
+  say "packages prepared in $((SECONDS - start)) s (exit $status)"
+  exit "$status"
+fi
+
 say "installing, building and testing inside the tree (what differs between releases; deploy/test.sh says what)"
 start=$SECONDS
 set +e
 in_tree XMOD_TEST_SCOPE=release XMOD_NO_BROWSER=1 XMOD_BUILD_DIR=/root/build \
   CCACHE_DIR=/root/.ccache NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
-  bash -c 'set -e
-    if ! command -v update-ca-certificates >/dev/null 2>&1; then
-      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ca-certificates >/dev/null
-    fi
-    update-ca-certificates >/dev/null 2>&1 || true
-    cd /xmod && exec bash deploy/test.sh "$@"' debian13 "$@"
+  bash -c "set -e; $trust
+    cd /xmod && exec bash deploy/test.sh \"\$@\"" debian13 "$@"
 status=$?
 set -e
 say "leg took $((SECONDS - start)) s inside the tree (exit $status)"

