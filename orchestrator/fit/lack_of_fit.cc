@@ -1,5 +1,6 @@
 #include "orchestrator/fit/lack_of_fit.h"
 
+#include <algorithm>
 #include <boost/math/distributions/fisher_f.hpp>
 #include <cmath>
 #include <map>
@@ -46,7 +47,10 @@ LackOfFit LackOfFitTest(const std::vector<double>& residuals,
     return t;
   }
   t.available = true;
-  t.f = (t.ss_lack / t.df_lack) / (t.ss_pure / t.df_pure);
+  const double pure_variance = t.ss_pure / t.df_pure;
+  t.f = (t.ss_lack / t.df_lack) / pure_variance;
+  t.noise_rms = std::sqrt(pure_variance);
+  t.misfit_rms = std::sqrt(std::max(0.0, t.ss_lack - t.df_lack * pure_variance) / t.points);
   const boost::math::fisher_f_distribution<double> dist(t.df_lack, t.df_pure);
   t.p_value = boost::math::cdf(boost::math::complement(dist, t.f));
   t.rejected = t.p_value < alpha;
@@ -64,17 +68,21 @@ nlohmann::json LackOfFitJson(const LackOfFit& t) {
           {"ss_lack", t.ss_lack},
           {"ss_pure", t.ss_pure},
           {"configurations", t.configurations},
-          {"parameters", t.parameters}};
+          {"parameters", t.parameters},
+          {"misfit_rms", t.misfit_rms},
+          {"noise_rms", t.noise_rms}};
 }
 
 std::string DescribeLackOfFit(const LackOfFit& t) {
   if (!t.available) return absl::StrCat("lack of fit: not tested: ", t.why);
   return absl::StrFormat(
-      "lack of fit: F = %.3g on (%d, %d) df, p = %.2g %s %g: %s", t.f, t.df_lack, t.df_pure,
-      t.p_value, t.rejected ? "<" : ">=", t.alpha,
+      "lack of fit: F = %.3g on (%d, %d) df, p = %.2g %s %g: %s; misfit %.2g%% of the loss "
+      "(RMS) against a seed noise of %.2g%%",
+      t.f, t.df_lack, t.df_pure, t.p_value, t.rejected ? "<" : ">=", t.alpha,
       t.rejected ? "the form is REJECTED by its replicates (its parameters describe a law the "
                    "data do not follow)"
-                 : "not rejected by the replicates");
+                 : "not rejected by the replicates",
+      100.0 * t.misfit_rms, 100.0 * t.noise_rms);
 }
 
 }  // namespace xmod

@@ -32,6 +32,14 @@ struct LackOfFit {
   double p_value = 1.0;
   double alpha = 0.05;
   bool rejected = false;
+  // The misfit's size beside the seed noise, both in log-loss (a fraction of the
+  // loss): noise_rms = sqrt(SS_pure / df_pure), the scatter of one run's seeds;
+  // misfit_rms = sqrt(max(0, SS_lack - df_lack SS_pure / df_pure) / points), the
+  // root-mean-square systematic error of the law per run beyond what the seeds
+  // explain (SS_lack's expectation is df_lack σ² plus the squared misfit). 0 when
+  // F <= 1.
+  double noise_rms = 0.0;
+  double misfit_rms = 0.0;
 };
 
 // The test on `residuals` (log-loss, one per point) whose configurations are
@@ -42,12 +50,13 @@ LackOfFit LackOfFitTest(const std::vector<double>& residuals,
                         double alpha = 0.05);
 
 // {"available", "F", "df": [df_lack, df_pure], "p", "rejected", "alpha", "ss_lack",
-// "ss_pure", "configurations", "parameters"}, or {"available": false, "why"}.
+// "ss_pure", "configurations", "parameters", "misfit_rms", "noise_rms"}, or
+// {"available": false, "why"}.
 nlohmann::json LackOfFitJson(const LackOfFit& test);
 
 // One line for people: "lack of fit: F = 12.1 on (10, 18) df, p = 0.0012 < 0.05:
-// the form is rejected by its replicates" (or "... not rejected", or why it could
-// not be run).
+// the form is rejected by its replicates ...; misfit 1.2% of the loss (RMS) against a
+// seed noise of 0.31%" (or "... not rejected", or why it could not be run).
 std::string DescribeLackOfFit(const LackOfFit& test);
 
 }  // namespace xmod

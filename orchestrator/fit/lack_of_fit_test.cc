@@ -33,8 +33,20 @@ TEST(LackOfFit, MatchesAHandComputedTable) {
   // (1 + 200/3)^(−1.5) = 0.0017966.
   EXPECT_NEAR(t.p_value, std::pow(1.0 + 200.0 / 3.0, -1.5), 1e-9);
   EXPECT_TRUE(t.rejected);
+  // Seed noise sqrt(6e-4 / 3); misfit sqrt((0.04 - 2 · 2e-4) / 6) per run.
+  EXPECT_NEAR(t.noise_rms, std::sqrt(2e-4), 1e-12);
+  EXPECT_NEAR(t.misfit_rms, std::sqrt(0.0396 / 6.0), 1e-12);
   const nlohmann::json j = LackOfFitJson(t);
   EXPECT_EQ(j.at("df"), nlohmann::json({2, 3}));
+  EXPECT_NEAR(j.at("misfit_rms").get<double>(), t.misfit_rms, 1e-15);
+  EXPECT_NE(DescribeLackOfFit(t).find("misfit 8.1% of the loss (RMS) against a seed noise of 1.4%"),
+            std::string::npos)
+      << DescribeLackOfFit(t);
+  // Residuals that the replicates explain: no misfit.
+  const LackOfFit clean =
+      LackOfFitTest({0.01, -0.01, 0.02, -0.02, 0.0, 0.0}, {"a", "a", "b", "b", "c", "c"}, 1);
+  ASSERT_TRUE(clean.available);
+  EXPECT_EQ(clean.misfit_rms, 0.0);
   EXPECT_TRUE(j.at("rejected").get<bool>());
 }
 
