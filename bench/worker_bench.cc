@@ -48,6 +48,7 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -472,53 +473,11 @@ bool MolSteps(int repeats) {
               softmax_ratio.Text().c_str(), softmax_flops);
   return met;
 }
-}  // namespace
-}  // namespace xmod
 
-int main(int argc, char** argv) {
-  using namespace xmod;
-  // Flags through CLI11: an unknown flag or a stray argument is refused with the
-  // usage instead of starting minutes of measurement; --help prints it and exits.
-  CLI::App app{
-      "worker_bench: the worker's step times side by side (interleaved rounds, median of "
-      "pairwise ratios). With no part flag it runs every part (1-8)."};
-  int threads = 0, repeats = 15, steps = 5;
-  std::string python = "/usr/bin/python3", time_config, trace;
-  std::vector<std::string> allocator_child;
-  bool experts_only = false, gdn_only = false, mol_only = false;
-  app.add_flag("--experts", experts_only, "only part 6: the MoE and DECO steps");
-  app.add_flag("--gdn", gdn_only, "only part 7: Gated DeltaNet against softmax attention");
-  app.add_flag("--mol", mol_only, "only part 8: Mixture of Layers against the dense step");
-  app.add_option("--threads", threads, "intra-op threads (default: every core; 1 with --time)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--repeats", repeats, "interleaved rounds per part")->check(CLI::PositiveNumber);
-  app.add_option("--python", python, "the python3 with torch for the PyTorch comparison");
-  app.add_option("--time", time_config, "time one configuration alone (dense, xmod, ...)");
-  app.add_option("--steps", steps, "steps for --time or the allocator child")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--trace", trace, "with --time: write a profiler trace to this file");
-  app.add_option("--allocator-child", allocator_child, "internal: MODE STEPS")->expected(2);
-  CLI11_PARSE(app, argc, argv);
-  if (!time_config.empty()) return TimeOne(time_config, steps, threads > 0 ? threads : 1, trace);
-  if (!allocator_child.empty()) {
-    return AllocatorChild(allocator_child[0], std::atoi(allocator_child[1].c_str()));
-  }
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // Parts 1-3 measure what training runs with (Train() applies the same).
-  ApplyHostAllocatorSettings(TrainingAllocatorSettings());
-  torch::set_num_threads(threads);
-  torch::manual_seed(0);
-  std::printf(
-      "worker_bench: d=%lld heads=%lld layers=%lld T=%lld batch=%lld, %d threads, median of %d\n",
-      (long long)kD, (long long)kHeads, (long long)kLayers, (long long)kContext, (long long)kBatch,
-      threads, repeats);
-
-  if (experts_only) return ExpertSteps(repeats) ? 0 : 1;
-  if (gdn_only) return DeltaNetSteps(repeats) ? 0 : 1;
-  if (mol_only) return MolSteps(repeats) ? 0 : 1;
-
-  // 1. Step time vs FLOPs, same width and depth (match: layers).
-  Stepper dense(Shape(Family::kDense, 1, 1.0));
+// Part 1. X-MoD vs dense step time at the same width and layers; returns whether
+// the first case met its FLOP ratio + 0.03.
+bool XmodSteps(Stepper& dense, int repeats) {
+  bool met = true;
   struct Case {
     int64_t stride;
     double capacity;
@@ -531,7 +490,6 @@ int main(int argc, char** argv) {
     all.push_back(sparse.back().get());
   }
   const std::vector<std::vector<double>> t = StepTimes(all, repeats);
-  bool met = true;
   std::printf(
       "\n1. X-MoD vs dense step time (same width and layers), one step of each per round\n");
   std::printf("   %-22s %10s %-36s %10s %s\n", "config", "step ms", "time ratio (median, range)",
@@ -540,7 +498,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < cases.size(); ++i) {
     const double flop_ratio = all[i + 1]->flops_per_step / dense.flops_per_step;
     const bench::PairedRatio time_ratio = Paired(t[i + 1], t[0]);
-    if (i == 0) met &= time_ratio.median <= flop_ratio + 0.03;
+    if (i == 0) met = time_ratio.median <= flop_ratio + 0.03;
     const bool within = std::abs(time_ratio.median - flop_ratio) <= 0.01;
     char name[64];
     std::snprintf(name, sizeof(name), "capacity %.3f stride %lld", cases[i].capacity,
@@ -554,9 +512,13 @@ int main(int argc, char** argv) {
                            : "<= FLOP ratio + 0.03: MISSED")
                     : "");
   }
+  return met;
+}
 
-  // 2. Achieved FLOP/s of the dense step vs torch::mm, alternating per round,
-  // with what bounds it: the step's products and attention timed alone.
+// Part 2. Achieved FLOP/s of the dense step vs torch::mm, alternating per round,
+// with what bounds it: the step's products and attention timed alone. Returns
+// whether the step reached 0.6 of torch::mm.
+bool MatmulRate(Stepper& dense, int repeats) {
   MmTimer mm;
   StepFloor floor;
   std::vector<double> achieved, mm_flops, gemm_flops, ceiling;
@@ -570,7 +532,6 @@ int main(int argc, char** argv) {
   const bench::PairedRatio efficiency = Paired(achieved, mm_flops);
   const bench::PairedRatio gemm_efficiency = Paired(gemm_flops, mm_flops);
   const bench::PairedRatio ceiling_ratio = Paired(ceiling, mm_flops);
-  met &= efficiency.median >= 0.6;
   std::printf(
       "\n2. dense step %.2f GFLOP/s vs torch::mm %.2f GFLOP/s: ratio %s (target >= 0.6: %s; "
       "issue 12's 0.8: %s)\n",
@@ -581,8 +542,12 @@ int main(int argc, char** argv) {
       "ratio if all else were free: %s\n",
       3 * floor.shapes.size(), gemm_efficiency.Text().c_str(),
       HaveFusedAttention() ? "fused" : "eager", ceiling_ratio.Text().c_str());
+  return efficiency.median >= 0.6;
+}
 
-  // 3. C++ vs Python, same model and threads, in alternating rounds.
+// Part 3. C++ vs Python, same model and threads, in alternating rounds. Returns
+// whether the Python side could run.
+bool PythonComparison(Stepper& dense, const std::string& python, int threads, int repeats) {
   const std::string script = std::string(XMOD_SOURCE_DIR) + "/bench/dense_step.py";
   char command[1024];
   const int per_round = std::max(3, repeats / 3);
@@ -602,15 +567,20 @@ int main(int argc, char** argv) {
     if (rc != 0 || brace == std::string::npos) {
       std::printf("\n3. the Python comparison could not run (%s): %s\n", python.c_str(),
                   text.c_str());
-      return 1;
+      return false;
     }
     py_times.push_back(nlohmann::json::parse(text.substr(brace))["median_s"].get<double>());
   }
   std::printf("\n3. C++ step %.2f ms vs Python step %.2f ms: C++/Python time ratio %s\n",
               Median(cpp_times) * 1e3, Median(py_times) * 1e3,
               Paired(cpp_times, py_times).Text().c_str());
+  return true;
+}
 
-  // 4. Training malloc settings vs glibc's defaults, fresh processes, alternating.
+// Part 4. Training malloc settings vs glibc's defaults, fresh processes,
+// alternating. Returns whether the training settings were no slower, or nothing
+// when a child process could not run.
+std::optional<bool> AllocatorComparison(int repeats) {
   std::vector<double> tuned_times, glibc_times;
   const int child_steps = std::max(10, repeats * 2);
   for (int round = 0; round < 5; ++round) {
@@ -618,20 +588,23 @@ int main(int argc, char** argv) {
     const double tuned = RunAllocatorChild("training", child_steps);
     if (glibc <= 0 || tuned <= 0) {
       std::printf("\n4. the allocator comparison could not run its child process\n");
-      return 1;
+      return std::nullopt;
     }
     glibc_times.push_back(glibc);
     tuned_times.push_back(tuned);
   }
   const bench::PairedRatio allocator = Paired(tuned_times, glibc_times);
-  met &= allocator.median <= 1.0;
   std::printf(
       "\n4. demo-sized step (d=32, 4 layers, T=128, 25 sequences, 1 thread): %.2f ms with "
       "the training malloc settings vs %.2f ms with glibc's defaults: ratio %s "
       "(target <= 1: %s)\n",
       Median(tuned_times) * 1e3, Median(glibc_times) * 1e3, allocator.Text().c_str(),
       allocator.median <= 1.0 ? "met" : "MISSED");
-  // 5. Attention path and precision, one step of each variant per round.
+  return allocator.median <= 1.0;
+}
+
+// Part 5. Attention path and precision, one step of each variant per round (reported).
+void AttentionVariants(int repeats) {
   struct Variant {
     const char* name;
     AttentionPath path;
@@ -661,7 +634,59 @@ int main(int argc, char** argv) {
     std::printf("   %-12s %10.2f %s\n", variants[i].name, Median(vt[i]) * 1e3,
                 i == 0 ? "1" : Paired(vt[i], vt[0]).Text().c_str());
   }
+}
+}  // namespace
+}  // namespace xmod
 
+int main(int argc, char** argv) {
+  using namespace xmod;
+  // Flags through CLI11: an unknown flag or a stray argument is refused with the
+  // usage instead of starting minutes of measurement; --help prints it and exits.
+  CLI::App app{
+      "worker_bench: the worker's step times side by side (interleaved rounds, median of "
+      "pairwise ratios). With no part flag it runs every part (1-8)."};
+  int threads = 0, repeats = 15, steps = 5;
+  std::string python = "/usr/bin/python3", time_config, trace;
+  std::vector<std::string> allocator_child;
+  bool experts_only = false, gdn_only = false, mol_only = false;
+  app.add_flag("--experts", experts_only, "only part 6: the MoE and DECO steps");
+  app.add_flag("--gdn", gdn_only, "only part 7: Gated DeltaNet against softmax attention");
+  app.add_flag("--mol", mol_only, "only part 8: Mixture of Layers against the dense step");
+  app.add_option("--threads", threads, "intra-op threads (default: every core; 1 with --time)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--repeats", repeats, "interleaved rounds per part")->check(CLI::PositiveNumber);
+  app.add_option("--python", python, "the python3 with torch for the PyTorch comparison");
+  app.add_option("--time", time_config, "time one configuration alone (dense, xmod, ...)");
+  app.add_option("--steps", steps, "steps for --time")->check(CLI::PositiveNumber);
+  app.add_option("--trace", trace, "with --time: write a profiler trace to this file");
+  app.add_option("--allocator-child", allocator_child, "internal: MODE STEPS")->expected(2);
+  CLI11_PARSE(app, argc, argv);
+  if (!time_config.empty()) return TimeOne(time_config, steps, threads > 0 ? threads : 1, trace);
+  if (!allocator_child.empty()) {
+    return AllocatorChild(allocator_child[0], std::atoi(allocator_child[1].c_str()));
+  }
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Parts 1-3 measure what training runs with (Train() applies the same).
+  ApplyHostAllocatorSettings(TrainingAllocatorSettings());
+  torch::set_num_threads(threads);
+  torch::manual_seed(0);
+  std::printf(
+      "worker_bench: d=%lld heads=%lld layers=%lld T=%lld batch=%lld, %d threads, median of %d\n",
+      (long long)kD, (long long)kHeads, (long long)kLayers, (long long)kContext, (long long)kBatch,
+      threads, repeats);
+
+  if (experts_only) return ExpertSteps(repeats) ? 0 : 1;
+  if (gdn_only) return DeltaNetSteps(repeats) ? 0 : 1;
+  if (mol_only) return MolSteps(repeats) ? 0 : 1;
+
+  Stepper dense(Shape(Family::kDense, 1, 1.0));
+  bool met = XmodSteps(dense, repeats);
+  met &= MatmulRate(dense, repeats);
+  if (!PythonComparison(dense, python, threads, repeats)) return 1;
+  const std::optional<bool> allocator = AllocatorComparison(repeats);
+  if (!allocator.has_value()) return 1;
+  met &= *allocator;
+  AttentionVariants(repeats);
   met &= ExpertSteps(repeats);
   met &= DeltaNetSteps(repeats);
   met &= MolSteps(repeats);

@@ -388,35 +388,38 @@ absl::Status SqliteStore::ResummarizeMetricsLocked(const std::string& job_id) {
   return WriteLocked(s, "summarizing the job's metrics again");
 }
 
+absl::StatusOr<int64_t> SqliteStore::WriteSweepRowLocked(const SweepSpec& spec, double now,
+                                                         bool* created, bool* changed) {
+  *created = *changed = false;
+  auto existing = SweepIdLocked(spec.name);
+  if (existing.ok()) {
+    ASSIGN_OR_RETURN(Statement * update,
+                     PrepareLocked("UPDATE sweeps SET spec_yaml = ?2, source = ?3, "
+                                   "updated_at = ?4 WHERE sweep_id = ?1 AND spec_yaml <> ?2"));
+    update->Bind(1, *existing).Bind(2, spec.yaml_text).Bind(3, spec.source).Bind(4, now);
+    RETURN_IF_ERROR(WriteLocked(update, "updating the sweep"));
+    *changed = sqlite3_changes(db_) > 0;
+    return *existing;
+  }
+  if (!absl::IsNotFound(existing.status())) return existing.status();
+  ASSIGN_OR_RETURN(Statement * insert,
+                   PrepareLocked("INSERT INTO sweeps (name, spec_yaml, source, created_at, "
+                                 "updated_at) VALUES (?1, ?2, ?3, ?4, ?4)"));
+  insert->Bind(1, spec.name).Bind(2, spec.yaml_text).Bind(3, spec.source).Bind(4, now);
+  RETURN_IF_ERROR(WriteLocked(insert, "inserting the sweep"));
+  *created = true;
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
 absl::StatusOr<SubmitResult> SqliteStore::SubmitSweep(const SweepSpec& spec,
                                                       const std::vector<ResolvedJob>& jobs) {
   SubmitResult result;
   result.jobs_in_spec = static_cast<int64_t>(jobs.size());
   const double now = Now();
   absl::Status status = Write([&]() -> absl::Status {
-    int64_t sweep_id = 0;
     bool spec_changed = false;
-    auto existing = SweepIdLocked(spec.name);
-    if (existing.ok()) {
-      sweep_id = *existing;
-      ASSIGN_OR_RETURN(Statement * update,
-                       PrepareLocked("UPDATE sweeps SET spec_yaml = ?2, source = ?3, "
-                                     "updated_at = ?4 WHERE sweep_id = ?1 AND spec_yaml <> ?2"));
-      update->Bind(1, sweep_id).Bind(2, spec.yaml_text).Bind(3, spec.source).Bind(4, now);
-      RETURN_IF_ERROR(WriteLocked(update, "updating the sweep"));
-      spec_changed = sqlite3_changes(db_) > 0;
-    } else if (absl::IsNotFound(existing.status())) {
-      ASSIGN_OR_RETURN(Statement * insert,
-                       PrepareLocked("INSERT INTO sweeps (name, spec_yaml, source, created_at, "
-                                     "updated_at) VALUES (?1, ?2, ?3, ?4, ?4)"));
-      insert->Bind(1, spec.name).Bind(2, spec.yaml_text).Bind(3, spec.source).Bind(4, now);
-      RETURN_IF_ERROR(WriteLocked(insert, "inserting the sweep"));
-      sweep_id = sqlite3_last_insert_rowid(db_);
-      result.sweep_created = true;
-    } else {
-      return existing.status();
-    }
-
+    ASSIGN_OR_RETURN(const int64_t sweep_id,
+                     WriteSweepRowLocked(spec, now, &result.sweep_created, &spec_changed));
     ASSIGN_OR_RETURN(
         Statement * insert_job,
         PrepareLocked(

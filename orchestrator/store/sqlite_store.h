@@ -263,6 +263,10 @@ class SqliteStore : public StoreReader {
   // Consults the fault seam, then steps a write statement to completion.
   absl::Status WriteLocked(Statement* statement, std::string_view what);
   absl::StatusOr<int64_t> SweepIdLocked(const std::string& sweep);
+  // Inserts `spec`'s sweep row, or rewrites its text when it differs; returns the
+  // sweep's id and sets *created (a new row) and *changed (an existing row rewritten).
+  absl::StatusOr<int64_t> WriteSweepRowLocked(const SweepSpec& spec, double now, bool* created,
+                                              bool* changed);
   absl::StatusOr<SweepLabels> SweepTagsLocked(const std::string& sweep);
   // The jobs of the sweep named `sweep_or_job`, or else that one id (which may not exist).
   absl::StatusOr<std::vector<std::string>> SweepOrJobLocked(const std::string& sweep_or_job);

@@ -50,6 +50,17 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// The first column of `pragma`'s one row on `db`, as text.
+std::string PragmaValue(sqlite3* db, const char* pragma) {
+  sqlite3_stmt* stmt = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, pragma, -1, &stmt, nullptr), SQLITE_OK) << pragma;
+  EXPECT_EQ(sqlite3_step(stmt), SQLITE_ROW) << pragma;
+  const unsigned char* text = sqlite3_column_text(stmt, 0);
+  std::string value = text == nullptr ? "" : reinterpret_cast<const char*>(text);
+  sqlite3_finalize(stmt);
+  return value;
+}
+
 TEST(SqliteStore, MigratesANewFileToTheLatestSchemaVersion) {
   TempDir dir;
   SqliteStore::Options options;
@@ -61,11 +72,7 @@ TEST(SqliteStore, MigratesANewFileToTheLatestSchemaVersion) {
   // The journal mode is a property of the file; read it back with SQLite itself.
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(options.path.c_str(), &db), SQLITE_OK);
-  sqlite3_stmt* stmt = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &stmt, nullptr), SQLITE_OK);
-  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
-  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "wal");
-  sqlite3_finalize(stmt);
+  EXPECT_EQ(PragmaValue(db, "PRAGMA journal_mode"), "wal");
   sqlite3_close(db);
 }
 
@@ -544,15 +551,8 @@ TEST(SqliteStore, ResubmittingAnUnchangedSweepWritesNothing) {
   const int64_t version = (*store)->SweepDataVersion("smoke").value();
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(options.path.c_str(), &db), SQLITE_OK);
-  const auto file_version = [db] {
-    sqlite3_stmt* stmt = nullptr;
-    EXPECT_EQ(sqlite3_prepare_v2(db, "PRAGMA data_version", -1, &stmt, nullptr), SQLITE_OK);
-    EXPECT_EQ(sqlite3_step(stmt), SQLITE_ROW);
-    const int64_t v = sqlite3_column_int64(stmt, 0);
-    sqlite3_finalize(stmt);
-    return v;
-  };
-  const int64_t before = file_version();
+  const auto file_version = [db] { return PragmaValue(db, "PRAGMA data_version"); };
+  const std::string before = file_version();
   const auto again = (*store)->SubmitSweep(spec, jobs);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->new_jobs, 0);
