@@ -27,6 +27,7 @@
 #include "bench/paired_ratio.h"
 #include "orchestrator/service/server.h"
 #include "proto/channel.h"
+#include "tests/paths/paths.h"
 #include "xmod/v1/coordinator.grpc.pb.h"
 
 namespace xmod {

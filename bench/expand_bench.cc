@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "orchestrator/sweep/expand.h"
+#include "tests/paths/paths.h"
 
 namespace xmod {
 namespace {

@@ -27,6 +27,7 @@
 #include "orchestrator/fit/dense_law.h"
 #include "orchestrator/fit/fitter.h"
 #include "orchestrator/fit/law_csv.h"
+#include "tests/paths/paths.h"
 
 namespace xmod {
 namespace {

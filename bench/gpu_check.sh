@@ -15,7 +15,9 @@
 #
 # Environment: XMOD_TORCH_PREFIX (LibTorch's CMake prefix; default: asked of
 # python3's torch), XMOD_GPU_DEPS (unpacked packages, default bench/gpu-deps when
-# present), XMOD_GPU_BUILD (build folder, default build-gpu), XMOD_PEAK_TFLOPS
+# present), XMOD_GPU_BUILD (build folder, default build-gpu), XMOD_GPU_BUILD_TYPE
+# (CMake build type, default Release; the test suite builds RelWithDebInfo beside
+# its main build so that ccache reuses that build's objects), XMOD_PEAK_TFLOPS
 # (the GPU's dense bf16 peak; default from nvidia-smi's name for H100/H200/A100).
 # Every failing step says what failed and what to do.
 set -euo pipefail
@@ -64,6 +66,7 @@ deps="${XMOD_GPU_DEPS:-}"
 [ -z "$deps" ] && [ -d bench/gpu-deps/root ] && deps=bench/gpu-deps
 # Finding LibTorch and the carried packages is shared with deploy/build-gpu.sh.
 source deploy/libtorch-env.sh
+source deploy/ccache-env.sh  # objects shared with other checkouts and builds
 xmod_prefix_path=""
 [ -n "$deps" ] && xmod_use_carried_deps "$deps"
 
@@ -83,8 +86,9 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 # -- Build --------------------------------------------------------------------------
 start=$SECONDS
 mkdir -p "$build"
-say "configuring $build (XMOD_WORKER_ONLY: xmod-train and gpu_bench only)"
-cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DXMOD_WORKER_ONLY=ON \
+build_type="${XMOD_GPU_BUILD_TYPE:-Release}"
+say "configuring $build ($build_type, XMOD_WORKER_ONLY: xmod-train and gpu_bench only)"
+cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE="$build_type" -DXMOD_WORKER_ONLY=ON \
   ${prefix_path:+-DCMAKE_PREFIX_PATH="$prefix_path"} >"$build/configure.log" 2>&1 ||
   fail "cmake configure (last lines of $build/configure.log:)
 $(tail -n 15 "$build/configure.log")" "install what it names, or carry it with --prepare-deps"

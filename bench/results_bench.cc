@@ -32,6 +32,7 @@
 #include "bench/paired_ratio.h"
 #include "orchestrator/store/sqlite_store.h"
 #include "schema/migrations.h"
+#include "tests/paths/paths.h"
 
 namespace xmod {
 namespace {

@@ -55,6 +55,7 @@
 
 #include "bench/paired_ratio.h"
 #include "bench/stepper.h"
+#include "tests/paths/paths.h"
 #include "worker/model/fused_cpu.h"
 #include "worker/model/gated_deltanet.h"
 #include "worker/model/model.h"

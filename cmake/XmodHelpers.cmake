@@ -104,11 +104,12 @@ function(xmod_test name)
   # SERIAL: no other test runs beside it (a timing test on a shared machine).
   cmake_parse_arguments(ARG "SERIAL" "COST" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
+  # Paths come from xmod::test_paths, not -D definitions: those would differ
+  # between clones and defeat ccache (tests/paths/paths.h).
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} xmod::test_paths GTest::gtest
+                                        GTest::gtest_main GTest::gmock)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_options(${name} PRIVATE ${XMOD_WARNINGS})
-  target_compile_definitions(${name} PRIVATE
-    XMOD_SOURCE_DIR="${PROJECT_SOURCE_DIR}" XMOD_BINARY_DIR="${PROJECT_BINARY_DIR}")
   if(NOT ARG_LABELS)
     set(ARG_LABELS unit)
   endif()

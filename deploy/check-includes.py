@@ -4,7 +4,7 @@
 Reads the rules CMake writes at configure time (BUILD/include-rules.txt: a
 library, its folders, and the folders it may include from: its own and those of
 everything it links, directly or not) and scans the library's own sources and
-headers (tests excluded) for repository includes ("folder/name.h"). A header of
+headers (tests and their helpers, *_test.cc and *_test_util.h, excluded) for repository includes ("folder/name.h"). A header of
 a folder the library does not depend on is a violation, even when it happens to
 compile: it would be a dependency the build does not know.
 
@@ -40,7 +40,7 @@ def main():
             if not os.path.isdir(full):
                 continue  # generated sources
             for name in sorted(os.listdir(full)):
-                if not name.endswith((".cc", ".h")) or name.endswith("_test.cc"):
+                if not name.endswith((".cc", ".h")) or name.endswith(("_test.cc", "_test_util.h")):
                     continue
                 checked += 1
                 for n, text in enumerate(open(os.path.join(full, name)), 1):

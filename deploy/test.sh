@@ -46,11 +46,14 @@ timed() {  # timed NAME COMMAND...: runs it, notes how long it took
 
 if [ "$scope" = release ]; then
   # Leg 2 inside the Debian 13 tree: build and run only what differs between releases.
+  # Without debug info (-g costs a third of each LibTorch file's compile, and this
+  # leg's build is the one no other leg's ccache can serve); same -O2 as leg 3.
   XMOD_DEPS_SCOPE=release bash deploy/install-deps.sh
   XMOD_BUILD_TARGETS="xmod xmod-train xmod-worker common_test sweep_test store_test
     storage_faults_test fit_test worker_test host_allocator_test memory_test job_session_test
     worker_e2e_test coordinator_e2e_test" \
-    bash deploy/build.sh -DXMOD_BUILD_BENCH=OFF -DXMOD_DASHBOARD_CHARTS=OFF
+    bash deploy/build.sh -DXMOD_BUILD_BENCH=OFF -DXMOD_DASHBOARD_CHARTS=OFF \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG"
   status=0
   ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" --timeout 600 -L release "$@" ||
     status=$?

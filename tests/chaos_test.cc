@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "tests/cluster.h"
+#include "tests/paths/paths.h"
 
 namespace xmod {
 namespace {

@@ -14,6 +14,7 @@
 
 #include "orchestrator/store/sqlite_store.h"
 #include "tests/fixtures.h"
+#include "tests/paths/paths.h"
 #include "tests/process.h"
 
 namespace xmod {

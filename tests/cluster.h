@@ -17,6 +17,7 @@
 
 #include "orchestrator/launch/local_run.h"
 #include "orchestrator/store/sqlite_store.h"
+#include "tests/paths/paths.h"
 #include "tests/process.h"
 
 namespace xmod::testing {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/paths/paths.h"
+
 namespace xmod::testing {
 
 inline std::string FixturePath(const std::string& relative) {

@@ -17,6 +17,7 @@
 #include "orchestrator/plan/calibrate.h"
 #include "orchestrator/plan/cluster.h"
 #include "orchestrator/plan/perf_model.h"
+#include "tests/paths/paths.h"
 #include "tests/process.h"
 
 namespace xmod {

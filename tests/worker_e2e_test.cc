@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "tests/paths/paths.h"
 #include "tests/process.h"
 
 namespace xmod {

@@ -6,7 +6,9 @@
 #   deploy/slurm/box.sh start     # installs the packages when missing (root, apt)
 #   deploy/slurm/box.sh status
 #   deploy/slurm/box.sh stop
-# Environment: XMOD_SLURM_BOX (state folder, default /tmp/xmod-slurm-box).
+# Environment: XMOD_SLURM_BOX (state folder, default /tmp/xmod-slurm-box);
+# XMOD_SLURM_REQUEUE_HOLD (seconds a requeued job waits before it may start again,
+# Slurm's AuthInfo cred_expire: default 120 as in Slurm; the tests shorten it).
 # While it runs, sbatch/squeue/scontrol use it through SLURM_CONF (printed by start).
 set -euo pipefail
 
@@ -56,7 +58,7 @@ SlurmctldPort=${XMOD_SLURM_PORT:-6817}
 SlurmdPort=$((${XMOD_SLURM_PORT:-6817} + 1))
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$box/munge/munge.socket
+AuthInfo=socket=$box/munge/munge.socket,cred_expire=${XMOD_SLURM_REQUEUE_HOLD:-120}
 StateSaveLocation=$box/spool/ctld
 SlurmdSpoolDir=$box/spool/d
 TmpFS=$box/tmp

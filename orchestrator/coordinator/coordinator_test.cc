@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "orchestrator/service/client.h"
+#include "tests/paths/paths.h"
 
 namespace xmod {
 namespace {

@@ -19,6 +19,7 @@
 #include "orchestrator/fit/moe_law.h"
 #include "orchestrator/fit/mol_law.h"
 #include "orchestrator/fit/xmod_law.h"
+#include "tests/paths/paths.h"
 
 namespace xmod {
 namespace {

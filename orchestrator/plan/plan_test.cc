@@ -23,6 +23,7 @@
 #include "orchestrator/plan/layout_search.h"
 #include "orchestrator/plan/perf_model.h"
 #include "orchestrator/plan/plan_csv.h"
+#include "tests/paths/paths.h"
 
 namespace xmod {
 namespace {

@@ -10,6 +10,7 @@
 
 #include "orchestrator/scheduler/progress.h"
 #include "orchestrator/store/cells.h"
+#include "tests/paths/paths.h"
 
 namespace xmod {
 namespace {

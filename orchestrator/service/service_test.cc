@@ -12,6 +12,7 @@
 #include "orchestrator/service/request_bounds.h"
 #include "orchestrator/service/server.h"
 #include "proto/channel.h"
+#include "tests/paths/paths.h"
 #include "xmod/v1/coordinator.grpc.pb.h"
 
 namespace xmod {

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "orchestrator/store/sqlite_store.h"
 #include "orchestrator/sweep/expand.h"
+#include "tests/paths/paths.h"
 
 namespace xmod::store_test {
 

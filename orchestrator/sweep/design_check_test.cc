@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "orchestrator/sweep/expand.h"
+#include "tests/paths/paths.h"
 
 namespace xmod {
 namespace {

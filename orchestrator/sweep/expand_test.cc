@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/id.h"
+#include "tests/paths/paths.h"
 
 namespace xmod {
 namespace {

@@ -10,6 +10,7 @@
 
 #include "orchestrator/sweep/expand.h"
 #include "orchestrator/sweep/spec.h"
+#include "tests/paths/paths.h"
 
 namespace xmod {
 namespace {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/fixtures.h"
+#include "tests/paths/paths.h"
 
 namespace xmod {
 namespace {

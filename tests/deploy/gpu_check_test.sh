@@ -5,7 +5,13 @@
 # packages cannot be found. Usage: gpu_check_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src="$1"
-out="$2/gpu-check"
+# Beside the main build, at its depth and with its build type, so that ccache
+# (whose base_dir makes paths relative) reuses the main build's objects: the
+# worker-only build then compiles a file or two instead of 300 s of LibTorch code.
+build="$(cd "$2" && pwd)"
+out="$(dirname "$build")/$(basename "$build")-gpu-check"
+build_type="$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build/CMakeCache.txt")"
+export XMOD_GPU_BUILD_TYPE="${build_type:-Release}"
 check() { if ! eval "$1"; then echo "FAILED: $2" >&2; exit 1; fi; }
 
 # Failures say what failed and what to do.

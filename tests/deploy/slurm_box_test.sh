@@ -7,8 +7,8 @@
 # as preempted attempts that the next group resumes; `scontrol requeue` of the
 # coordinator loses nothing: the group it leaves behind checkpoints, exits 75 and
 # requeues itself after XMOD_UNREACHABLE_SECONDS, the coordinator comes back on its
-# address (Slurm holds a requeued job about two minutes) and the sweep finishes.
-# About 7 minutes; each wait is bounded (at most about 30 minutes in all). Exits 77
+# address (Slurm holds a requeued job for its cred_expire, 40 s in this box) and
+# the sweep finishes. About 3 minutes; each wait is bounded (at most about 30 minutes in all). Exits 77
 # (skipped) with the reason where Slurm cannot be installed or started, or with
 # XMOD_SLURM_BOX_TEST=0.
 # Usage: slurm_box_test.sh SOURCE_DIR BUILD_DIR
@@ -17,6 +17,10 @@ src="$(cd "$1" && pwd)"
 bin="$(cd "$2" && pwd)/bin"
 work="$(cd "$2" && pwd)/slurm-box-test"
 export XMOD_SLURM_BOX="$work/box"
+# Slurm holds a requeued job for cred_expire seconds (120 by default). 40 keeps the
+# coordinator away longer than a group waits for it (XMOD_UNREACHABLE_SECONDS
+# below) and saves the test two minutes of waiting.
+export XMOD_SLURM_REQUEUE_HOLD=40
 check() { if ! eval "$1"; then echo "FAILED: $2" >&2; dump; exit 1; fi; }
 dump() {
   echo "--- squeue" >&2; squeue 2>&1 | tail -n 20 >&2 || true
@@ -74,10 +78,10 @@ sed -e 's/^name: .*/name: slurmbox/' -e 's/^  tokens: .*/  tokens: 2048000/' \
 
 # XMOD_HOST: the name workers dial; a minimal machine may not resolve its hostname.
 # XMOD_WAIT_SECONDS: how long a group waits for the address file, longer than a
-# requeued coordinator is held; XMOD_UNREACHABLE_SECONDS: a group leaves after a
-# minute without its coordinator.
+# requeued coordinator is held; XMOD_UNREACHABLE_SECONDS: a group leaves after 20 s
+# without its coordinator (the coordinator is held for 40).
 export XMOD_BIN="$bin" XMOD_RUN_DIR="$work/run" XMOD_WAIT_SECONDS=400 XMOD_HOST=127.0.0.1 \
-  XMOD_UNREACHABLE_SECONDS=60
+  XMOD_UNREACHABLE_SECONDS=20
 cd "$work/site"
 start=$SECONDS
 bash ./submit-sweep.sh "$work/sweep.yaml" >"$work/submit.log" 2>&1 ||
@@ -124,7 +128,7 @@ check '[ "$(sqlite_count "SELECT COUNT(*) FROM attempts WHERE status = '"'"'pree
   "the USR2 and the time-limit signal each ended an attempt as preempted"
 
 # 3. A coordinator requeue while the third group trains. The requeued job waits
-# in the queue (Slurm holds a requeued job about two minutes); the group, silent
+# in the queue (held XMOD_SLURM_REQUEUE_HOLD seconds); the group, silent
 # for XMOD_UNREACHABLE_SECONDS, checkpoints, exits 75 and requeues itself.
 check '[ "$(sqlite_count "SELECT COUNT(*) FROM jobs WHERE status = '"'"'succeeded'"'"'")" = 0 ]' \
   "the job finished before the coordinator requeue: this machine trains faster than the sweep's length assumes; raise its tokens"

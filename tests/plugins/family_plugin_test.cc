@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "orchestrator/store/sqlite_store.h"
+#include "tests/paths/paths.h"
 #include "tests/process.h"
 
 namespace xmod {
