@@ -11,7 +11,9 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "orchestrator/launch/local_run.h"
@@ -958,6 +960,7 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMolSweepAndFitsTheMolLaw) {
       XMOD_BIN, {"run", sweep, "--db", Path("x.db"), "--groups", "2", "--run-dir", Path("runs")});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("45 succeeded, 0 failed or cancelled, 0 unfinished"));
+  const std::string run_out = r.out;
   EXPECT_THAT(r.out, ::testing::HasSubstr("law mol (two-stage): 27 points"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("law gdn (two-stage): 27 points"));
   EXPECT_EQ(Count("SELECT COUNT(*) FROM job_results WHERE family = 'gdn' AND status = 'succeeded' "
@@ -985,9 +988,17 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMolSweepAndFitsTheMolLaw) {
     EXPECT_GE(fit["intervals"][name][1].get<double>(), fit["params"][name].get<double>()) << name;
   }
   EXPECT_LT(fit["rmse"].get<double>(), 0.1);
-  // Inside the runs' compute (the largest is 1.1e10); a row whose optimum sits on
-  // the edge of the searched sizes carries a '*'.
-  r = Command(XMOD_BIN, {"advise", "mol", "--db", Path("x.db"), "--compute", "1e10", "--context",
+  // xmod run advised at the largest compute every configuration ran; there every
+  // row is inside its own runs. A row whose optimum sits on the edge of the
+  // searched sizes carries a '*'.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run_out, m,
+                                std::regex("xmod advise mol --db \\S+ --compute (\\S+) --context "
+                                           "32 \\(the largest compute every configuration ran\\)")))
+      << run_out;
+  const std::string compute = m[1];
+  EXPECT_LT(std::stod(compute), 1.0e10);
+  r = Command(XMOD_BIN, {"advise", "mol", "--db", Path("x.db"), "--compute", compute, "--context",
                          "32", "--bootstrap", "8"});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, ::testing::ContainsRegex("mol E_b=2 [ *]+ mol "));
@@ -995,6 +1006,11 @@ TEST_F(CoordinatorE2e, XmodRunTrainsAMolSweepAndFitsTheMolLaw) {
   EXPECT_THAT(r.out, ::testing::ContainsRegex("gdn share=1 [ *]+ gdn "));
   EXPECT_THAT(r.out, ::testing::ContainsRegex("gdn share=0.5 [ *]+ gdn "));
   EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("not ranked")));
+  // Past the dense runs' own largest compute the advice is refused, naming them.
+  r = Command(XMOD_BIN, {"advise", "mol", "--db", Path("x.db"), "--compute", "1e10", "--context",
+                         "32", "--bootstrap", "0"});
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, ::testing::HasSubstr("its largest compute run"));
   r = Command(XMOD_BIN, {"plot", "mol", "--db", Path("x.db"), "--out", Path("plots")});
   std::ifstream in(Path("plots/predicted_vs_observed.svg"));
   ASSERT_TRUE(in.good()) << r.out << r.err;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -11,31 +12,20 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "orchestrator/fit/advise_parts.h"
 #include "orchestrator/fit/dense_context_law.h"
 #include "orchestrator/fit/law_registry.h"
 #include "orchestrator/fit/stages.h"
 
 namespace xmod {
 
-namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr int kGrid = 97;  // N_active values searched per configuration (log-spaced)
+namespace advise_parts {
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
   const size_t m = v.size() / 2;
   return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-double Quantile(std::vector<double> v, double q) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(v.size() - 1, lo + 1);
-  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
 
 // The configuration a point belongs to, by name ("" for a point no law ranks).
@@ -45,6 +35,63 @@ std::string ConfigurationName(const LawPoint& x) {
   if (x.deltanet_share > 0.0) return absl::StrFormat("gdn share=%g", x.deltanet_share);
   if (x.expansion > 1.0) return absl::StrFormat("moe E/k=%g", x.expansion);
   return absl::StrFormat("xmod sparsity=%g stride=%g", 1.0 - x.capacity, x.stride);
+}
+
+double PredictOr(const LawReport& model, const LawPoint& x) {
+  const absl::StatusOr<double> loss = model.Predict(x);
+  return loss.ok() && std::isfinite(*loss) && *loss > 0 ? *loss
+                                                        : std::numeric_limits<double>::infinity();
+}
+
+// Fits `law` to `points` with the advice's settings.
+absl::StatusOr<LawReport> FitForAdvice(const std::string& law, const std::vector<LawPoint>& points,
+                                       const AdviseOptions& o, int bootstrap) {
+  AnalysisOptions a;
+  a.law = law;
+  a.bootstrap = bootstrap;
+  a.seed = o.seed;
+  a.confidence = o.confidence;
+  a.fit.threads = o.threads;
+  const auto fixed = o.fixed.find(law);
+  if (fixed != o.fixed.end()) a.fixed = fixed->second;
+  return FitNamedLaw(points, a);
+}
+
+// The RMSE of log-loss of `fitted` on the held-out points its law reads.
+void HeldOutError(const LawReport& fitted, const std::vector<LawPoint>& held, FormAdvice* form) {
+  const LawSpec* spec = FindLaw(fitted.law);
+  double squares = 0.0;
+  int count = 0;
+  for (const LawPoint& x : held) {
+    if (spec == nullptr || !spec->reads(x)) continue;
+    const double p = PredictOr(fitted, x);
+    if (!std::isfinite(p)) continue;
+    squares += std::pow(std::log(x.loss) - std::log(p), 2);
+    ++count;
+  }
+  form->holdout_points = count;
+  form->holdout_rmse = count > 0 ? std::sqrt(squares / count) : -1.0;
+}
+
+}  // namespace advise_parts
+
+namespace {
+
+using advise_parts::ConfigurationName;
+using advise_parts::FitForAdvice;
+using advise_parts::Median;
+using advise_parts::PredictOr;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kGrid = 97;  // N_active values searched per configuration (log-spaced)
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
 
 std::vector<Configuration> Configurations(const std::vector<LawPoint>& points) {
@@ -68,6 +115,18 @@ std::vector<Configuration> Configurations(const std::vector<LawPoint>& points) {
         c.deltanet_share = x.deltanet_share;
       }
     }
+    const double compute = 6.0 * x.n * x.d, tpp = x.d / x.n;
+    if (c.runs == 0) {
+      c.compute_min = c.compute_max = compute;
+      c.n_min = c.n_max = x.n;
+      c.tpp_min = c.tpp_max = tpp;
+    }
+    c.compute_min = std::min(c.compute_min, compute);
+    c.compute_max = std::max(c.compute_max, compute);
+    c.n_min = std::min(c.n_min, x.n);
+    c.n_max = std::max(c.n_max, x.n);
+    c.tpp_min = std::min(c.tpp_min, tpp);
+    c.tpp_max = std::max(c.tpp_max, tpp);
     ++c.runs;
     ratios[name].push_back(x.NTotal() / x.n);
     if (x.layers > 0) c.layers.emplace_back(x.n, x.layers);
@@ -117,11 +176,6 @@ LawReport Model(const LawReport& full, int b, const LawReport* context_law, doub
   return m;
 }
 
-double PredictOr(const LawReport& model, const LawPoint& x) {
-  const absl::StatusOr<double> loss = model.Predict(x);
-  return loss.ok() && std::isfinite(*loss) && *loss > 0 ? *loss : kInf;
-}
-
 // The N_active range searched at C.
 struct Search {
   double lo = 0.0;
@@ -155,6 +209,8 @@ Best Optimise(const LawReport& model, const Configuration& c, const Search& s, d
 struct Ranking {
   std::vector<const Configuration*> configurations;
   std::vector<const LawReport*> laws;      // per configuration
+  std::vector<Search> searches;            // per configuration: N_active searched at C
+  std::vector<std::string> outside;        // per configuration: how far outside its runs
   const LawReport* context_law = nullptr;  // the dense reference at an unrun context
 };
 
@@ -164,9 +220,10 @@ struct Ranked {
 };
 
 // Each configuration's loss at C under its law's full fit and under each refit
-// (the refits of different laws paired by index), the gains over dense under the
-// same law and refit, and the share of refits in which each is lowest.
-Ranked Rank(const Ranking& ranking, const Search& search, const AdviseOptions& o) {
+// (refit b of every law draws the dense runs alike: common resamples), the gains
+// over dense under the same law and refit, and the share of refits in which each
+// is lowest.
+Ranked Rank(const Ranking& ranking, const AdviseOptions& o) {
   Ranked out;
   const size_t n = ranking.configurations.size();
   size_t refits = std::numeric_limits<size_t>::max();
@@ -176,12 +233,16 @@ Ranked Rank(const Ranking& ranking, const Search& search, const AdviseOptions& o
   }
   out.refits = static_cast<int>(refits);
   const Configuration* dense = nullptr;
-  for (const Configuration* c : ranking.configurations) {
-    if (c->family == "dense") dense = c;
+  Search dense_search;
+  for (size_t i = 0; i < n; ++i) {
+    if (ranking.configurations[i]->family != "dense") continue;
+    dense = ranking.configurations[i];
+    dense_search = ranking.searches[i];
   }
   // Per law: its own dense loss at C (gains are read within one law).
   auto dense_loss = [&](const LawReport& model) {
-    return dense != nullptr ? Optimise(model, *dense, search, o.compute, o.context).loss : kInf;
+    return dense != nullptr ? Optimise(model, *dense, dense_search, o.compute, o.context).loss
+                            : kInf;
   };
   std::map<const LawReport*, LawReport> full_models;
   for (const LawReport* law : ranking.laws) {
@@ -193,8 +254,9 @@ Ranked Rank(const Ranking& ranking, const Search& search, const AdviseOptions& o
     ConfigurationAdvice a;
     a.configuration = *ranking.configurations[i];
     a.law = ranking.laws[i]->law;
-    const Best best =
-        Optimise(full_models.at(ranking.laws[i]), a.configuration, search, o.compute, o.context);
+    a.extrapolation = ranking.outside[i];
+    const Best best = Optimise(full_models.at(ranking.laws[i]), a.configuration,
+                               ranking.searches[i], o.compute, o.context);
     a.loss = best.loss;
     a.n_active = best.n;
     a.tokens = best.n > 0 ? o.compute / (6.0 * best.n) : 0.0;
@@ -215,8 +277,8 @@ Ranked Rank(const Ranking& ranking, const Search& search, const AdviseOptions& o
     size_t winner = n;
     double lowest = kInf;
     for (size_t i = 0; i < n; ++i) {
-      const double loss = Optimise(models.at(ranking.laws[i]), out.rows[i].configuration, search,
-                                   o.compute, o.context)
+      const double loss = Optimise(models.at(ranking.laws[i]), out.rows[i].configuration,
+                                   ranking.searches[i], o.compute, o.context)
                               .loss;
       losses[i].push_back(loss);
       gains[i].push_back(dense_at[ranking.laws[i]] - loss);
@@ -243,197 +305,24 @@ Ranked Rank(const Ranking& ranking, const Search& search, const AdviseOptions& o
 
 std::string Sci(double v) { return absl::StrFormat("%.3g", v); }
 
-// The scales of `points` by mean ln N, smallest first.
-std::vector<std::pair<double, std::string>> ScalesBySize(const std::vector<LawPoint>& points,
-                                                         const std::vector<std::string>& labels) {
-  std::map<std::string, std::pair<double, int>> sums;
-  for (size_t i = 0; i < points.size(); ++i) {
-    sums[labels[i]].first += std::log(points[i].n);
-    sums[labels[i]].second += 1;
-  }
-  std::vector<std::pair<double, std::string>> out;
-  for (const auto& [label, s] : sums) out.emplace_back(s.first / s.second, label);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// Buckets of tokens per parameter: sorted values within 10% of the bucket's first.
-std::vector<std::vector<size_t>> BudgetBuckets(const std::vector<LawPoint>& points,
-                                               const std::vector<size_t>& at) {
-  std::vector<size_t> order = at;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return points[a].d / points[a].n < points[b].d / points[b].n;
-  });
-  std::vector<std::vector<size_t>> buckets;
-  double first = 0.0;
-  for (size_t i : order) {
-    const double tpp = points[i].d / points[i].n;
-    if (buckets.empty() || tpp > first * 1.1) {
-      buckets.emplace_back();
-      first = tpp;
-    }
-    buckets.back().push_back(i);
-  }
-  return buckets;
-}
-
-// Fits `law` to `points` with the advice's settings.
-absl::StatusOr<LawReport> FitLaw(const std::string& law, const std::vector<LawPoint>& points,
-                                 const AdviseOptions& o, int bootstrap) {
-  AnalysisOptions a;
-  a.law = law;
-  a.bootstrap = bootstrap;
-  a.seed = o.seed;
-  a.confidence = o.confidence;
-  a.fit.threads = o.threads;
-  const auto fixed = o.fixed.find(law);
-  if (fixed != o.fixed.end()) a.fixed = fixed->second;
-  return FitNamedLaw(points, a);
-}
-
-// The RMSE of log-loss of `fitted` on the held-out points its law reads.
-void HeldOutError(const LawReport& fitted, const std::vector<LawPoint>& held, FormAdvice* form) {
-  const LawSpec* spec = FindLaw(fitted.law);
-  double squares = 0.0;
-  int count = 0;
-  for (const LawPoint& x : held) {
-    if (spec == nullptr || !spec->reads(x)) continue;
-    const double p = PredictOr(fitted, x);
-    if (!std::isfinite(p)) continue;
-    squares += std::pow(std::log(x.loss) - std::log(p), 2);
-    ++count;
-  }
-  form->holdout_points = count;
-  form->holdout_rmse = count > 0 ? std::sqrt(squares / count) : -1.0;
-}
-
-// The decision hold-out and each form's held-out error: each form (and the moe
-// law, `moe_law` when fitted) refitted on the scales below the decisive one.
-void HoldOut(const std::vector<LawPoint>& points, const std::string& moe_law,
-             const AdviseOptions& o, Advice* advice) {
-  DecisionHoldout& h = advice->holdout;
-  std::set<std::string> ranked;
-  for (const ConfigurationAdvice& r : advice->rows) ranked.insert(r.configuration.name);
-  std::string largest;
-  const std::vector<std::string> labels = ScaleLabels(points, &largest);
-  const auto scales = ScalesBySize(points, labels);
-  // The largest scale with a budget at which two or more ranked configurations ran.
-  std::vector<size_t> bucket;
-  double scale_size = 0.0;
-  for (auto it = scales.rbegin(); it != scales.rend() && bucket.empty(); ++it) {
-    std::vector<size_t> at;
-    for (size_t i = 0; i < points.size(); ++i) {
-      if (labels[i] == it->second && ranked.count(ConfigurationName(points[i])) > 0) {
-        at.push_back(i);
-      }
-    }
-    size_t most = 1;
-    for (const auto& b : BudgetBuckets(points, at)) {
-      std::set<std::string> names;
-      for (size_t i : b) names.insert(ConfigurationName(points[i]));
-      if (names.size() > most) {
-        most = names.size();
-        bucket = b;
-        h.scale = it->second;
-        scale_size = it->first;
-      }
-    }
-  }
-  if (bucket.empty()) {
-    h.why = "no scale ran two or more ranked configurations at one budget";
-    return;
-  }
-  if (scales.front().first >= scale_size) {
-    h.why = absl::StrCat("scale ", h.scale, " is the smallest: nothing is left to fit");
-    return;
-  }
-  std::vector<LawPoint> fit_points, held;
-  for (size_t i = 0; i < points.size(); ++i) {
-    double mean = 0.0;
-    for (const auto& [size, label] : scales) {
-      if (label == labels[i]) mean = size;
-    }
-    (mean < scale_size ? fit_points : held).push_back(points[i]);
-  }
-  std::vector<double> tpp;
-  for (size_t i : bucket) tpp.push_back(points[i].d / points[i].n);
-  h.tokens_per_param = Median(tpp);
-  std::optional<LawReport> moe;
-  if (!moe_law.empty()) {
-    absl::StatusOr<LawReport> fitted = FitLaw(moe_law, fit_points, o, 0);
-    if (fitted.ok()) moe = std::move(*fitted);
-  }
-  for (FormAdvice& form : advice->forms) {
-    if (!form.fitted) continue;
-    absl::StatusOr<LawReport> fitted = FitLaw(form.law, fit_points, o, 0);
-    if (!fitted.ok()) {
-      if (form.law == advice->form || advice->form.empty()) {
-        h.why = absl::StrCat("law ", form.law, " without scale ", h.scale,
-                             " and larger: ", fitted.status().message());
-      }
-      continue;
-    }
-    HeldOutError(*fitted, held, &form);
-    // The decision among the bucket's configurations.
-    std::map<std::string, std::vector<double>> observed, predicted;
-    for (size_t i : bucket) {
-      const LawPoint& x = points[i];
-      // MoL and gdn runs are not in the X-MoD decision.
-      if (x.block_expansion > 0.0 || x.deltanet_share > 0.0) continue;
-      const LawReport* law = x.expansion > 1.0 ? (moe ? &*moe : nullptr) : &*fitted;
-      if (law == nullptr) continue;
-      observed[ConfigurationName(x)].push_back(x.loss);
-      predicted[ConfigurationName(x)].push_back(PredictOr(*law, x));
-    }
-    std::vector<DecisionHoldout::Row> rows;
-    for (const auto& [name, seen] : observed) {
-      DecisionHoldout::Row r;
-      r.configuration = name;
-      r.runs = static_cast<int>(seen.size());
-      for (double v : seen) r.observed += v / seen.size();
-      for (double v : seen) r.observed_sd += (v - r.observed) * (v - r.observed);
-      r.observed_sd = seen.size() > 1 ? std::sqrt(r.observed_sd / (seen.size() - 1)) : 0.0;
-      for (double v : predicted[name]) r.predicted += v / predicted[name].size();
-      rows.push_back(r);
-    }
-    if (rows.size() < 2) continue;
-    const auto chosen =
-        std::min_element(rows.begin(), rows.end(),
-                         [](const auto& a, const auto& b) { return a.predicted < b.predicted; });
-    const auto best = std::min_element(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
-      return a.observed < b.observed;
-    });
-    form.holdout_choice = chosen->configuration;
-    if (form.law == advice->form || advice->form.empty()) {
-      h.available = true;
-      h.why.clear();
-      h.rows = rows;
-      h.chosen = chosen->configuration;
-      h.observed_best = best->configuration;
-      h.agrees = h.chosen == h.observed_best;
-      h.regret = chosen->observed / best->observed - 1.0;
-      double pooled = 0.0;
-      int df = 0;
-      for (const auto& r : rows) {
-        if (r.runs < 2) continue;
-        pooled += (r.runs - 1) * r.observed_sd * r.observed_sd;
-        df += r.runs - 1;
-      }
-      const double sd = df > 0 ? std::sqrt(pooled / df) : 0.0;
-      h.noise = sd * std::sqrt(1.0 / chosen->runs + 1.0 / best->runs);
-      h.holds = h.agrees || (h.noise > 0 && chosen->observed - best->observed <= 2.0 * h.noise);
-    }
-  }
-  // The dense reference's forms: held-out error only (they rank nothing).
-  for (FormAdvice& form : advice->dense_forms) {
-    if (!form.fitted) continue;
-    absl::StatusOr<LawReport> fitted = FitLaw(form.law, fit_points, o, 0);
-    if (fitted.ok()) HeldOutError(*fitted, held, &form);
-  }
-  if (!h.available && h.why.empty()) h.why = "no law could be refitted without that scale";
-}
-
 std::string Percent(double v) { return absl::StrFormat("%.2f%%", 100.0 * v); }
+
+// The decision hold-out's verdict in one clause (when it does not hold).
+std::string HoldoutVerdict(const DecisionHoldout& h) {
+  std::string what =
+      absl::StrFormat("at scale %s the fit without it chose %s, %s was best observed", h.scale,
+                      h.chosen, h.observed_best);
+  if (h.chosen != h.observed_best) absl::StrAppend(&what, " (", Percent(h.regret), " better)");
+  if (h.pick_ran && h.pick != h.observed_best) {
+    absl::StrAppend(&what, "; the advised ", h.pick, " was observed ", Percent(h.pick_regret),
+                    " worse than it there");
+  }
+  if (h.fails)
+    return absl::StrCat("the decision hold-out FAILS: ", what, ", beyond the seed noise");
+  return absl::StrCat("the decision hold-out cannot tell: ", what,
+                      h.noise > 0 ? ", within two seed-noise sds"
+                                  : ", with no replicates there to measure the noise");
+}
 
 void Verdict(Advice* a) {
   if (a->rows.empty()) return;
@@ -482,21 +371,33 @@ void Verdict(Advice* a) {
   for (const FormAdvice& f : a->forms) {
     if (f.law == a->form && f.lack_of_fit.rejected) {
       parts.push_back(absl::StrFormat(
-          "law %s is REJECTED by its replicates (lack of fit p = %.2g): read the table as a "
-          "smoothing of the runs, not as a law",
-          f.law, f.lack_of_fit.p_value));
+          "law %s is REJECTED by its replicates (lack of fit p = %.2g, misfit %.2g%% of the loss "
+          "against a seed noise of %.2g%%): read the table as a smoothing of the runs, not as a "
+          "law; its P(best) and intervals assume the form holds and are NOT calibrated",
+          f.law, f.lack_of_fit.p_value, 100.0 * f.lack_of_fit.misfit_rms,
+          100.0 * f.lack_of_fit.noise_rms));
     }
   }
   if (a->answer_changes) {
-    parts.push_back("the competing X-MoD forms pick different configurations");
+    parts.push_back(a->forms_indistinguishable
+                        ? "the competing X-MoD forms fit equally well and pick different "
+                          "configurations: the decision rests on the form, not the data"
+                        : "the competing X-MoD forms pick different configurations");
   }
-  if (a->holdout.available && !a->holdout.holds) {
-    parts.push_back(absl::StrFormat(
-        "the decision hold-out FAILS: at scale %s the fit without it chose %s, but %s was best "
-        "observed (%s worse, beyond the seed noise)",
-        a->holdout.scale, a->holdout.chosen, a->holdout.observed_best, Percent(a->holdout.regret)));
+  if (!a->holdout.available) {
+    parts.push_back("no decision hold-out (" + a->holdout.why + ")");
+  } else if (!a->holdout.holds) {
+    parts.push_back(HoldoutVerdict(a->holdout));
   }
-  if (!a->extrapolation.empty()) parts.push_back("EXTRAPOLATED");
+  if (!a->left_out.empty()) {
+    std::vector<std::string> names;
+    for (const std::string& l : a->left_out) names.push_back(l.substr(0, l.find(" (")));
+    parts.push_back(
+        absl::StrCat("not ranked (outside their own runs): ", absl::StrJoin(names, ", ")));
+  }
+  bool marked = false;
+  for (const ConfigurationAdvice& r : a->rows) marked |= !r.extrapolation.empty();
+  if (!a->extrapolation.empty() || marked) parts.push_back("EXTRAPOLATED");
   a->verdict = absl::StrJoin(parts, "; ");
 }
 
@@ -593,6 +494,247 @@ absl::StatusOr<Search> Support(const std::vector<LawPoint>& points, const Advise
   return search;
 }
 
+// The N_active range searched for `c` at C inside its own runs' support, or none
+// (`outside` then says how far outside them the request is).
+std::optional<Search> OwnSearch(const Configuration& c, const AdviseOptions& o,
+                                std::string* outside) {
+  constexpr double kSlack = 1.0000001;
+  std::vector<std::string> why;
+  if (o.compute > c.compute_max * kSlack) {
+    why.push_back(absl::StrFormat("C = %s FLOPs is %.3gx its largest compute run (%s)",
+                                  Sci(o.compute), o.compute / c.compute_max, Sci(c.compute_max)));
+  } else if (o.compute < c.compute_min / kSlack) {
+    why.push_back(absl::StrFormat("C = %s FLOPs is %.3gx below its smallest compute run (%s)",
+                                  Sci(o.compute), c.compute_min / o.compute, Sci(c.compute_min)));
+  }
+  Search s;
+  if (o.n_active > 0) {
+    s = {o.n_active, o.n_active};
+    const double tpp = o.compute / (6.0 * o.n_active) / o.n_active;
+    if (o.n_active > c.n_max * kSlack || o.n_active < c.n_min / kSlack) {
+      why.push_back(absl::StrFormat("N_active = %s is outside its runs' [%s, %s]", Sci(o.n_active),
+                                    Sci(c.n_min), Sci(c.n_max)));
+    }
+    if (tpp > c.tpp_max * kSlack || tpp < c.tpp_min / kSlack) {
+      why.push_back(absl::StrFormat("%.3g tokens per parameter is outside its runs' [%.3g, %.3g]",
+                                    tpp, c.tpp_min, c.tpp_max));
+    }
+  } else {
+    s.lo = std::max(std::sqrt(o.compute / (6.0 * c.tpp_max)), c.n_min);
+    s.hi = std::min(std::sqrt(o.compute / (6.0 * c.tpp_min)), c.n_max);
+    if (s.lo > s.hi * kSlack && why.empty()) {
+      why.push_back(absl::StrFormat(
+          "no N_active in its runs' [%s, %s] has tokens per parameter in its [%.3g, %.3g]",
+          Sci(c.n_min), Sci(c.n_max), c.tpp_min, c.tpp_max));
+    }
+  }
+  if (why.empty()) return s;
+  *outside = absl::StrJoin(why, "; ");
+  return std::nullopt;
+}
+
+// Each configuration's search at C inside its own runs, by name, with how far
+// outside them it is ("" inside). Outside, a configuration is left out (into
+// a->left_out) unless extrapolating, when it is searched as the pooled support
+// allows and marked; dense, the reference of every gain, is refused instead.
+absl::StatusOr<std::map<std::string, std::pair<Search, std::string>>> OwnSearches(
+    const std::vector<Configuration>& configurations, const Search& pooled, const AdviseOptions& o,
+    Advice* a) {
+  std::map<std::string, std::pair<Search, std::string>> own;
+  for (const Configuration& c : configurations) {
+    std::string outside;
+    const std::optional<Search> s = OwnSearch(c, o, &outside);
+    if (s) {
+      own[c.name] = {*s, ""};
+    } else if (o.extrapolate) {
+      own[c.name] = {pooled, outside};
+    } else if (c.family == "dense") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dense: ", outside,
+                       ": outside the dense runs, against which every gain is read; "
+                       "pass --extrapolate to predict there anyway"));
+    } else {
+      a->left_out.push_back(absl::StrCat(c.name, " (", outside, ")"));
+    }
+  }
+  return own;
+}
+
+// Notes on each row's support: an optimum on the searched range's edge, a row
+// ranked outside its own runs (--extrapolate) with its distances, and the rows
+// left out.
+void SupportNotes(Advice* a) {
+  for (const ConfigurationAdvice& r : a->rows) {
+    const Configuration& c = r.configuration;
+    if (r.at_edge && a->options.n_active == 0) {
+      a->notes.push_back(absl::StrCat(c.name,
+                                      ": its best N_active sits on the edge of the searched range "
+                                      "(the optimum may lie outside what the sweep ran)"));
+    }
+    if (r.extrapolation.empty()) continue;
+    a->notes.push_back(absl::StrFormat(
+        "EXTRAPOLATING %s beyond its own runs: %s; at its best N_active %s it trains %.3g tokens "
+        "per parameter (its runs: N_active %s-%s, %.3g-%.3g tokens per parameter)",
+        c.name, r.extrapolation, Sci(r.n_active), r.n_active > 0 ? r.tokens / r.n_active : 0.0,
+        Sci(c.n_min), Sci(c.n_max), c.tpp_min, c.tpp_max));
+  }
+  if (!a->left_out.empty()) {
+    a->notes.push_back(absl::StrCat(
+        "not ranked, the request being outside their own runs (--extrapolate ranks them, "
+        "marked): ",
+        absl::StrJoin(a->left_out, "; ")));
+  }
+}
+
+// The forms' quasi-AIC and whether the data can tell them apart. When every
+// tested form is rejected by its replicates, the residual variance is inflated by
+// about ĉ = F, and an AIC difference read against the seed noise overstates the
+// evidence by that factor: the criterion is divided by ĉ (the smallest F, the
+// least inflated form), as quasi-likelihood model selection does.
+void CompareForms(Advice* a) {
+  std::vector<FormAdvice*> fitted;
+  bool all_rejected = true;
+  double smallest_f = std::numeric_limits<double>::infinity();
+  for (FormAdvice& f : a->forms) {
+    if (!f.fitted || !f.information.available) continue;
+    fitted.push_back(&f);
+    all_rejected = all_rejected && f.lack_of_fit.available && f.lack_of_fit.rejected;
+    if (f.lack_of_fit.available) smallest_f = std::min(smallest_f, f.lack_of_fit.f);
+  }
+  a->c_hat = all_rejected && !fitted.empty() && std::isfinite(smallest_f)
+                 ? std::max(1.0, smallest_f)
+                 : 1.0;
+  for (FormAdvice* f : fitted) {
+    const double penalty = 2.0 * f->information.parameters;
+    f->qaic = (f->information.aic - penalty) / a->c_hat + penalty;
+  }
+  if (fitted.size() < 2) return;
+  std::sort(fitted.begin(), fitted.end(),
+            [](const FormAdvice* x, const FormAdvice* y) { return x->qaic < y->qaic; });
+  a->delta_ic = fitted[1]->qaic - fitted[0]->qaic;
+  a->forms_indistinguishable = a->delta_ic < kIndistinguishable;
+  if (!a->forms_indistinguishable) return;
+  const std::string criterion =
+      a->c_hat > 1.0
+          ? absl::StrCat("quasi-AIC (the AIC's fit term divided by c-hat = ", Sci(a->c_hat),
+                         ", the smallest lack-of-fit F, as every form is rejected)")
+          : std::string("AIC");
+  a->notes.push_back(absl::StrFormat(
+      "the X-MoD forms are indistinguishable: their %s differs by %.2g (below %g), so the data "
+      "support %s as well as %s",
+      criterion, a->delta_ic, kIndistinguishable, fitted[1]->law, fitted[0]->law));
+}
+
+absl::Status CheckOptions(const AdviseOptions& o) {
+  if (!(o.compute > 0) || !std::isfinite(o.compute)) {
+    return absl::InvalidArgumentError("--compute: a positive number of training FLOPs is needed");
+  }
+  if (!(o.n_active >= 0) || !std::isfinite(o.n_active)) {
+    return absl::InvalidArgumentError("--n-active: must be a positive number of parameters");
+  }
+  if (!(o.confidence > 0 && o.confidence < 1)) {
+    return absl::InvalidArgumentError("confidence must be in (0, 1)");
+  }
+  if (o.bootstrap < 0) return absl::InvalidArgumentError("--bootstrap: must be >= 0");
+  if (!(o.context > 0) || !std::isfinite(o.context)) {
+    return absl::InvalidArgumentError("--context: a positive context length T is needed");
+  }
+  return absl::OkStatus();
+}
+
+// The dense reference's two forms into a->dense_forms when the runs span two or
+// more contexts (or T was not run); the dense-context law, which answers a
+// context the sweep did not run, when it was fitted.
+absl::StatusOr<std::optional<LawReport>> FitDenseForms(const std::vector<LawPoint>& points,
+                                                       const AdviseOptions& o, Advice* a) {
+  std::optional<LawReport> context_law;
+  if (a->contexts.size() < 2 || !(o.dense_forms || a->context_from_law)) return context_law;
+  for (const std::string law : {"dense", "dense-context"}) {
+    FormAdvice f;
+    f.law = law;
+    const bool answers = law != "dense" && a->context_from_law;
+    absl::StatusOr<LawReport> fitted = FitForAdvice(law, points, o, answers ? o.bootstrap : 0);
+    if (!fitted.ok()) {
+      f.error = std::string(fitted.status().message());
+      if (answers) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--context ", absl::StrFormat("%g", o.context),
+                         ": the dense law with a context term could not be fitted: ", f.error));
+      }
+    } else {
+      f.fitted = true;
+      f.information = fitted->information;
+      f.lack_of_fit = fitted->lack_of_fit;
+      f.on_bound = fitted->on_bound;
+      if (law != "dense") {
+        a->kappa = fitted->fit.params.at("kappa");
+        const auto interval = fitted->intervals.find("kappa");
+        if (interval != fitted->intervals.end()) a->kappa_interval = interval->second;
+        context_law = std::move(*fitted);
+      }
+    }
+    a->dense_forms.push_back(f);
+  }
+  return context_law;
+}
+
+// Each X-MoD form fitted to `points` (into a->forms and `fits`, which must not
+// reallocate: reserved by the caller); the one with the lowest information
+// criterion, which gives the advice, or null when none could be fitted.
+absl::StatusOr<const LawReport*> FitXmodForms(const std::vector<LawPoint>& points,
+                                              const AdviseOptions& o, Advice* a,
+                                              std::vector<LawReport>* fits) {
+  const LawReport* primary = nullptr;
+  for (const std::string& form : o.forms) {
+    FormAdvice f;
+    f.law = form;
+    if (FindLaw(form) == nullptr) return absl::InvalidArgumentError(UnknownLaw(form));
+    absl::StatusOr<LawReport> fitted = FitForAdvice(form, points, o, o.bootstrap);
+    if (!fitted.ok()) {
+      f.error = std::string(fitted.status().message());
+      a->forms.push_back(f);
+      continue;
+    }
+    f.fitted = true;
+    f.information = fitted->information;
+    f.lack_of_fit = fitted->lack_of_fit;
+    f.on_bound = fitted->on_bound;
+    fits->push_back(std::move(*fitted));
+    a->forms.push_back(f);
+  }
+  for (const LawReport& fit : *fits) {
+    if (primary == nullptr || fit.information.aic < primary->information.aic) primary = &fit;
+  }
+  if (primary == nullptr) {
+    a->notes.push_back("no X-MoD form could be fitted: X-MoD configurations are not ranked");
+  }
+  return primary;
+}
+
+// Each fitted X-MoD form's own pick at C (into a->forms), and whether the forms
+// pick different configurations; `ranking_for(form)` ranks under that form.
+void FormPicks(const std::vector<LawReport>& fits, const LawReport* primary,
+               const std::function<Ranking(const LawReport*)>& ranking_for, const AdviseOptions& o,
+               Advice* a) {
+  std::set<std::string> picks;
+  for (FormAdvice& f : a->forms) {
+    if (!f.fitted) continue;
+    const LawReport* form = nullptr;
+    for (const LawReport& fit : fits) {
+      if (fit.law == f.law) form = &fit;
+    }
+    const Ranked ranked = form == primary ? Ranked{a->rows, a->refits} : Rank(ranking_for(form), o);
+    const auto best =
+        std::min_element(ranked.rows.begin(), ranked.rows.end(),
+                         [](const auto& x, const auto& y) { return x.loss < y.loss; });
+    if (best == ranked.rows.end()) continue;
+    f.best = best->configuration.name;
+    f.p_best = best->p_best;
+    picks.insert(f.best);
+  }
+  a->answer_changes = picks.size() > 1;
+}
+
 }  // namespace
 
 LawPoint Configuration::At(double n, double d, double context) const {
@@ -622,33 +764,17 @@ LawPoint Configuration::At(double n, double d, double context) const {
 absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOptions& o) {
   Advice a;
   a.options = o;
-  if (!(o.compute > 0) || !std::isfinite(o.compute)) {
-    return absl::InvalidArgumentError("--compute: a positive number of training FLOPs is needed");
-  }
-  if (!(o.n_active >= 0) || !std::isfinite(o.n_active)) {
-    return absl::InvalidArgumentError("--n-active: must be a positive number of parameters");
-  }
-  if (!(o.confidence > 0 && o.confidence < 1)) {
-    return absl::InvalidArgumentError("confidence must be in (0, 1)");
-  }
-  if (o.bootstrap < 0) return absl::InvalidArgumentError("--bootstrap: must be >= 0");
-  if (!(o.context > 0) || !std::isfinite(o.context)) {
-    return absl::InvalidArgumentError("--context: a positive context length T is needed");
-  }
+  RETURN_IF_ERROR(CheckOptions(o));
   std::vector<LawPoint> points;
   for (const LawPoint& x : all) {
     if (x.Valid()) points.push_back(x);
   }
   const std::vector<Configuration> configurations = Configurations(points);
-  bool any_dense = false, any_xmod = false, any_moe = false, any_mol = false, any_gdn = false;
-  for (const Configuration& c : configurations) {
-    any_dense |= c.family == "dense";
-    any_xmod |= c.family == "xmod";
-    any_moe |= c.family == "moe";
-    any_mol |= c.family == "mol";
-    any_gdn |= c.family == "gdn";
-  }
-  if (!any_dense) {
+  std::set<std::string> families;
+  for (const Configuration& c : configurations) families.insert(c.family);
+  const bool any_xmod = families.count("xmod") > 0, any_moe = families.count("moe") > 0,
+             any_mol = families.count("mol") > 0, any_gdn = families.count("gdn") > 0;
+  if (families.count("dense") == 0) {
     return absl::InvalidArgumentError(
         "no dense runs: every configuration is judged against the FLOP-matched dense model");
   }
@@ -658,35 +784,7 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
 
   // The dense reference's two forms, when the runs span two or more contexts: the
   // one with a context term answers a context the sweep did not run.
-  std::optional<LawReport> context_law;
-  if (a.contexts.size() >= 2 && (o.dense_forms || a.context_from_law)) {
-    for (const std::string law : {"dense", "dense-context"}) {
-      FormAdvice f;
-      f.law = law;
-      const bool answers = law != "dense" && a.context_from_law;
-      absl::StatusOr<LawReport> fitted = FitLaw(law, points, o, answers ? o.bootstrap : 0);
-      if (!fitted.ok()) {
-        f.error = std::string(fitted.status().message());
-        if (answers) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("--context ", absl::StrFormat("%g", o.context),
-                           ": the dense law with a context term could not be fitted: ", f.error));
-        }
-      } else {
-        f.fitted = true;
-        f.information = fitted->information;
-        f.lack_of_fit = fitted->lack_of_fit;
-        f.on_bound = fitted->on_bound;
-        if (law != "dense") {
-          a.kappa = fitted->fit.params.at("kappa");
-          const auto interval = fitted->intervals.find("kappa");
-          if (interval != fitted->intervals.end()) a.kappa_interval = interval->second;
-          context_law = std::move(*fitted);
-        }
-      }
-      a.dense_forms.push_back(f);
-    }
-  }
+  ASSIGN_OR_RETURN(std::optional<LawReport> context_law, FitDenseForms(points, o, &a));
 
   // The laws: each X-MoD form, the MoE law, or the dense law alone.
   std::vector<LawReport> fits;
@@ -696,36 +794,13 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
   const LawReport* mol = nullptr;
   const LawReport* gdn = nullptr;
   if (any_xmod) {
-    for (const std::string& form : o.forms) {
-      FormAdvice f;
-      f.law = form;
-      if (FindLaw(form) == nullptr) return absl::InvalidArgumentError(UnknownLaw(form));
-      absl::StatusOr<LawReport> fitted = FitLaw(form, points, o, o.bootstrap);
-      if (!fitted.ok()) {
-        f.error = std::string(fitted.status().message());
-        a.forms.push_back(f);
-        continue;
-      }
-      f.fitted = true;
-      f.information = fitted->information;
-      f.lack_of_fit = fitted->lack_of_fit;
-      f.on_bound = fitted->on_bound;
-      fits.push_back(std::move(*fitted));
-      a.forms.push_back(f);
-    }
-    // The form with the lowest information criterion gives the advice.
-    for (const LawReport& fit : fits) {
-      if (primary == nullptr || fit.information.aic < primary->information.aic) primary = &fit;
-    }
-    if (primary == nullptr) {
-      a.notes.push_back("no X-MoD form could be fitted: X-MoD configurations are not ranked");
-    }
+    ASSIGN_OR_RETURN(primary, FitXmodForms(points, o, &a, &fits));
   }
   // Each other family's law, when it has runs; a law that cannot be fitted leaves
   // its configurations unranked, with a note saying why.
   const auto family_law = [&](bool any, const char* law, const char* runs) -> const LawReport* {
     if (!any) return nullptr;
-    absl::StatusOr<LawReport> fitted = FitLaw(law, points, o, o.bootstrap);
+    absl::StatusOr<LawReport> fitted = FitForAdvice(law, points, o, o.bootstrap);
     if (!fitted.ok()) {
       a.notes.push_back(absl::StrCat(law, " law not fitted (", runs,
                                      " configurations not ranked): ", fitted.status().message()));
@@ -742,10 +817,11 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
                                : mol != nullptr   ? mol
                                                   : gdn;
   if (dense_law == nullptr) {
-    ASSIGN_OR_RETURN(LawReport fitted, FitLaw("dense", points, o, o.bootstrap));
+    ASSIGN_OR_RETURN(LawReport fitted, FitForAdvice("dense", points, o, o.bootstrap));
     fits.push_back(std::move(fitted));
     dense_law = &fits.back();
   }
+  ASSIGN_OR_RETURN(const auto own, OwnSearches(configurations, search, o, &a));
   // The ranking under each form (the other configurations' laws unchanged).
   auto ranking_for = [&](const LawReport* form) {
     Ranking r;
@@ -757,53 +833,75 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
                              : c.family == "mol"  ? mol
                              : c.family == "gdn"  ? gdn
                                                   : moe;
-      if (law == nullptr) continue;
+      const auto searched = own.find(c.name);
+      if (law == nullptr || searched == own.end()) continue;
       r.configurations.push_back(&c);
       r.laws.push_back(law);
+      r.searches.push_back(searched->second.first);
+      r.outside.push_back(searched->second.second);
     }
     return r;
   };
-  Ranked main = Rank(ranking_for(primary), search, o);
+  Ranked main = Rank(ranking_for(primary), o);
   a.rows = std::move(main.rows);
   a.refits = main.refits;
   std::stable_sort(a.rows.begin(), a.rows.end(),
                    [](const auto& x, const auto& y) { return x.loss < y.loss; });
   if (primary != nullptr) a.form = primary->law;
   for (const LawReport& fit : fits) a.laws.push_back(fit.law);
-  // Each form's own pick.
-  std::set<std::string> picks;
-  for (FormAdvice& f : a.forms) {
-    if (!f.fitted) continue;
-    const LawReport* form = nullptr;
-    for (const LawReport& fit : fits) {
-      if (fit.law == f.law) form = &fit;
-    }
-    const Ranked ranked =
-        form == primary ? Ranked{a.rows, a.refits} : Rank(ranking_for(form), search, o);
-    const auto best =
-        std::min_element(ranked.rows.begin(), ranked.rows.end(),
-                         [](const auto& x, const auto& y) { return x.loss < y.loss; });
-    if (best == ranked.rows.end()) continue;
-    f.best = best->configuration.name;
-    f.p_best = best->p_best;
-    picks.insert(f.best);
-  }
-  a.answer_changes = picks.size() > 1;
-  for (const ConfigurationAdvice& r : a.rows) {
-    if (r.at_edge && o.n_active == 0) {
-      a.notes.push_back(absl::StrCat(r.configuration.name,
-                                     ": its best N_active sits on the edge of the searched range "
-                                     "(the optimum may lie outside what the sweep ran)"));
-    }
-  }
+  FormPicks(fits, primary, ranking_for, o, &a);
+  CompareForms(&a);
+  SupportNotes(&a);
   if (o.holdout) {
-    HoldOut(points, moe != nullptr ? "moe" : "", o, &a);
+    advise_parts::HoldOut(points, moe != nullptr ? "moe" : "", o, &a);
   } else {
     a.holdout.why = "not asked for";
   }
   Verdict(&a);
   return a;
 }
+
+namespace {
+
+// The decision hold-out in AdviceJson.
+nlohmann::json HoldoutJson(const DecisionHoldout& h) {
+  nlohmann::json holdout = {{"available", h.available}};
+  if (!h.available) {
+    holdout["why"] = h.why;
+  } else {
+    nlohmann::json hr = nlohmann::json::array();
+    for (const auto& r : h.rows) {
+      hr.push_back({{"configuration", r.configuration},
+                    {"runs", r.runs},
+                    {"observed", r.observed},
+                    {"observed_sd", r.observed_sd},
+                    {"predicted", r.predicted}});
+    }
+    nlohmann::json compared = nlohmann::json::array();
+    for (const auto& r : h.rows) compared.push_back(r.configuration);
+    holdout.update(
+        {{"scale", h.scale},
+         {"compute", h.compute},
+         {"tokens_per_param", h.tokens_per_param},
+         {"dense_scales", h.dense_scales},
+         {"compared", compared},
+         {"verdict", h.verdict},
+         {"pick", h.pick},
+         {"pick_ran", h.pick_ran},
+         {"pick_regret", h.pick_ran ? nlohmann::json(h.pick_regret) : nlohmann::json(nullptr)},
+         {"fails", h.fails},
+         {"rows", hr},
+         {"chosen", h.chosen},
+         {"observed_best", h.observed_best},
+         {"agrees", h.agrees},
+         {"regret", h.regret},
+         {"noise", h.noise},
+         {"holds", h.holds}});
+  }
+  return holdout;
+}
+
+}  // namespace
 
 nlohmann::json AdviceJson(const Advice& a) {
   auto interval = [](const Interval& i) { return nlohmann::json::array({i.low, i.high}); };
@@ -828,6 +926,12 @@ nlohmann::json AdviceJson(const Advice& a) {
                     {"gain_interval", interval(r.gain_interval)},
                     {"p_best", r.p_best},
                     {"at_edge", r.at_edge},
+                    {"extrapolation", r.extrapolation.empty() ? nlohmann::json(nullptr)
+                                                              : nlohmann::json(r.extrapolation)},
+                    {"support",
+                     {{"compute", {c.compute_min, c.compute_max}},
+                      {"N_active", {c.n_min, c.n_max}},
+                      {"tokens_per_param", {c.tpp_min, c.tpp_max}}}},
                     {"runs", c.runs}});
   }
   auto form_json = [](const FormAdvice& f) {
@@ -836,6 +940,7 @@ nlohmann::json AdviceJson(const Advice& a) {
       j["error"] = f.error;
     } else {
       j["aic"] = f.information.aic;
+      j["qaic"] = f.qaic;
       j["parameters"] = f.information.parameters;
       j["noise"] = f.information.noise;
       j["lack_of_fit"] = LackOfFitJson(f.lack_of_fit);
@@ -852,28 +957,7 @@ nlohmann::json AdviceJson(const Advice& a) {
   for (const FormAdvice& f : a.forms) forms.push_back(form_json(f));
   nlohmann::json dense_forms = nlohmann::json::array();
   for (const FormAdvice& f : a.dense_forms) dense_forms.push_back(form_json(f));
-  nlohmann::json holdout = {{"available", a.holdout.available}};
-  if (!a.holdout.available) {
-    holdout["why"] = a.holdout.why;
-  } else {
-    nlohmann::json hr = nlohmann::json::array();
-    for (const auto& r : a.holdout.rows) {
-      hr.push_back({{"configuration", r.configuration},
-                    {"runs", r.runs},
-                    {"observed", r.observed},
-                    {"observed_sd", r.observed_sd},
-                    {"predicted", r.predicted}});
-    }
-    holdout.update({{"scale", a.holdout.scale},
-                    {"tokens_per_param", a.holdout.tokens_per_param},
-                    {"rows", hr},
-                    {"chosen", a.holdout.chosen},
-                    {"observed_best", a.holdout.observed_best},
-                    {"agrees", a.holdout.agrees},
-                    {"regret", a.holdout.regret},
-                    {"noise", a.holdout.noise},
-                    {"holds", a.holdout.holds}});
-  }
+  const nlohmann::json holdout = HoldoutJson(a.holdout);
   return {{"fixed", a.options.fixed},
           {"compute", a.options.compute},
           {"context", a.options.context},
@@ -889,6 +973,9 @@ nlohmann::json AdviceJson(const Advice& a) {
           {"kappa_interval", interval(a.kappa_interval)},
           {"context_from_law", a.context_from_law},
           {"answer_changes_between_forms", a.answer_changes},
+          {"c_hat", a.c_hat},
+          {"delta_ic", a.delta_ic},
+          {"forms_indistinguishable", a.forms_indistinguishable},
           {"support",
            {{"compute", {a.compute_min, a.compute_max}},
             {"N_active", {a.n_min, a.n_max}},
@@ -897,6 +984,7 @@ nlohmann::json AdviceJson(const Advice& a) {
           {"extrapolation",
            a.extrapolation.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.extrapolation)},
           {"decision_holdout", holdout},
+          {"left_out", a.left_out},
           {"notes", a.notes},
           {"verdict", a.verdict}};
 }
@@ -910,11 +998,14 @@ absl::StatusOr<std::string> BestConfiguration(const LawReport& model,
                                               const AdviseOptions& o) {
   Advice a;
   ASSIGN_OR_RETURN(const Search search, Support(points, o, &a));
+  const std::vector<Configuration> configurations = Configurations(points);
+  ASSIGN_OR_RETURN(const auto own, OwnSearches(configurations, search, o, &a));
   std::string best;
   double lowest = kInf;
-  for (const Configuration& c : Configurations(points)) {
-    if (c.family != "dense" && c.family != "xmod") continue;
-    const double loss = Optimise(model, c, search, o.compute, o.context).loss;
+  for (const Configuration& c : configurations) {
+    const auto searched = own.find(c.name);
+    if ((c.family != "dense" && c.family != "xmod") || searched == own.end()) continue;
+    const double loss = Optimise(model, c, searched->second.first, o.compute, o.context).loss;
     if (loss < lowest) {
       lowest = loss;
       best = c.name;
@@ -922,6 +1013,14 @@ absl::StatusOr<std::string> BestConfiguration(const LawReport& model,
   }
   if (best.empty()) return absl::InvalidArgumentError("no configuration could be predicted");
   return best;
+}
+
+double DefaultCompute(const std::vector<LawPoint>& points) {
+  double compute = 0.0;
+  for (const Configuration& c : Configurations(points)) {
+    compute = compute == 0.0 ? c.compute_max : std::min(compute, c.compute_max);
+  }
+  return compute;
 }
 
 std::vector<Configuration> SweepConfigurations(const std::vector<LawPoint>& points) {

@@ -29,6 +29,10 @@
 
 namespace xmod {
 
+// Below this difference in (quasi-)AIC two forms are reported as indistinguishable
+// (Burnham & Anderson's rule of thumb: within 2, both have substantial support).
+constexpr double kIndistinguishable = 2.0;
+
 struct AdviseOptions {
   double compute = 0.0;   // C: training FLOPs, 6 · N_active · D
   double context = 0.0;   // T; must be a context the sweep ran
@@ -62,6 +66,12 @@ struct Configuration {
   double total_ratio = 1.0;                       // N_total / N_active, median over its runs
   std::vector<std::pair<double, double>> layers;  // (N_active, L) of its runs
   int runs = 0;
+  // Its own runs' support: training compute 6 N_active D, N_active, and tokens per
+  // active parameter D / N_active. A row is ranked inside them (or, with
+  // --extrapolate, marked with how far outside it is).
+  double compute_min = 0.0, compute_max = 0.0;
+  double n_min = 0.0, n_max = 0.0;
+  double tpp_min = 0.0, tpp_max = 0.0;
 
   // The law's view of this configuration at N_active `n`, D tokens, context T (the
   // layer count of its run nearest in N_active).
@@ -79,6 +89,8 @@ struct ConfigurationAdvice {
   Interval gain_interval;  // over the refits (paired: the same refit's dense loss)
   double p_best = 0.0;     // share of refits in which it has the lowest loss
   bool at_edge = false;    // its optimal N_active sits on the searched range's edge
+  // How far outside its own runs the row is (empty: inside); only with --extrapolate.
+  std::string extrapolation;
 };
 
 // One competing X-MoD form.
@@ -87,6 +99,9 @@ struct FormAdvice {
   bool fitted = false;
   std::string error;  // why it was not fitted
   InformationCriterion information;
+  // The quasi-AIC: (AIC − 2p) / ĉ + 2p with the advice's ĉ (Advice::c_hat); the
+  // AIC itself where ĉ = 1.
+  double qaic = 0.0;
   LackOfFit lack_of_fit;
   std::vector<std::string> on_bound;
   double holdout_rmse = -1.0;  // log-loss RMSE on the held-out scales (-1: no hold-out)
@@ -97,12 +112,17 @@ struct FormAdvice {
 };
 
 // The decision re-made without the largest scale at which two or more
-// configurations were run at one budget, against what that scale observed.
+// configurations ran at one training compute (6 N_active D within 1%: under
+// match: training_flops the runs of one budget), against what that scale observed.
+// Every ranked configuration with runs at that compute is compared; the refit
+// needs three or more dense scales below the held-out one.
 struct DecisionHoldout {
   bool available = false;
   std::string why;
   std::string scale;
-  double tokens_per_param = 0.0;  // the budget compared (D / N_active, median)
+  double compute = 0.0;           // the compared runs' training FLOPs (median)
+  double tokens_per_param = 0.0;  // their D / N_active (median)
+  int dense_scales = 0;           // dense scales the refit had
   struct Row {
     std::string configuration;
     int runs = 0;
@@ -110,17 +130,28 @@ struct DecisionHoldout {
     double observed_sd = 0.0;  // seed sd (0 with one seed)
     double predicted = 0.0;    // by the fit without this scale and the larger ones
   };
-  std::vector<Row> rows;
+  std::vector<Row> rows;      // every configuration compared
   std::string chosen;         // lowest predicted
   std::string observed_best;  // lowest observed
   bool agrees = false;        // chosen == observed_best
   double regret = 0.0;        // observed loss of the chosen over the best's, minus 1
   // The seed noise of that comparison: the sd of the difference of the two means
-  // from the pooled seed sd of the scale's replicated configurations (0: none).
+  // from the pooled seed sd of the compared configurations with two or more seeds
+  // (0: none has).
   double noise = 0.0;
-  // The decision holds: the chosen is the observed best, or its observed loss is
-  // within two noise sds of the best's (the seeds cannot tell them apart).
+  // The advice's own pick (its top row at C), whether it ran at that compute, and
+  // its observed loss there over the observed best's, minus 1.
+  std::string pick;
+  bool pick_ran = false;
+  double pick_regret = 0.0;
+  // The verdict, one of three: the decision holds (the refit's choice is the
+  // observed best, and so is the advice's pick where it ran there); it FAILS (the
+  // observed best beats the refit's choice, or the advice's pick, by more than two
+  // noise sds); otherwise the hold-out cannot tell (another was observed best
+  // within two noise sds, or there are no replicates to measure the noise).
   bool holds = false;
+  bool fails = false;
+  std::string verdict;  // "holds", "FAILS" or "cannot tell"
 };
 
 struct Advice {
@@ -140,12 +171,22 @@ struct Advice {
   Interval kappa_interval;
   bool context_from_law = false;  // T was not run: its dense reference is dense-context's
   bool answer_changes = false;    // whether the fitted forms pick different configurations
+  // Model choice among the X-MoD forms: ĉ, the variance inflation of a misfit (the
+  // smallest lack-of-fit F among the forms when every tested form is rejected,
+  // else 1); the difference in quasi-AIC between the two best forms; and whether
+  // it is below kIndistinguishable (the forms are then equally supported).
+  double c_hat = 1.0;
+  double delta_ic = 0.0;
+  bool forms_indistinguishable = false;
   // What the sweep supports: the fitted runs' ranges.
   double compute_min = 0.0, compute_max = 0.0;
   double n_min = 0.0, n_max = 0.0;
   double tpp_min = 0.0, tpp_max = 0.0;  // tokens per active parameter
   std::vector<double> contexts;
   std::string extrapolation;  // how far outside the support (empty: inside)
+  // Configurations not ranked because the request lies outside their own runs
+  // (without --extrapolate), each with how far: "xmod sparsity=0.5 stride=2 (C = ...)".
+  std::vector<std::string> left_out;
   DecisionHoldout holdout;
   std::vector<std::string> notes;
   std::string verdict;
@@ -166,6 +207,12 @@ nlohmann::json AdviceJson(const Advice& advice);
 absl::StatusOr<std::string> BestConfiguration(const LawReport& model,
                                               const std::vector<LawPoint>& points,
                                               const AdviseOptions& options);
+
+// The advice's default compute for `points`: the largest training compute at which
+// every configuration has runs, so that the default advice stays inside each
+// row's own support (the largest compute of all runs would extrapolate the
+// configurations run only at smaller budgets).
+double DefaultCompute(const std::vector<LawPoint>& points);
 
 // The configurations `points` hold (dense first), as Advise ranks them.
 std::vector<Configuration> SweepConfigurations(const std::vector<LawPoint>& points);

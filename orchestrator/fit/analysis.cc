@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -87,26 +88,48 @@ std::vector<std::vector<LawPoint>> Clusters(const std::vector<LawPoint>& points,
 // The strata a resample draws from separately: dense and sparse runs, each by
 // context, so every resample keeps both kinds at every context (the dense
 // reference is fitted per context).
-std::vector<std::vector<std::vector<LawPoint>>> Strata(const std::vector<LawPoint>& points) {
+struct Stratum {
+  bool dense = false;
+  double context = 0.0;
+  std::vector<std::vector<LawPoint>> clusters;
+};
+
+std::vector<Stratum> Strata(const std::vector<LawPoint>& points) {
   std::map<std::pair<bool, double>, std::vector<LawPoint>> by;
   for (const LawPoint& x : points) by[{x.dense(), x.context}].push_back(x);
-  std::vector<std::vector<std::vector<LawPoint>>> out;
-  for (const auto& [key, part] : by) out.push_back(Clusters(part, /*resampled=*/true));
+  std::vector<Stratum> out;
+  for (const auto& [key, part] : by) {
+    out.push_back({key.first, key.second, Clusters(part, /*resampled=*/true)});
+  }
   return out;
 }
 
-// A resample with replacement of the configurations of each stratum.
-std::vector<LawPoint> Resample(const std::vector<std::vector<std::vector<LawPoint>>>& strata,
-                               std::mt19937_64* rng) {
+uint64_t SplitMix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Resample `b` (with replacement, configurations of each stratum). Each stratum
+// draws from a generator of its own, seeded by the seed, b and the stratum (dense
+// or not, its context): the dense runs at a context, which every law built on the
+// dense law reads, are drawn alike in refit b of each law, so that refits of
+// different laws are common resamples and compare refit by refit (P(best)).
+std::vector<LawPoint> Resample(const std::vector<Stratum>& strata, uint64_t seed, int b) {
   std::vector<LawPoint> out;
-  for (const auto& stratum : strata) {
-    const auto* part = &stratum;
-    if (part->empty()) continue;
+  for (const Stratum& stratum : strata) {
+    const auto& part = stratum.clusters;
+    if (part.empty()) continue;
+    uint64_t context_bits = 0;
+    std::memcpy(&context_bits, &stratum.context, sizeof(context_bits));
+    std::mt19937_64 rng(SplitMix(SplitMix(seed) ^ SplitMix(static_cast<uint64_t>(b) + 1) ^
+                                 SplitMix(context_bits + (stratum.dense ? 1 : 2))));
     // Plain modulo rather than std::uniform_int_distribution, whose algorithm
     // differs between standard libraries: the same seed gives the same intervals
     // everywhere (the bias is below 2^-40 for any realistic count).
-    for (size_t i = 0; i < part->size(); ++i) {
-      const auto& cluster = (*part)[(*rng)() % part->size()];
+    for (size_t i = 0; i < part.size(); ++i) {
+      const auto& cluster = part[rng() % part.size()];
       out.insert(out.end(), cluster.begin(), cluster.end());
     }
   }
@@ -289,7 +312,9 @@ std::vector<std::optional<Draw>> DrawResamples(const std::vector<LawPoint>& fit_
                                                std::vector<std::string>* reasons) {
   const auto strata = Strata(fit_points);
   report->bootstrap_clusters = 0;
-  for (const auto& stratum : strata) report->bootstrap_clusters += static_cast<int>(stratum.size());
+  for (const Stratum& stratum : strata) {
+    report->bootstrap_clusters += static_cast<int>(stratum.clusters.size());
+  }
   std::vector<std::optional<Draw>> draws(options.bootstrap);
   reasons->assign(options.bootstrap, "");
   std::atomic<int> next{0};
@@ -297,8 +322,7 @@ std::vector<std::optional<Draw>> DrawResamples(const std::vector<LawPoint>& fit_
   one.threads = 1;
   auto work = [&] {
     for (int b = next++; b < options.bootstrap; b = next++) {
-      std::mt19937_64 rng(options.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(b) + 1);
-      const std::vector<LawPoint> sample = Resample(strata, &rng);
+      const std::vector<LawPoint> sample = Resample(strata, options.seed, b);
       absl::StatusOr<Fitted> refit = law.fit(sample, options.joint, fixed, one, &full);
       if (!refit.ok()) {
         (*reasons)[b] = std::string(refit.status().message());
@@ -524,14 +548,51 @@ InformationCriterion Information(const std::vector<double>& residuals, const Lac
   return c;
 }
 
-// The lack-of-fit test on the points `report` was fitted to. The F-test is a
-// least-squares construct, while the fit minimises a Huber loss whose residual
-// sum of squares is larger than the least-squares one (which made the test
-// reject data drawn from the law about three times as often as its level at the
-// demo's design): the test refits the same form by least squares, starting from
-// the fit's optima, and reads the residuals of that refit.
-// Also fills `information` from the same residuals (least squares being the
-// Gaussian maximum likelihood the criterion assumes).
+// The predicted log-loss of each of `report`'s points at the least-squares fit of
+// its form, or NaN where the law gives none. The F-test is a least-squares
+// construct, while the fit minimises a Huber loss whose residual sum of squares
+// is larger than the least-squares one (which made the test reject data drawn
+// from the law about three times as often as its level at the demo's design), so
+// the form is refitted by least squares from the fit's optima. A two-stage law
+// is then refitted with every parameter free (joint_refit.h): the degrees of
+// freedom count its parameters as fitted together. On a failure, `why` says which
+// fit the residuals come from instead.
+std::vector<double> LeastSquaresLogLoss(const LawReport& report, const LawSpec& law,
+                                        const Fixed& fixed, const Fitted& full,
+                                        const AnalysisOptions& options, std::string* why) {
+  LawReport ls;
+  ls.law = report.law;
+  ls.method = report.method;
+  ls.fit = report.fit;
+  ls.dense = report.dense;
+  FitOptions squares = options.fit;
+  squares.huber_delta = 1e6;  // every residual in the quadratic zone
+  const absl::StatusOr<Fitted> refit = law.fit(report.points, options.joint, fixed, squares, &full);
+  if (refit.ok()) {
+    ls.method = refit->method;
+    ls.fit = refit->fit;
+    ls.dense = refit->dense;
+  } else {
+    *why = absl::StrCat(
+        "on the Huber fit (the least-squares refit failed: ", refit.status().message(), ")");
+  }
+  if (refit.ok() && law.joint_log_loss != nullptr && refit->method != "joint") {
+    absl::StatusOr<std::vector<double>> joint = law.joint_log_loss(report.points, *refit, fixed);
+    if (joint.ok()) return *std::move(joint);
+    *why = absl::StrCat("on the two-stage least-squares fit (the joint refit failed: ",
+                        joint.status().message(), "; F runs high under the true form)");
+  }
+  std::vector<double> out;
+  for (const LawPoint& x : report.points) {
+    const absl::StatusOr<double> predicted = ls.Predict(x);
+    out.push_back(predicted.ok() && *predicted > 0 ? std::log(*predicted) : std::nan(""));
+  }
+  return out;
+}
+
+// The lack-of-fit test on the points `report` was fitted to, from the residuals
+// of LeastSquaresLogLoss. Also fills `information` from the same residuals (least
+// squares being the Gaussian maximum likelihood the criterion assumes).
 LackOfFit TestLackOfFit(const LawReport& report, const LawSpec& law, const Fixed& fixed,
                         const Fitted& full, const AnalysisOptions& options,
                         InformationCriterion* information) {
@@ -545,37 +606,27 @@ LackOfFit TestLackOfFit(const LawReport& report, const LawSpec& law, const Fixed
   // The refit only where the test can run: replicates, and more configurations
   // than parameters (otherwise LackOfFitTest says why not, from any residuals).
   const bool testable = keys.size() > distinct && distinct > static_cast<size_t>(parameters);
-  LawReport ls;
-  ls.law = report.law;
-  ls.method = report.method;
-  ls.fit = report.fit;
-  ls.dense = report.dense;
-  absl::StatusOr<Fitted> refit = absl::UnknownError("not refitted");
+  std::string why;
+  std::vector<double> predicted;
   if (testable) {
-    FitOptions squares = options.fit;
-    squares.huber_delta = 1e6;  // every residual in the quadratic zone
-    refit = law.fit(report.points, options.joint, fixed, squares, &full);
-    if (refit.ok()) {
-      ls.method = refit->method;
-      ls.fit = refit->fit;
-      ls.dense = refit->dense;
+    predicted = LeastSquaresLogLoss(report, law, fixed, full, options, &why);
+  } else {
+    for (const LawPoint& x : report.points) {
+      const absl::StatusOr<double> p = report.Predict(x);
+      predicted.push_back(p.ok() && *p > 0 ? std::log(*p) : std::nan(""));
     }
   }
   std::vector<double> residuals;
   std::vector<std::string> configurations;
   for (size_t i = 0; i < report.points.size(); ++i) {
     const LawPoint& x = report.points[i];
-    const absl::StatusOr<double> predicted = ls.Predict(x);
-    if (!predicted.ok() || !(*predicted > 0) || !(x.loss > 0)) continue;
-    residuals.push_back(std::log(x.loss) - std::log(*predicted));
+    if (!std::isfinite(predicted[i]) || !(x.loss > 0)) continue;
+    residuals.push_back(std::log(x.loss) - predicted[i]);
     configurations.push_back(keys[i]);
   }
   LackOfFit test = LackOfFitTest(residuals, configurations, parameters);
   *information = Information(residuals, test, parameters);
-  if (!refit.ok() && test.available) {
-    test.why = absl::StrCat(
-        "on the Huber fit (the least-squares refit failed: ", refit.status().message(), ")");
-  }
+  if (test.available && !why.empty()) test.why = why;
   return test;
 }
 

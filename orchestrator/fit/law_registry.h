@@ -46,6 +46,12 @@ struct LawSpec {
   // The fit of the points it reads (stages.h).
   absl::StatusOr<Fitted> (*fit)(const std::vector<LawPoint>& points, bool joint, const Fixed& fixed,
                                 const FitOptions& options, const Fitted* previous) = nullptr;
+  // A two-stage law's joint least-squares refit (joint_refit.h): the predicted
+  // log-loss of each point with every parameter free, started from `start`, a
+  // two-stage fit of the same points; null for the other laws.
+  absl::StatusOr<std::vector<double>> (*joint_log_loss)(const std::vector<LawPoint>& points,
+                                                        const Fitted& start,
+                                                        const Fixed& fixed) = nullptr;
 };
 
 // Every law, in the table's order (the dense law first).

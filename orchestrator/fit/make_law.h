@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "orchestrator/fit/joint_refit.h"
 #include "orchestrator/fit/law_registry.h"
 #include "orchestrator/fit/stages.h"
 
@@ -41,6 +42,7 @@ LawSpec MakeLawSpec() {
   s.log_loss = [](const double* raw, const LawPoint& x) { return Law::LogLoss(raw, x); };
   if constexpr (Law::kTwoStage) {
     s.fit = &FitTwoStage<Law>;
+    s.joint_log_loss = &JointLogLoss<Law>;
   } else if constexpr (Law::kAcrossContexts) {
     s.fit = &FitAcrossContexts<Law>;
   } else {

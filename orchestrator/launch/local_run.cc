@@ -426,15 +426,20 @@ void LocalRun::ReportDecision() {
   if (!points.ok() || points->empty()) return;
   AdviseOptions advise;
   advise.bootstrap = 100;
+  // Rounded down to the three digits printed, so that the command shown gives the
+  // same advice (rounded up it would lie past some configuration's runs).
+  const double largest = DefaultCompute(*points);
+  const double unit = std::pow(10.0, std::floor(std::log10(largest)) - 2.0);
+  advise.compute = std::floor(largest / unit) * unit;
   for (const LawPoint& x : *points) {
-    advise.compute = std::max(advise.compute, 6.0 * x.n * x.d);
     if (advise.context == 0 || x.context < advise.context) advise.context = x.context;
   }
   if (absl::StatusOr<DesignFix> fix = SweepDesignFix(coordinator->store(), spec.name); fix.ok()) {
     advise.fixed = *fix;
   }
   out << fmt::format(
-      "\nxmod advise {} --db {} --compute {:.3g} --context {:g} (the largest compute run):\n",
+      "\nxmod advise {} --db {} --compute {:.3g} --context {:g} (the largest compute every "
+      "configuration ran):\n",
       spec.name, db_path, advise.compute, advise.context);
   absl::StatusOr<Advice> advice = Advise(*points, advise);
   if (!advice.ok()) {

@@ -54,6 +54,92 @@ absl::StatusOr<std::vector<LawPoint>> AdvicePoints(const std::vector<JobResultRo
   return points;
 }
 
+namespace {
+
+// The decision hold-out's part of PrintAdvice.
+void PrintHoldout(const DecisionHoldout& h, std::ostream& out) {
+  if (h.available) {
+    std::vector<std::string> compared;
+    for (const auto& r : h.rows) compared.push_back(r.configuration);
+    out << fmt::format(
+        "\ndecision hold-out: refitted without scale {} and larger ({} dense scales left), "
+        "choosing among the {} configurations run there at C = {:.3g} FLOPs ({:.3g} tokens per "
+        "parameter): {}\n",
+        h.scale, h.dense_scales, h.rows.size(), h.compute, h.tokens_per_param,
+        fmt::join(compared, ", "));
+    QueryResult d;
+    d.columns = {"configuration", "runs", "observed", "seed sd", "predicted"};
+    for (const auto& r : h.rows) {
+      d.rows.push_back({r.configuration, static_cast<int64_t>(r.runs), r.observed,
+                        r.runs > 1 ? Value(r.observed_sd) : Value(), r.predicted});
+    }
+    PrintResult(d, Format::kTable, out);
+    const std::string noise = h.noise > 0 ? fmt::format("{:.3g} nats", h.noise)
+                                          : std::string("unknown: no replicates there");
+    out << fmt::format(
+        "chosen there: {}; best observed: {}; {}\n", h.chosen, h.observed_best,
+        h.holds ? std::string("the decision holds")
+        : h.fails
+            ? fmt::format("the decision FAILS (the chosen one is {:.2f}% worse; noise sd of the "
+                          "difference {})",
+                          100.0 * h.regret, noise)
+            : fmt::format("the hold-out cannot tell (the chosen one is {:.2f}% worse; noise sd of "
+                          "the difference {})",
+                          100.0 * h.regret, noise));
+    if (h.pick_ran && h.pick != h.chosen) {
+      out << (h.pick == h.observed_best
+                  ? fmt::format("the advice's pick at C, {}, ran there too and was observed best\n",
+                                h.pick)
+                  : fmt::format("the advice's pick at C, {}, ran there too and was observed "
+                                "{:.2f}% worse than {}\n",
+                                h.pick, 100.0 * h.pick_regret, h.observed_best));
+    }
+  } else {
+    out << "\ndecision hold-out: not available: " << h.why << "\n";
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The competing X-MoD forms' part of PrintAdvice.
+void PrintForms(const Advice& a, std::ostream& out) {
+  const bool have = a.refits > 0;
+  out << "\ncompeting X-MoD forms (lower AIC is better; held-out: the scales from the "
+         "decisive one up)\n";
+  QueryResult f;
+  f.columns = {"form",          "AIC",        "params",  "lack of fit p", "verdict",
+               "held-out RMSE", "picks at C", "P(best)", "hold-out pick"};
+  for (const FormAdvice& form : a.forms) {
+    if (!form.fitted) {
+      f.rows.push_back({form.law, Value(), Value(), Value(), "not fitted: " + form.error, Value(),
+                        Value(), Value(), Value()});
+      continue;
+    }
+    f.rows.push_back({form.law + (form.law == a.form ? " (used)" : ""), form.information.aic,
+                      static_cast<int64_t>(form.information.parameters),
+                      form.lack_of_fit.available ? Value(form.lack_of_fit.p_value) : Value(),
+                      LackOfFitVerdict(form.lack_of_fit),
+                      form.holdout_rmse >= 0 ? Value(form.holdout_rmse) : Value(), form.best,
+                      have ? Value(form.p_best) : Value(), form.holdout_choice});
+  }
+  PrintResult(f, Format::kTable, out);
+  if (a.c_hat > 1.0) {
+    out << fmt::format(
+        "every form is rejected: their AICs compared as quasi-AIC, the fit term divided by "
+        "c-hat = {:.3g} (the smallest F)\n",
+        a.c_hat);
+  }
+  out << fmt::format(
+      "difference in {}: {:.3g}{}\n", a.c_hat > 1.0 ? "quasi-AIC" : "AIC", a.delta_ic,
+      a.forms_indistinguishable ? " (below 2: the forms are indistinguishable)" : "");
+  out << (a.answer_changes ? "the forms pick DIFFERENT configurations at C\n"
+                           : "the forms pick the same configuration at C\n");
+}
+
+}  // namespace
+
 void PrintAdvice(const Advice& a, std::ostream& out) {
   out << fmt::format("advice at C = {:.3g} training FLOPs (6 N_active D), context T = {:g}{}\n",
                      a.options.compute, a.options.context,
@@ -88,37 +174,17 @@ void PrintAdvice(const Advice& a, std::ostream& out) {
                "P(best)"};
   const bool have = a.refits > 0;
   for (const ConfigurationAdvice& r : a.rows) {
-    t.rows.push_back({r.configuration.name + (r.at_edge ? " *" : ""), r.law, r.n_active,
-                      r.n_active * r.configuration.total_ratio, r.tokens, r.loss,
-                      Range(r.loss_interval, have), r.gain, Range(r.gain_interval, have),
-                      have ? Value(r.p_best) : Value()});
+    t.rows.push_back(
+        {r.configuration.name + (r.at_edge ? " *" : "") + (r.extrapolation.empty() ? "" : " !"),
+         r.law, r.n_active, r.n_active * r.configuration.total_ratio, r.tokens, r.loss,
+         Range(r.loss_interval, have), r.gain, Range(r.gain_interval, have),
+         have ? Value(r.p_best) : Value()});
   }
   PrintResult(t, Format::kTable, out);
   out << "gain_vs_dense: the dense model's predicted loss at the same C minus this one's "
-         "(nats; > 0 is better); P(best): share of refits in which it is lowest\n";
-  if (!a.forms.empty()) {
-    out << "\ncompeting X-MoD forms (lower AIC is better; held-out: the scales from the "
-           "decisive one up)\n";
-    QueryResult f;
-    f.columns = {"form",          "AIC",        "params",  "lack of fit p", "verdict",
-                 "held-out RMSE", "picks at C", "P(best)", "hold-out pick"};
-    for (const FormAdvice& form : a.forms) {
-      if (!form.fitted) {
-        f.rows.push_back({form.law, Value(), Value(), Value(), "not fitted: " + form.error, Value(),
-                          Value(), Value(), Value()});
-        continue;
-      }
-      f.rows.push_back({form.law + (form.law == a.form ? " (used)" : ""), form.information.aic,
-                        static_cast<int64_t>(form.information.parameters),
-                        form.lack_of_fit.available ? Value(form.lack_of_fit.p_value) : Value(),
-                        LackOfFitVerdict(form.lack_of_fit),
-                        form.holdout_rmse >= 0 ? Value(form.holdout_rmse) : Value(), form.best,
-                        have ? Value(form.p_best) : Value(), form.holdout_choice});
-    }
-    PrintResult(f, Format::kTable, out);
-    out << (a.answer_changes ? "the forms pick DIFFERENT configurations at C\n"
-                             : "the forms pick the same configuration at C\n");
-  }
+         "(nats; > 0 is better); P(best): share of refits in which it is lowest; *: optimum on "
+         "the searched range's edge; !: outside its own runs (notes below)\n";
+  if (!a.forms.empty()) PrintForms(a, out);
   if (!a.dense_forms.empty()) {
     out << "\nthe dense reference's forms (on the dense runs; lower AIC is better): per context, "
            "and one law with a context term L = (E + A/N^alpha + B/D^beta)(T/1024)^-kappa\n";
@@ -150,34 +216,7 @@ void PrintAdvice(const Advice& a, std::ostream& out) {
                   : std::string("; the table above uses the dense law fitted at T itself\n"));
     }
   }
-  const DecisionHoldout& h = a.holdout;
-  if (h.available) {
-    out << fmt::format(
-        "\ndecision hold-out: refitted without scale {} and larger, choosing among its runs at "
-        "{:.3g} tokens per parameter\n",
-        h.scale, h.tokens_per_param);
-    QueryResult d;
-    d.columns = {"configuration", "runs", "observed", "seed sd", "predicted"};
-    for (const auto& r : h.rows) {
-      d.rows.push_back({r.configuration, static_cast<int64_t>(r.runs), r.observed,
-                        r.runs > 1 ? Value(r.observed_sd) : Value(), r.predicted});
-    }
-    PrintResult(d, Format::kTable, out);
-    out << fmt::format(
-        "chosen there: {}; best observed: {}; {}\n", h.chosen, h.observed_best,
-        h.agrees ? std::string("the decision holds")
-        : h.holds
-            ? fmt::format("the decision holds within the seed noise (the chosen one is {:.2f}% "
-                          "worse, noise sd of the difference {:.3g} nats)",
-                          100.0 * h.regret, h.noise)
-            : fmt::format("the decision FAILS (the chosen one is {:.2f}% worse; noise sd of the "
-                          "difference {})",
-                          100.0 * h.regret,
-                          h.noise > 0 ? fmt::format("{:.3g} nats", h.noise)
-                                      : std::string("unknown: no replicates there")));
-  } else {
-    out << "\ndecision hold-out: not available: " << h.why << "\n";
-  }
+  PrintHoldout(a.holdout, out);
   for (const std::string& note : a.notes) out << "note: " << note << "\n";
   out << "\nverdict: " << a.verdict << "\n";
 }
@@ -197,10 +236,9 @@ absl::StatusOr<Advice> AdviseSweep(StoreReader& store, const std::string& sweep,
     return absl::InvalidArgumentError(absl::StrCat(
         "sweep '", sweep, "': no finished run a law reads yet (", jobs.size(), " jobs)"));
   }
-  const bool largest_compute = options.compute == 0, largest_context = options.context == 0;
-  for (const LawPoint& x : points) {
-    if (largest_compute) options.compute = std::max(options.compute, 6.0 * x.n * x.d);
-    if (largest_context) options.context = std::max(options.context, x.context);
+  if (options.compute == 0) options.compute = DefaultCompute(points);
+  if (options.context == 0) {
+    for (const LawPoint& x : points) options.context = std::max(options.context, x.context);
   }
   ASSIGN_OR_RETURN(options.fixed, SweepDesignFix(store, sweep));
   ASSIGN_OR_RETURN(Advice advice, Advise(points, options));

@@ -99,10 +99,10 @@ absl::StatusOr<PowerReport> PowerCheck(const SweepSpec& spec, const std::vector<
   advise.threads = o.threads;
   advise.fixed = spec.design.fix;
   advise.context = planned.front().context;
-  for (const LawPoint& x : planned) {
-    advise.compute = std::max(advise.compute, 6.0 * x.n * x.d);
-    advise.context = std::min(advise.context, x.context);
-  }
+  // Where `xmod advise` answers by default: the largest compute every
+  // configuration is planned at (each row inside its own runs).
+  advise.compute = DefaultCompute(planned);
+  for (const LawPoint& x : planned) advise.context = std::min(advise.context, x.context);
   r.compute = advise.compute;
   r.context = advise.context;
   // The truth as a fitted law: one set of parameters, its own dense part.
@@ -202,7 +202,8 @@ std::string PowerText(const PowerReport& r) {
     for (const auto& [name, count] : r.picks) picks.push_back(absl::StrCat(name, ": ", count));
     absl::StrAppend(
         &out,
-        absl::StrFormat("advise at C = %.3g, T = %g (the largest planned compute): the truth's "
+        absl::StrFormat("advise at C = %.3g, T = %g (the largest compute every configuration is "
+                        "planned at): the truth's "
                         "best is %s; advise picks it in %d of %d simulations (%s); the "
                         "information criterion prefers the true (constant) form in %d of %d\n",
                         r.compute, r.context, r.truth_best, r.advise_right, r.advised,

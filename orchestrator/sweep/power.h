@@ -48,7 +48,8 @@ struct PowerReport {
   int testable = 0;     // of the fitted, how often the lack-of-fit test could run
   int form_right = 0;   // how often the constant form had the lower AIC (the truth's)
   std::vector<PowerParameter> parameters;
-  double compute = 0.0;  // where advise was asked: the largest planned compute ...
+  double compute =
+      0.0;  // where advise was asked: the largest compute every configuration is planned at ...
   double context = 0.0;  // ... at the smallest context
   std::string truth_best;
   int advised = 0;       // simulations advise answered

@@ -330,7 +330,7 @@ function adviseSection(name, answer, finished) {
   html += '<h4>Competing forms (lower AIC is better)</h4>' + table('advise-forms', ['form', 'AIC', 'params', 'lack of fit p', 'verdict', 'held-out RMSE', 'picks'], forms);
   const h = a.decision_holdout;
   html += h.available
-    ? `<p id="advise-holdout">decision hold-out at scale ${esc(h.scale)}: chosen ${esc(h.chosen)}, best observed ${esc(h.observed_best)}: ${h.agrees ? 'the decision holds' : h.holds ? 'holds within the seed noise' : 'the decision FAILS'}</p>`
+    ? `<p id="advise-holdout">decision hold-out at scale ${esc(h.scale)} among ${esc((h.compared || []).join(', '))}: chosen ${esc(h.chosen)}, best observed ${esc(h.observed_best)}: ${h.holds ? 'the decision holds' : h.fails ? 'the decision FAILS' : 'the hold-out cannot tell'}</p>`
     : `<p id="advise-holdout">decision hold-out: ${esc(h.why)}</p>`;
   return html;
 }
