@@ -105,8 +105,8 @@ Size RejectionsUnderTheLaw(const std::string& law, int datasets, uint64_t seed) 
   // A shorter multi-start than xmod fit's (its scouting and polishing decide where
   // the fit lands, not how F is calibrated there; data drawn from the law have one
   // clear basin): the least-squares and joint refits the test reads are as shipped.
-  options.fit.scout_iterations = 2;
-  options.fit.polish = 4;
+  options.fit.scout_iterations = 1;
+  options.fit.polish = 3;
   Size s;
   for (int i = 0; i < datasets; ++i) {
     std::vector<LawPoint> points;
