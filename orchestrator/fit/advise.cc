@@ -401,6 +401,44 @@ void Verdict(Advice* a) {
   a->verdict = absl::StrJoin(parts, "; ");
 }
 
+constexpr double kSlack = 1.0000001;  // a request this close to a range's end is inside
+
+// The ranges a request is held to: every run's (the pooled support) or one
+// configuration's own runs'.
+struct Ranges {
+  double compute_min, compute_max, n_min, n_max, tpp_min, tpp_max;
+};
+
+// How far the request lies outside `r`, a clause per range it leaves: C, and with
+// --n-active that N_active and its tokens per parameter. `whose` names the runs:
+// "the" for every run, "its" for a configuration's.
+std::vector<std::string> Outside(const Ranges& r, const AdviseOptions& o,
+                                 const std::string& whose) {
+  const std::string runs = whose == "the" ? "the runs'" : whose + " runs'";
+  std::vector<std::string> why;
+  if (o.compute > r.compute_max * kSlack) {
+    why.push_back(absl::StrFormat("C = %s FLOPs is %.3gx %s largest compute run (%s)",
+                                  Sci(o.compute), o.compute / r.compute_max, whose,
+                                  Sci(r.compute_max)));
+  } else if (o.compute < r.compute_min / kSlack) {
+    why.push_back(absl::StrFormat("C = %s FLOPs is %.3gx below %s smallest compute run (%s)",
+                                  Sci(o.compute), r.compute_min / o.compute, whose,
+                                  Sci(r.compute_min)));
+  }
+  if (o.n_active <= 0) return why;
+  if (o.n_active > r.n_max * kSlack || o.n_active < r.n_min / kSlack) {
+    why.push_back(absl::StrFormat("N_active = %s is outside %s [%s, %s]", Sci(o.n_active), runs,
+                                  Sci(r.n_min), Sci(r.n_max)));
+  }
+  const double tpp = o.compute / (6.0 * o.n_active) / o.n_active;
+  if (tpp > r.tpp_max * kSlack || tpp < r.tpp_min / kSlack) {
+    why.push_back(
+        absl::StrFormat("D / N_active = %.3g tokens per parameter is outside %s [%.3g, %.3g]", tpp,
+                        runs, r.tpp_min, r.tpp_max));
+  }
+  return why;
+}
+
 // The runs' support (into `a`), the N_active range searched at C, and how far
 // outside the support the request is (refused unless extrapolating).
 absl::StatusOr<Search> Support(const std::vector<LawPoint>& points, const AdviseOptions& o,
@@ -441,28 +479,11 @@ absl::StatusOr<Search> Support(const std::vector<LawPoint>& points, const Advise
         o.context > near ? o.context / near : near / o.context));
   }
   // How far outside the support, refused unless extrapolating.
-  if (o.compute > a.compute_max * 1.0000001) {
-    outside.push_back(absl::StrFormat("C = %s FLOPs is %.3gx the largest compute run (%s)",
-                                      Sci(o.compute), o.compute / a.compute_max,
-                                      Sci(a.compute_max)));
-  } else if (o.compute < a.compute_min / 1.0000001) {
-    outside.push_back(absl::StrFormat("C = %s FLOPs is %.3gx below the smallest compute run (%s)",
-                                      Sci(o.compute), a.compute_min / o.compute,
-                                      Sci(a.compute_min)));
-  }
+  const Ranges pooled{a.compute_min, a.compute_max, a.n_min, a.n_max, a.tpp_min, a.tpp_max};
+  for (std::string& w : Outside(pooled, o, "the")) outside.push_back(std::move(w));
   Search search;
   if (o.n_active > 0) {
     search = {o.n_active, o.n_active};
-    if (o.n_active > a.n_max * 1.0000001 || o.n_active < a.n_min / 1.0000001) {
-      outside.push_back(absl::StrFormat("N_active = %s is outside the runs' [%s, %s]",
-                                        Sci(o.n_active), Sci(a.n_min), Sci(a.n_max)));
-    }
-    const double tpp = o.compute / (6.0 * o.n_active) / o.n_active;
-    if (tpp > a.tpp_max * 1.0000001 || tpp < a.tpp_min / 1.0000001) {
-      outside.push_back(absl::StrFormat(
-          "D / N_active = %.3g tokens per parameter is outside the runs' [%.3g, %.3g]", tpp,
-          a.tpp_min, a.tpp_max));
-    }
   } else {
     // Tokens per parameter inside the runs' range; N_active inside theirs too
     // unless extrapolating.
@@ -472,7 +493,7 @@ absl::StatusOr<Search> Support(const std::vector<LawPoint>& points, const Advise
       search.lo = std::max(search.lo, a.n_min);
       search.hi = std::min(search.hi, a.n_max);
     }
-    if (search.lo > search.hi * 1.0000001) {
+    if (search.lo > search.hi * kSlack) {
       if (outside.empty()) {
         outside.push_back(absl::StrFormat(
             "at C = %s no N_active in the runs' [%s, %s] has tokens per parameter in theirs "
@@ -498,28 +519,10 @@ absl::StatusOr<Search> Support(const std::vector<LawPoint>& points, const Advise
 // (`outside` then says how far outside them the request is).
 std::optional<Search> OwnSearch(const Configuration& c, const AdviseOptions& o,
                                 std::string* outside) {
-  constexpr double kSlack = 1.0000001;
-  std::vector<std::string> why;
-  if (o.compute > c.compute_max * kSlack) {
-    why.push_back(absl::StrFormat("C = %s FLOPs is %.3gx its largest compute run (%s)",
-                                  Sci(o.compute), o.compute / c.compute_max, Sci(c.compute_max)));
-  } else if (o.compute < c.compute_min / kSlack) {
-    why.push_back(absl::StrFormat("C = %s FLOPs is %.3gx below its smallest compute run (%s)",
-                                  Sci(o.compute), c.compute_min / o.compute, Sci(c.compute_min)));
-  }
-  Search s;
-  if (o.n_active > 0) {
-    s = {o.n_active, o.n_active};
-    const double tpp = o.compute / (6.0 * o.n_active) / o.n_active;
-    if (o.n_active > c.n_max * kSlack || o.n_active < c.n_min / kSlack) {
-      why.push_back(absl::StrFormat("N_active = %s is outside its runs' [%s, %s]", Sci(o.n_active),
-                                    Sci(c.n_min), Sci(c.n_max)));
-    }
-    if (tpp > c.tpp_max * kSlack || tpp < c.tpp_min / kSlack) {
-      why.push_back(absl::StrFormat("%.3g tokens per parameter is outside its runs' [%.3g, %.3g]",
-                                    tpp, c.tpp_min, c.tpp_max));
-    }
-  } else {
+  std::vector<std::string> why =
+      Outside({c.compute_min, c.compute_max, c.n_min, c.n_max, c.tpp_min, c.tpp_max}, o, "its");
+  Search s = {o.n_active, o.n_active};
+  if (o.n_active <= 0) {
     s.lo = std::max(std::sqrt(o.compute / (6.0 * c.tpp_max)), c.n_min);
     s.hi = std::min(std::sqrt(o.compute / (6.0 * c.tpp_min)), c.n_max);
     if (s.lo > s.hi * kSlack && why.empty()) {

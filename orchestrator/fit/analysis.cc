@@ -548,6 +548,16 @@ InformationCriterion Information(const std::vector<double>& residuals, const Lac
   return c;
 }
 
+// The log-loss `fitted` predicts at each of `points`, NaN where it gives none.
+std::vector<double> PredictedLogLoss(const LawReport& fitted, const std::vector<LawPoint>& points) {
+  std::vector<double> out;
+  for (const LawPoint& x : points) {
+    const absl::StatusOr<double> predicted = fitted.Predict(x);
+    out.push_back(predicted.ok() && *predicted > 0 ? std::log(*predicted) : std::nan(""));
+  }
+  return out;
+}
+
 // The predicted log-loss of each of `report`'s points at the least-squares fit of
 // its form, or NaN where the law gives none. The F-test is a least-squares
 // construct, while the fit minimises a Huber loss whose residual sum of squares
@@ -582,12 +592,7 @@ std::vector<double> LeastSquaresLogLoss(const LawReport& report, const LawSpec& 
     *why = absl::StrCat("on the two-stage least-squares fit (the joint refit failed: ",
                         joint.status().message(), "; F runs high under the true form)");
   }
-  std::vector<double> out;
-  for (const LawPoint& x : report.points) {
-    const absl::StatusOr<double> predicted = ls.Predict(x);
-    out.push_back(predicted.ok() && *predicted > 0 ? std::log(*predicted) : std::nan(""));
-  }
-  return out;
+  return PredictedLogLoss(ls, report.points);
 }
 
 // The lack-of-fit test on the points `report` was fitted to, from the residuals
@@ -611,10 +616,7 @@ LackOfFit TestLackOfFit(const LawReport& report, const LawSpec& law, const Fixed
   if (testable) {
     predicted = LeastSquaresLogLoss(report, law, fixed, full, options, &why);
   } else {
-    for (const LawPoint& x : report.points) {
-      const absl::StatusOr<double> p = report.Predict(x);
-      predicted.push_back(p.ok() && *p > 0 ? std::log(*p) : std::nan(""));
-    }
+    predicted = PredictedLogLoss(report, report.points);
   }
   std::vector<double> residuals;
   std::vector<std::string> configurations;
@@ -686,6 +688,43 @@ absl::StatusOr<LawReport> FitNamedLaw(const std::vector<LawPoint>& points,
   return report;
 }
 
+namespace {
+
+nlohmann::json IntervalsJson(const std::map<std::string, Interval>& in) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, iv] : in) out[name] = {iv.low, iv.high};
+  return out;
+}
+
+// ReportJson's bootstrap part: the intervals, how the resamples went, every refit.
+void AddBootstrapJson(const LawReport& report, nlohmann::json* j) {
+  (*j)["intervals"] = IntervalsJson(report.intervals);
+  const int total = report.bootstrap_used + report.bootstrap_failed;
+  (*j)["bootstrap"] = {
+      {"used", report.bootstrap_used},
+      {"failed", report.bootstrap_failed},
+      {"commonest_failure", report.bootstrap_failure},
+      {"failed_share", total > 0 ? static_cast<double>(report.bootstrap_failed) / total : 0.0},
+      {"clusters", report.bootstrap_clusters},
+      {"resampling",
+       "configurations with replacement (replicates together), "
+       "dense and sparse separately"},
+      {"starts", "the full fit's optima and every third value of each grid axis"}};
+  // Every refit whole (reported and internal parameters, the dense law's per
+  // context), so a decision can be re-made on each of them.
+  nlohmann::json refits = nlohmann::json::array();
+  for (const BootstrapRefit& r : report.refits) {
+    nlohmann::json dense_raw = nlohmann::json::array();
+    for (const auto& [context, raw] : r.dense_raw) {
+      dense_raw.push_back({{"context", context}, {"raw", raw}});
+    }
+    refits.push_back({{"params", r.params}, {"raw", r.raw}, {"dense", dense_raw}});
+  }
+  (*j)["bootstrap_refits"] = refits;
+}
+
+}  // namespace
+
 nlohmann::json ReportJson(const LawReport& report) {
   nlohmann::json j = {{"law", report.law},
                       {"method", report.method},
@@ -708,43 +747,14 @@ nlohmann::json ReportJson(const LawReport& report) {
     }
     j["stages"] = stages;
   }
-  auto intervals_json = [](const std::map<std::string, Interval>& in) {
-    nlohmann::json out = nlohmann::json::object();
-    for (const auto& [name, iv] : in) out[name] = {iv.low, iv.high};
-    return out;
-  };
-  if (!report.intervals.empty()) {
-    j["intervals"] = intervals_json(report.intervals);
-    const int total = report.bootstrap_used + report.bootstrap_failed;
-    j["bootstrap"] = {
-        {"used", report.bootstrap_used},
-        {"failed", report.bootstrap_failed},
-        {"commonest_failure", report.bootstrap_failure},
-        {"failed_share", total > 0 ? static_cast<double>(report.bootstrap_failed) / total : 0.0},
-        {"clusters", report.bootstrap_clusters},
-        {"resampling",
-         "configurations with replacement (replicates together), "
-         "dense and sparse separately"},
-        {"starts", "the full fit's optima and every third value of each grid axis"}};
-    // Every refit whole (reported and internal parameters, the dense law's per
-    // context), so a decision can be re-made on each of them.
-    nlohmann::json refits = nlohmann::json::array();
-    for (const BootstrapRefit& r : report.refits) {
-      nlohmann::json dense_raw = nlohmann::json::array();
-      for (const auto& [context, raw] : r.dense_raw) {
-        dense_raw.push_back({{"context", context}, {"raw", raw}});
-      }
-      refits.push_back({{"params", r.params}, {"raw", r.raw}, {"dense", dense_raw}});
-    }
-    j["bootstrap_refits"] = refits;
-  }
+  if (!report.intervals.empty()) AddBootstrapJson(report, &j);
   nlohmann::json dense = nlohmann::json::array();
   for (const ContextFit& c : report.dense) {
     nlohmann::json row = {
         {"context", c.context},         {"params", c.fit.params}, {"raw", c.fit.raw},
         {"objective", c.fit.objective}, {"rmse", c.fit.rmse},     {"n_points", c.fit.n_points},
         {"converged", c.fit.converged}, {"on_bound", c.on_bound}};
-    if (!c.intervals.empty()) row["intervals"] = intervals_json(c.intervals);
+    if (!c.intervals.empty()) row["intervals"] = IntervalsJson(c.intervals);
     dense.push_back(row);
   }
   j["dense"] = dense;

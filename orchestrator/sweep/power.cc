@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "orchestrator/fit/advise.h"
 #include "orchestrator/fit/analysis.h"
 #include "orchestrator/fit/law_registry.h"
@@ -32,6 +33,90 @@ double Sd(const std::vector<double>& v, double* mean) {
   double ss = 0.0;
   for (double x : v) ss += (x - *mean) * (x - *mean);
   return v.size() > 1 ? std::sqrt(ss / static_cast<double>(v.size() - 1)) : 0.0;
+}
+
+// The planned dense and X-MoD runs the laws would read (no trunk, no lr scan),
+// each with the loss the truth `raw` (internal units of `law`) gives it.
+absl::StatusOr<std::vector<LawPoint>> PlannedPoints(const std::vector<ResolvedJob>& jobs,
+                                                    const LawSpec& law,
+                                                    const std::vector<double>& raw) {
+  std::vector<LawPoint> planned;
+  for (const ResolvedJob& j : jobs) {
+    if (!j.dense_law_point() && j.file.shape.family != Family::kXmod) continue;
+    if (std::string_view(j.role()) == "trunk") continue;
+    if (j.file.lr_factor.has_value()) continue;  // the lr scan: the laws read one lr
+    LawPoint x = PlannedPoint(j);
+    if (x.family != "dense" && x.family != "xmod") continue;
+    x.scale = j.scale;
+    x.loss = 1.0;
+    x.config = absl::StrFormat("%s|%.17g|%.17g|%.17g|%g|%g|%g", x.family, x.n, x.NTotal(), x.d,
+                               x.context, x.capacity, x.stride);
+    x.loss = std::exp(law.log_loss(raw.data(), x));
+    planned.push_back(x);
+  }
+  bool sparse = false, dense = false;
+  for (const LawPoint& x : planned) (x.dense() ? dense : sparse) = true;
+  if (!sparse || !dense) {
+    return absl::InvalidArgumentError(
+        "--power simulates the X-MoD law's design: the sweep needs dense and X-MoD jobs");
+  }
+  return planned;
+}
+
+// `o.simulations` draws of `planned` with seed noise, each fitted as `xmod run`
+// fits (with `fixed` frozen) and advised with `advise`, counted into `r`.
+void Simulate(const std::vector<LawPoint>& planned, const AdviseOptions& advise,
+              const std::map<std::string, double>& fixed, const PowerOptions& o, const LawSpec& law,
+              PowerReport* out) {
+  PowerReport& r = *out;
+  std::mt19937_64 rng(o.seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::map<std::string, std::vector<double>> estimates;
+  std::map<std::string, int> failures;
+  AnalysisOptions fit;
+  fit.law = "xmod";
+  fit.fixed = fixed;
+  fit.fit.threads = o.threads;
+  for (int s = 0; s < o.simulations; ++s) {
+    std::vector<LawPoint> drawn = planned;
+    for (LawPoint& x : drawn) x.loss *= std::exp(o.noise * normal(rng));
+    const absl::StatusOr<LawReport> fitted = FitNamedLaw(drawn, fit);
+    if (!fitted.ok()) {
+      ++failures[std::string(fitted.status().message())];
+      continue;
+    }
+    ++r.fitted;
+    if (fitted->lack_of_fit.available) {
+      ++r.testable;
+      r.rejected += fitted->lack_of_fit.rejected;
+    }
+    for (const auto& [name, value] : fitted->fit.params) {
+      if (fixed.count(name) == 0) estimates[name].push_back(value);
+    }
+    const absl::StatusOr<Advice> advice = Advise(drawn, advise);
+    if (advice.ok() && !advice->rows.empty()) {
+      ++r.advised;
+      const std::string& pick = advice->rows.front().configuration.name;
+      ++r.picks[pick];
+      r.advise_right += pick == r.truth_best;
+      r.form_right += advice->form == "xmod";
+    }
+  }
+  if (!failures.empty()) {
+    const auto commonest =
+        std::max_element(failures.begin(), failures.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    r.failure = absl::StrCat(commonest->first, " (", commonest->second, ")");
+  }
+  for (const std::string& name : law.parameters) {
+    const auto it = estimates.find(name);
+    if (it == estimates.end()) continue;
+    PowerParameter p;
+    p.name = name;
+    p.truth = r.truth.at(name);
+    p.sd = Sd(it->second, &p.mean);
+    r.parameters.push_back(p);
+  }
 }
 
 }  // namespace
@@ -72,26 +157,7 @@ absl::StatusOr<PowerReport> PowerCheck(const SweepSpec& spec, const std::vector<
     }
     raw.push_back(law->log_scaled[k] ? std::log(v) : v);
   }
-  std::vector<LawPoint> planned;
-  for (const ResolvedJob& j : jobs) {
-    if (!j.dense_law_point() && j.file.shape.family != Family::kXmod) continue;
-    if (std::string_view(j.role()) == "trunk") continue;
-    if (j.file.lr_factor.has_value()) continue;  // the lr scan: the laws read one lr
-    LawPoint x = PlannedPoint(j);
-    if (x.family != "dense" && x.family != "xmod") continue;
-    x.scale = j.scale;
-    x.loss = 1.0;
-    x.config = absl::StrFormat("%s|%.17g|%.17g|%.17g|%g|%g|%g", x.family, x.n, x.NTotal(), x.d,
-                               x.context, x.capacity, x.stride);
-    x.loss = std::exp(law->log_loss(raw.data(), x));
-    planned.push_back(x);
-  }
-  bool sparse = false, dense = false;
-  for (const LawPoint& x : planned) (x.dense() ? dense : sparse) = true;
-  if (!sparse || !dense) {
-    return absl::InvalidArgumentError(
-        "--power simulates the X-MoD law's design: the sweep needs dense and X-MoD jobs");
-  }
+  ASSIGN_OR_RETURN(const std::vector<LawPoint> planned, PlannedPoints(jobs, *law, raw));
   AdviseOptions advise;
   advise.bootstrap = 0;
   advise.holdout = false;
@@ -114,54 +180,7 @@ absl::StatusOr<PowerReport> PowerCheck(const SweepSpec& spec, const std::vector<
   if (!best.ok()) return best.status();
   r.truth_best = *best;
 
-  std::mt19937_64 rng(o.seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::map<std::string, std::vector<double>> estimates;
-  std::map<std::string, int> failures;
-  AnalysisOptions fit;
-  fit.law = "xmod";
-  fit.fixed = fixed;
-  fit.fit.threads = o.threads;
-  for (int s = 0; s < o.simulations; ++s) {
-    std::vector<LawPoint> drawn = planned;
-    for (LawPoint& x : drawn) x.loss *= std::exp(o.noise * normal(rng));
-    const absl::StatusOr<LawReport> fitted = FitNamedLaw(drawn, fit);
-    if (!fitted.ok()) {
-      ++failures[std::string(fitted.status().message())];
-      continue;
-    }
-    ++r.fitted;
-    if (fitted->lack_of_fit.available) {
-      ++r.testable;
-      r.rejected += fitted->lack_of_fit.rejected;
-    }
-    for (const auto& [name, value] : fitted->fit.params) {
-      if (fixed.count(name) == 0) estimates[name].push_back(value);
-    }
-    const absl::StatusOr<Advice> advice = Advise(drawn, advise);
-    if (advice.ok() && !advice->rows.empty()) {
-      ++r.advised;
-      const std::string& pick = advice->rows.front().configuration.name;
-      ++r.picks[pick];
-      r.advise_right += pick == r.truth_best;
-      r.form_right += advice->form == "xmod";
-    }
-  }
-  if (!failures.empty()) {
-    const auto commonest =
-        std::max_element(failures.begin(), failures.end(),
-                         [](const auto& a, const auto& b) { return a.second < b.second; });
-    r.failure = absl::StrCat(commonest->first, " (", commonest->second, ")");
-  }
-  for (const std::string& name : law->parameters) {
-    const auto it = estimates.find(name);
-    if (it == estimates.end()) continue;
-    PowerParameter p;
-    p.name = name;
-    p.truth = r.truth.at(name);
-    p.sd = Sd(it->second, &p.mean);
-    r.parameters.push_back(p);
-  }
+  Simulate(planned, advise, fixed, o, *law, &r);
   return r;
 }
 
