@@ -829,10 +829,16 @@ void CheckFlags(CLI::App* cmd, Flags& f) {
   AddAllow(cmd, f);
   CLI::Option* power =
       cmd->add_flag("--power", f.power,
-                    "Simulate the design under an assumed X-MoD law: expected standard errors, "
-                    "lack-of-fit size, and how often advise picks the right configuration");
+                    "Simulate the design under an assumed X-MoD law (the one fitted nearest its "
+                    "scale) and under it with a misfit: expected standard errors, how often "
+                    "advise picks the right configuration, the lack-of-fit test's size and power");
   cmd->add_option("--noise", f.power_options.noise, "--power: relative seed noise per run")
       ->capture_default_str()
+      ->needs(power);
+  cmd->add_option("--misfit", f.power_options.misfit,
+                  "--power: RMS share of the loss of the second truth's N x D misfit (default: "
+                  "twice the noise)")
+      ->check(CLI::NonNegativeNumber)
       ->needs(power);
   cmd->add_option("--simulations", f.power_options.simulations, "--power: simulated sweeps")
       ->capture_default_str()
@@ -1020,6 +1026,14 @@ void AdviseFlags(CLI::App* cmd, Flags& f) {
   cmd->add_option("--seed", o.advise.seed, "Seed of the bootstrap resampling")
       ->capture_default_str();
   cmd->add_option("--threads", o.advise.threads, "Threads for the fits (0: every core)");
+  cmd->add_option("--calibrate", o.calibrate,
+                  "Simulate N sweeps at this design from the fitted laws (and from them with a "
+                  "misfit), advise each, and report hit rate against P(best), interval coverage "
+                  "and the hold-out's detection rate (docs/laws.md, \"Calibration\")");
+  cmd->add_option("--misfit", o.misfit,
+                  "--calibrate: RMS share of the loss of the perturbed truth's N x D misfit "
+                  "(default: the used form's measured misfit, at least the seed noise)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--metric", o.metric,
                   "Loss read: auto (val_loss_causal for routed runs), val_loss, val_loss_causal")
       ->capture_default_str();

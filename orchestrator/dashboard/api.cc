@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "orchestrator/fit/calibrate.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
 #include "orchestrator/report/views.h"
@@ -362,9 +363,12 @@ absl::StatusOr<nlohmann::json> CompareJson(StoreReader* store, const std::string
 
 absl::StatusOr<nlohmann::json> AdviseJson(StoreReader* store, const std::string& sweep,
                                           double compute, double context, int bootstrap,
-                                          bool extrapolate) {
+                                          bool extrapolate, int calibrate) {
   if (bootstrap < 0 || bootstrap > 1000) {
     return absl::InvalidArgumentError("bootstrap: expected 0 to 1000 refits");
+  }
+  if (calibrate != 0 && (calibrate < 2 || calibrate > 200)) {
+    return absl::InvalidArgumentError("calibrate: expected 2 to 200 simulated sweeps");
   }
   ASSIGN_OR_RETURN(std::vector<JobResultRow> jobs, store->JobResultRows(sweep));
   AdviseOptions options;
@@ -373,10 +377,16 @@ absl::StatusOr<nlohmann::json> AdviseJson(StoreReader* store, const std::string&
   options.bootstrap = bootstrap;
   options.extrapolate = extrapolate;
   int runs = 0;
-  ASSIGN_OR_RETURN(Advice advice, AdviseSweep(*store, sweep, options, "auto", &runs));
+  std::vector<LawPoint> points;
+  ASSIGN_OR_RETURN(Advice advice, AdviseSweep(*store, sweep, options, "auto", &runs, &points));
   nlohmann::json out = xmod::AdviceJson(advice);
   out["sweep"] = sweep;
   out["runs"] = runs;
+  if (calibrate > 0) {
+    const absl::StatusOr<Calibration> c = CalibrateAdvice(advice, points, calibrate, -1.0, 1);
+    out["calibration"] =
+        c.ok() ? CalibrationJson(*c) : nlohmann::json{{"error", std::string(c.status().message())}};
+  }
   return out;
 }
 

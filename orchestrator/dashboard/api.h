@@ -53,14 +53,16 @@ absl::StatusOr<nlohmann::json> SweepCurvesJson(StoreReader* store, const std::st
 // NOT_FOUND for an unknown sweep.
 absl::StatusOr<nlohmann::json> CompareJson(StoreReader* store, const std::string& sweep);
 
-// /api/advise?sweep=&compute=&context=&bootstrap=: `xmod advise --format json` on
-// the sweep's finished runs (report.h AdviseSweep): compute and context default to
-// the largest the runs reached, bootstrap to 100 refits (at most 1000); `extrapolate`
-// (1) as --extrapolate. INVALID_ARGUMENT (400) for a malformed number or a
-// request outside the sweep's support, NOT_FOUND for an unknown sweep.
+// /api/advise?sweep=&compute=&context=&bootstrap=&calibrate=: `xmod advise --format
+// json` on the sweep's finished runs (report.h AdviseSweep): compute defaults to the
+// largest every configuration ran, context to the largest, bootstrap to 100 refits
+// (at most 1000); `extrapolate` (1) as --extrapolate; `calibrate` (2-200 simulated
+// sweeps) adds `calibration` as --calibrate does (or {"error"} when it cannot
+// run, e.g. without replicates). INVALID_ARGUMENT (400) for a malformed number or
+// a request outside the sweep's support, NOT_FOUND for an unknown sweep.
 absl::StatusOr<nlohmann::json> AdviseJson(StoreReader* store, const std::string& sweep,
                                           double compute, double context, int bootstrap,
-                                          bool extrapolate);
+                                          bool extrapolate, int calibrate = 0);
 
 // /api/job?id=: the job's results row, its attempts, its checkpoints and its
 // resolved config (the job file). NOT_FOUND for an unknown job.

@@ -209,12 +209,15 @@ std::vector<JsonRoute> JsonRoutes(StoreReader* store, Scheduler* scheduler) {
              return absl::InvalidArgumentError(absl::StrCat(name, ": expected a positive number"));
            }
          }
-         if (req.has_param("bootstrap") &&
-             !absl::SimpleAtoi(req.get_param_value("bootstrap"), &bootstrap)) {
-           return absl::InvalidArgumentError("bootstrap: expected an integer");
+         int calibrate = 0;
+         for (auto [name, value] :
+              {std::pair<const char*, int*>{"bootstrap", &bootstrap}, {"calibrate", &calibrate}}) {
+           if (req.has_param(name) && !absl::SimpleAtoi(req.get_param_value(name), value)) {
+             return absl::InvalidArgumentError(absl::StrCat(name, ": expected an integer"));
+           }
          }
          return AdviseJson(store, sweep, compute, context, bootstrap,
-                           req.get_param_value("extrapolate") == "1");
+                           req.get_param_value("extrapolate") == "1", calibrate);
        }},
       {"/api/fits", sweep_version,
        [store](const httplib::Request& req) -> absl::StatusOr<nlohmann::json> {

@@ -188,21 +188,29 @@ struct Best {
   bool edge = false;
 };
 
-// The lowest predicted loss of `c` under `model` at compute C over the search.
-Best Optimise(const LawReport& model, const Configuration& c, const Search& s, double compute,
-              double context) {
+// The lowest loss of `c` under `loss_at` (a callable on a LawPoint) at compute C
+// over the search.
+template <typename LossAt>
+Best OptimiseBy(const LossAt& loss_at, const Configuration& c, const Search& s, double compute,
+                double context) {
   Best best;
   const int steps = s.hi > s.lo ? kGrid : 1;
   for (int i = 0; i < steps; ++i) {
     const double n =
         steps == 1 ? s.lo
                    : std::exp(std::log(s.lo) + (std::log(s.hi) - std::log(s.lo)) * i / (steps - 1));
-    const double loss = PredictOr(model, c.At(n, compute / (6.0 * n), context));
+    const double loss = loss_at(c.At(n, compute / (6.0 * n), context));
     if (loss < best.loss) {
       best = {loss, n, steps > 1 && (i == 0 || i == steps - 1)};
     }
   }
   return best;
+}
+
+// The lowest predicted loss of `c` under `model` at compute C over the search.
+Best Optimise(const LawReport& model, const Configuration& c, const Search& s, double compute,
+              double context) {
+  return OptimiseBy([&](const LawPoint& x) { return PredictOr(model, x); }, c, s, compute, context);
 }
 
 // The laws behind a ranking: which fitted law predicts each configuration.
@@ -370,6 +378,7 @@ void Verdict(Advice* a) {
   }
   for (const FormAdvice& f : a->forms) {
     if (f.law == a->form && f.lack_of_fit.rejected) {
+      a->uncalibrated = true;
       parts.push_back(absl::StrFormat(
           "law %s is REJECTED by its replicates (lack of fit p = %.2g, misfit %.2g%% of the loss "
           "against a seed noise of %.2g%%): read the table as a smoothing of the runs, not as a "
@@ -377,6 +386,14 @@ void Verdict(Advice* a) {
           f.law, f.lack_of_fit.p_value, 100.0 * f.lack_of_fit.misfit_rms,
           100.0 * f.lack_of_fit.noise_rms));
     }
+  }
+  if (!a->unidentified.empty()) {
+    parts.push_back(absl::StrCat(
+        "NOT IDENTIFIED by these runs: parameters on a bound (",
+        absl::StrJoin(a->unidentified, "; "),
+        "): the fit fills the table, but differences between configurations inside their "
+        "intervals are noise, and runs that are longer, more seeds or more scales are needed to "
+        "read the law"));
   }
   if (a->answer_changes) {
     parts.push_back(a->forms_indistinguishable
@@ -700,6 +717,7 @@ absl::StatusOr<const LawReport*> FitXmodForms(const std::vector<LawPoint>& point
     }
     f.fitted = true;
     f.information = fitted->information;
+    f.params = fitted->fit.params;
     f.lack_of_fit = fitted->lack_of_fit;
     f.on_bound = fitted->on_bound;
     fits->push_back(std::move(*fitted));
@@ -736,6 +754,35 @@ void FormPicks(const std::vector<LawReport>& fits, const LawReport* primary,
     picks.insert(f.best);
   }
   a->answer_changes = picks.size() > 1;
+}
+
+// The law of `family` (named as the family) fitted to `points` into `fits`, when
+// the family has runs; a law that cannot be fitted leaves its configurations
+// unranked, with a note saying why.
+const LawReport* FitFamilyLaw(const std::set<std::string>& families, const std::string& family,
+                              const std::vector<LawPoint>& points, const AdviseOptions& o,
+                              Advice* a, std::vector<LawReport>* fits) {
+  if (families.count(family) == 0) return nullptr;
+  absl::StatusOr<LawReport> fitted = FitForAdvice(family, points, o, o.bootstrap);
+  if (!fitted.ok()) {
+    a->notes.push_back(absl::StrCat(family, " law not fitted (", family,
+                                    " configurations not ranked): ", fitted.status().message()));
+    return nullptr;
+  }
+  fits->push_back(std::move(*fitted));
+  return &fits->back();
+}
+
+// The laws behind the table (the X-MoD form used, not the others) with
+// parameters on a bound, into a->unidentified.
+void Unidentified(const std::vector<LawReport>& fits, const LawReport* primary,
+                  const AdviseOptions& o, Advice* a) {
+  for (const LawReport& fit : fits) {
+    const bool other_form =
+        &fit != primary && std::find(o.forms.begin(), o.forms.end(), fit.law) != o.forms.end();
+    if (other_form || fit.on_bound.empty()) continue;
+    a->unidentified.push_back(absl::StrCat(fit.law, ": ", absl::StrJoin(fit.on_bound, ", ")));
+  }
 }
 
 }  // namespace
@@ -775,8 +822,7 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
   const std::vector<Configuration> configurations = Configurations(points);
   std::set<std::string> families;
   for (const Configuration& c : configurations) families.insert(c.family);
-  const bool any_xmod = families.count("xmod") > 0, any_moe = families.count("moe") > 0,
-             any_mol = families.count("mol") > 0, any_gdn = families.count("gdn") > 0;
+  const bool any_xmod = families.count("xmod") > 0;
   if (families.count("dense") == 0) {
     return absl::InvalidArgumentError(
         "no dense runs: every configuration is judged against the FLOP-matched dense model");
@@ -793,28 +839,12 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
   std::vector<LawReport> fits;
   fits.reserve(o.forms.size() + 4);
   const LawReport* primary = nullptr;
-  const LawReport* moe = nullptr;
-  const LawReport* mol = nullptr;
-  const LawReport* gdn = nullptr;
   if (any_xmod) {
     ASSIGN_OR_RETURN(primary, FitXmodForms(points, o, &a, &fits));
   }
-  // Each other family's law, when it has runs; a law that cannot be fitted leaves
-  // its configurations unranked, with a note saying why.
-  const auto family_law = [&](bool any, const char* law, const char* runs) -> const LawReport* {
-    if (!any) return nullptr;
-    absl::StatusOr<LawReport> fitted = FitForAdvice(law, points, o, o.bootstrap);
-    if (!fitted.ok()) {
-      a.notes.push_back(absl::StrCat(law, " law not fitted (", runs,
-                                     " configurations not ranked): ", fitted.status().message()));
-      return nullptr;
-    }
-    fits.push_back(std::move(*fitted));
-    return &fits.back();
-  };
-  moe = family_law(any_moe, "moe", "MoE");
-  mol = family_law(any_mol, "mol", "MoL");
-  gdn = family_law(any_gdn, "gdn", "gdn");
+  const LawReport* moe = FitFamilyLaw(families, "moe", points, o, &a, &fits);
+  const LawReport* mol = FitFamilyLaw(families, "mol", points, o, &a, &fits);
+  const LawReport* gdn = FitFamilyLaw(families, "gdn", points, o, &a, &fits);
   const LawReport* dense_law = primary != nullptr ? primary
                                : moe != nullptr   ? moe
                                : mol != nullptr   ? mol
@@ -825,17 +855,26 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
     dense_law = &fits.back();
   }
   ASSIGN_OR_RETURN(const auto own, OwnSearches(configurations, search, o, &a));
-  // The ranking under each form (the other configurations' laws unchanged).
+  const LawReport* context_by = a.context_from_law ? &*context_law : nullptr;
+  // The law that predicts each family under `form` (the other families' laws
+  // unchanged).
+  auto law_for = [&](const LawReport* form, const std::string& family) -> const LawReport* {
+    return family == "dense"  ? (form != nullptr ? form : dense_law)
+           : family == "xmod" ? form
+           : family == "mol"  ? mol
+           : family == "gdn"  ? gdn
+                              : moe;
+  };
+  for (const std::string& family : families) {
+    const LawReport* law = law_for(primary, family);
+    if (law != nullptr) a.models[family] = Model(*law, -1, context_by, o.context);
+  }
+  // The ranking under each form.
   auto ranking_for = [&](const LawReport* form) {
     Ranking r;
-    if (a.context_from_law) r.context_law = &*context_law;
-    const LawReport* dense_by = form != nullptr ? form : dense_law;
+    r.context_law = context_by;
     for (const Configuration& c : configurations) {
-      const LawReport* law = c.family == "dense"  ? dense_by
-                             : c.family == "xmod" ? form
-                             : c.family == "mol"  ? mol
-                             : c.family == "gdn"  ? gdn
-                                                  : moe;
+      const LawReport* law = law_for(form, c.family);
       const auto searched = own.find(c.name);
       if (law == nullptr || searched == own.end()) continue;
       r.configurations.push_back(&c);
@@ -853,6 +892,7 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& all, const AdviseOpti
   if (primary != nullptr) a.form = primary->law;
   for (const LawReport& fit : fits) a.laws.push_back(fit.law);
   FormPicks(fits, primary, ranking_for, o, &a);
+  Unidentified(fits, primary, o, &a);
   CompareForms(&a);
   SupportNotes(&a);
   if (o.holdout) {
@@ -988,6 +1028,8 @@ nlohmann::json AdviceJson(const Advice& a) {
            a.extrapolation.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.extrapolation)},
           {"decision_holdout", holdout},
           {"left_out", a.left_out},
+          {"uncalibrated", a.uncalibrated},
+          {"unidentified", a.unidentified},
           {"notes", a.notes},
           {"verdict", a.verdict}};
 }
@@ -996,26 +1038,25 @@ nlohmann::json AdviceJson(const Advice& a) {
 
 namespace xmod {
 
-absl::StatusOr<std::string> BestConfiguration(const LawReport& model,
-                                              const std::vector<LawPoint>& points,
-                                              const AdviseOptions& o) {
+absl::StatusOr<std::map<std::string, double>> OptimalLosses(const LossFunction& loss,
+                                                            const std::vector<LawPoint>& points,
+                                                            const AdviseOptions& o) {
   Advice a;
   ASSIGN_OR_RETURN(const Search search, Support(points, o, &a));
   const std::vector<Configuration> configurations = Configurations(points);
   ASSIGN_OR_RETURN(const auto own, OwnSearches(configurations, search, o, &a));
-  std::string best;
-  double lowest = kInf;
+  std::map<std::string, double> out;
   for (const Configuration& c : configurations) {
     const auto searched = own.find(c.name);
-    if ((c.family != "dense" && c.family != "xmod") || searched == own.end()) continue;
-    const double loss = Optimise(model, c, searched->second.first, o.compute, o.context).loss;
-    if (loss < lowest) {
-      lowest = loss;
-      best = c.name;
-    }
+    if (searched == own.end()) continue;
+    out[c.name] = OptimiseBy(loss, c, searched->second.first, o.compute, o.context).loss;
   }
-  if (best.empty()) return absl::InvalidArgumentError("no configuration could be predicted");
-  return best;
+  return out;
+}
+
+double FittedLoss(const Advice& advice, const LawPoint& x) {
+  const auto model = advice.models.find(x.family);
+  return model == advice.models.end() ? kInf : PredictOr(model->second, x);
 }
 
 double DefaultCompute(const std::vector<LawPoint>& points) {

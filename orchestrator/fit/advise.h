@@ -17,6 +17,7 @@
 #define XMOD_ORCHESTRATOR_FIT_ADVISE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -99,6 +100,7 @@ struct FormAdvice {
   bool fitted = false;
   std::string error;  // why it was not fitted
   InformationCriterion information;
+  std::map<std::string, double> params;  // the full fit's, by reported name
   // The quasi-AIC: (AIC − 2p) / ĉ + 2p with the advice's ĉ (Advice::c_hat); the
   // AIC itself where ĉ = 1.
   double qaic = 0.0;
@@ -188,6 +190,16 @@ struct Advice {
   // (without --extrapolate), each with how far: "xmod sparsity=0.5 stride=2 (C = ...)".
   std::vector<std::string> left_out;
   DecisionHoldout holdout;
+  // The law behind the ranking (the X-MoD form used, or the dense law without
+  // one) is rejected by its replicates: P(best) and the intervals assume a form
+  // the runs reject, and the verdict says they are not calibrated.
+  bool uncalibrated = false;
+  // Laws behind the table with parameters on a bound (E -> 0, eta at 1, ...): the
+  // runs do not identify them; "law: parameters" each.
+  std::vector<std::string> unidentified;
+  // The full fit that predicts each family's runs (dense, xmod, moe, mol, gdn),
+  // reduced to what prediction needs: what `--calibrate` simulates from.
+  std::map<std::string, LawReport> models;
   std::vector<std::string> notes;
   std::string verdict;
 };
@@ -200,13 +212,20 @@ absl::StatusOr<Advice> Advise(const std::vector<LawPoint>& points, const AdviseO
 
 nlohmann::json AdviceJson(const Advice& advice);
 
-// The dense or X-MoD configuration of `points` with the lowest loss under `model`
-// (a fitted law, or a truth written as one: law, method, fit.raw and the dense law
-// per context) at the options' compute and context, searched as Advise searches.
-// What the power check compares advise's pick with.
-absl::StatusOr<std::string> BestConfiguration(const LawReport& model,
-                                              const std::vector<LawPoint>& points,
-                                              const AdviseOptions& options);
+// A loss for a run: a fitted law's prediction, or a simulation's truth.
+using LossFunction = std::function<double(const LawPoint&)>;
+
+// Each configuration's lowest loss under `loss` at the options' compute and
+// context, searched as Advise searches it (its own runs' support unless
+// options.extrapolate; configurations outside it are absent): name -> loss. The
+// truth a simulated advice is scored against (calibrate.h, power.h).
+absl::StatusOr<std::map<std::string, double>> OptimalLosses(const LossFunction& loss,
+                                                            const std::vector<LawPoint>& points,
+                                                            const AdviseOptions& options);
+
+// The loss `advice`'s fitted laws give `x` (its family's model), or +inf where
+// none predicts it.
+double FittedLoss(const Advice& advice, const LawPoint& x);
 
 // The advice's default compute for `points`: the largest training compute at which
 // every configuration has runs, so that the default advice stays inside each

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/family.h"
 #include "common/status_macros.h"
+#include "orchestrator/fit/calibrate.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
 
@@ -222,7 +224,8 @@ void PrintAdvice(const Advice& a, std::ostream& out) {
 }
 
 absl::StatusOr<Advice> AdviseSweep(StoreReader& store, const std::string& sweep,
-                                   AdviseOptions options, const std::string& metric, int* runs) {
+                                   AdviseOptions options, const std::string& metric, int* runs,
+                                   std::vector<LawPoint>* points_out) {
   if (metric != "auto" && metric != "val_loss" && metric != "val_loss_causal") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--metric ", metric, ": unknown metric (known: auto, val_loss, val_loss_causal)"));
@@ -244,6 +247,7 @@ absl::StatusOr<Advice> AdviseSweep(StoreReader& store, const std::string& sweep,
   ASSIGN_OR_RETURN(Advice advice, Advise(points, options));
   advice.notes.insert(advice.notes.end(), notes.begin(), notes.end());
   if (runs != nullptr) *runs = static_cast<int>(points.size());
+  if (points_out != nullptr) *points_out = points;
   return advice;
 }
 
@@ -256,15 +260,29 @@ absl::Status RunAdviseCommand(const AdviseCommandOptions& o, std::ostream& out) 
   store_options.path = o.db;
   store_options.read_only = true;
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteStore> store, SqliteStore::Open(store_options));
+  if (o.calibrate == 1 || o.calibrate < 0) {
+    return absl::InvalidArgumentError("--calibrate: at least 2 simulated sweeps");
+  }
+  if (o.misfit >= 0 && o.calibrate == 0) {
+    return absl::InvalidArgumentError("--misfit: only with --calibrate");
+  }
   int runs = 0;
-  ASSIGN_OR_RETURN(Advice advice, AdviseSweep(*store, o.sweep, o.advise, o.metric, &runs));
+  std::vector<LawPoint> points;
+  ASSIGN_OR_RETURN(Advice advice, AdviseSweep(*store, o.sweep, o.advise, o.metric, &runs, &points));
+  std::optional<Calibration> calibration;
+  if (o.calibrate > 0) {
+    ASSIGN_OR_RETURN(calibration,
+                     CalibrateAdvice(advice, points, o.calibrate, o.misfit, o.advise.seed + 1));
+  }
   if (format == Format::kJson) {
     nlohmann::json j = AdviceJson(advice);
     j["sweep"] = o.sweep;
+    if (calibration.has_value()) j["calibration"] = CalibrationJson(*calibration);
     out << j.dump(2) << "\n";
   } else {
     out << fmt::format("sweep '{}': {} runs read by the laws\n", o.sweep, runs);
     PrintAdvice(advice, out);
+    if (calibration.has_value()) out << "\n" << CalibrationText(*calibration);
   }
   return absl::OkStatus();
 }

@@ -1,7 +1,9 @@
 // The lr scan (train.lr_scan; docs/design-checks.md, "An lr axis at the smallest
-// scales"): the runs the laws and comparisons read are, at each family and scale
-// that scanned, those at the family's best lr factor there.
+// scales"): the runs the laws and comparisons read are those at the family's best
+// lr factor at each scale when its scan covered every scale it ran, else those at
+// the sweep's own lr everywhere (one protocol).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <limits>
 #include <map>
@@ -55,6 +57,25 @@ struct Scan {
   // sibling key -> factors with a finished run
   std::map<std::string, std::set<double>> finished;
 };
+
+// One lr protocol per family: its best factors apply only where its scan covers
+// every scale it has finished runs at; otherwise it is read at the sweep's own lr
+// (factor 1) at every scale.
+template <typename Cells>
+void OneProtocol(const Cells& cells, Scan* s) {
+  for (LrScanChoice& c : s->choices) {
+    for (const auto& [where, groups] : cells) {
+      if (where.first != c.family) continue;
+      bool covered = false;
+      for (const LrScanChoice& other : s->choices) {
+        covered |= other.family == c.family && other.scale == where.second && other.complete;
+      }
+      if (!covered) c.unscanned.push_back(where.second);
+    }
+    c.applied = c.complete && c.unscanned.empty();
+    if (!c.applied) s->best[{c.family, c.scale}] = 1.0;
+  }
+}
 
 Scan Analyse(const std::vector<JobResultRow>& jobs) {
   Scan s;
@@ -111,6 +132,7 @@ Scan Analyse(const std::vector<JobResultRow>& jobs) {
     s.best[where] = c.factor;
     s.choices.push_back(std::move(c));
   }
+  OneProtocol(cells, &s);
   return s;
 }
 
@@ -156,13 +178,21 @@ QueryResult LrScanTable(const std::vector<JobResultRow>& jobs) {
   t.columns = {"family", "scale", "lr_factor", "mean_loss", "configurations", "chosen"};
   for (const LrScanChoice& c : choices) {
     for (const auto& [factor, loss] : c.mean_loss) {
+      std::string mark;
+      if (factor == c.factor && c.complete) mark = c.applied ? "best (read)" : "best";
+      if (factor == 1.0 && !c.applied) mark += mark.empty() ? "read" : ", read";
       t.rows.push_back(
-          {c.family, c.scale, factor, loss, static_cast<int64_t>(c.configurations),
-           factor == c.factor ? std::string(c.complete ? "best" : "") : std::string()});
+          {c.family, c.scale, factor, loss, static_cast<int64_t>(c.configurations), mark});
     }
     if (!c.complete) {
       t.rows.push_back({c.family, c.scale, Value(), Value(), static_cast<int64_t>(c.configurations),
                         std::string("incomplete: the sweep's own lr is used")});
+    } else if (!c.applied) {
+      t.rows.push_back(
+          {c.family, c.scale, Value(), Value(), static_cast<int64_t>(c.configurations),
+           fmt::format("not scanned at {}: {} is read at the sweep's own lr at every scale "
+                       "(one protocol)",
+                       fmt::join(c.unscanned, ", "), c.family)});
     }
   }
   return t;

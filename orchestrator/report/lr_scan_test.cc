@@ -1,8 +1,9 @@
 // The lr scan's selection (report.h BestLrRuns, LrScanTable) and the paired
-// differences (PairedDifferences) on runs whose losses are known: each family at
-// each scanned scale is read at its own best factor, configurations without a
-// finished run there fall back to the sweep's lr, unscanned scales pass through,
-// and a pair's interval comes from the pooled seed sd.
+// differences (PairedDifferences) on runs whose losses are known: each family is
+// read at its own best factor at each scale when its scan covered every scale,
+// else at the sweep's lr everywhere; configurations without a finished run at the
+// best factor fall back to the sweep's lr; and a pair's interval comes from the
+// pooled seed sd.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,10 +55,11 @@ std::set<std::string> Ids(const std::vector<JobResultRow>& jobs) {
   return ids;
 }
 
-TEST(LrScan, EachFamilyIsReadAtItsBestFactorAtEachScannedScale) {
+// Scale s scanned: dense is best at factor 2, X-MoD at factor 0.5 (for both of its
+// sparsities); one X-MoD sparsity (0.75) ran only the sweep's lr. With `unscanned`,
+// scale m ran at the sweep's lr only.
+std::vector<JobResultRow> ScannedRuns(bool unscanned) {
   std::vector<JobResultRow> jobs;
-  // Scale s scanned: dense is best at factor 2, X-MoD at factor 0.5 (for both of
-  // its sparsities); one X-MoD sparsity (0.75) ran only the sweep's lr.
   for (int64_t seed : {1, 2}) {
     jobs.push_back(Finished(Family::kDense, "s", 0, 0.5, seed, 3.30));
     jobs.push_back(Finished(Family::kDense, "s", 0, 0, seed, 3.20));
@@ -68,16 +70,22 @@ TEST(LrScan, EachFamilyIsReadAtItsBestFactorAtEachScannedScale) {
       jobs.push_back(Finished(Family::kXmod, "s", sparsity, 2, seed, 3.40 + sparsity));
     }
     jobs.push_back(Finished(Family::kXmod, "s", 0.75, 0, seed, 3.5));
-    // Scale m did not scan.
+    if (!unscanned) continue;
     jobs.push_back(Finished(Family::kDense, "m", 0, 0, seed, 2.9));
     jobs.push_back(Finished(Family::kXmod, "m", 0.5, 0, seed, 2.8));
   }
+  return jobs;
+}
+
+TEST(LrScan, EachFamilyIsReadAtItsBestFactorWhenItsScanCoversEveryScale) {
+  const std::vector<JobResultRow> jobs = ScannedRuns(false);
   std::vector<LrScanChoice> choices;
   const std::vector<JobResultRow> kept = BestLrRuns(jobs, &choices);
   ASSERT_EQ(choices.size(), 2u);
   for (const LrScanChoice& c : choices) {
     EXPECT_EQ(c.scale, "s");
     EXPECT_TRUE(c.complete);
+    EXPECT_TRUE(c.applied);
     EXPECT_EQ(c.mean_loss.size(), 3u);
     EXPECT_DOUBLE_EQ(c.factor, c.family == "dense" ? 2.0 : 0.5) << c.family;
     EXPECT_EQ(c.configurations, c.family == "dense" ? 1 : 2);
@@ -89,8 +97,6 @@ TEST(LrScan, EachFamilyIsReadAtItsBestFactorAtEachScannedScale) {
       expected.insert(Finished(Family::kXmod, "s", sparsity, 0.5, seed, 0).id);
     expected.insert(
         Finished(Family::kXmod, "s", 0.75, 0, seed, 0).id);  // no run at 0.5: its own lr
-    expected.insert(Finished(Family::kDense, "m", 0, 0, seed, 0).id);
-    expected.insert(Finished(Family::kXmod, "m", 0.5, 0, seed, 0).id);
   }
   EXPECT_EQ(Ids(kept), expected);
   // The laws' points follow the selection.
@@ -103,7 +109,7 @@ TEST(LrScan, EachFamilyIsReadAtItsBestFactorAtEachScannedScale) {
   const QueryResult t = LrScanTable(jobs);
   ASSERT_EQ(t.rows.size(), 6u);
   int best = 0;
-  for (const auto& row : t.rows) best += std::get<std::string>(row[5]) == "best";
+  for (const auto& row : t.rows) best += std::get<std::string>(row[5]) == "best (read)";
   EXPECT_EQ(best, 2);
   // Without a scan nothing changes.
   std::vector<JobResultRow> plain;
@@ -111,6 +117,33 @@ TEST(LrScan, EachFamilyIsReadAtItsBestFactorAtEachScannedScale) {
     if (j.config_key.find("lr_factor") == std::string::npos) plain.push_back(j);
   }
   EXPECT_EQ(Ids(BestLrRuns(plain)), Ids(plain));
+}
+
+// A scan of the smallest scale only, with a larger scale at the rule's lr: reading
+// the tuned lr at one and the rule at the other would leave a loss penalty at the
+// larger scales only and bias the exponents (docs/laws.md), so every scale is read
+// at the sweep's own lr.
+TEST(LrScan, AScanThatMissesAScaleLeavesEveryScaleAtTheSweepsOwnLr) {
+  const std::vector<JobResultRow> jobs = ScannedRuns(true);
+  std::vector<LrScanChoice> choices;
+  const std::vector<JobResultRow> kept = BestLrRuns(jobs, &choices);
+  ASSERT_EQ(choices.size(), 2u);
+  for (const LrScanChoice& c : choices) {
+    EXPECT_TRUE(c.complete);
+    EXPECT_FALSE(c.applied) << c.family;
+    EXPECT_EQ(c.unscanned, (std::vector<std::string>{"m"})) << c.family;
+    EXPECT_DOUBLE_EQ(c.factor, c.family == "dense" ? 2.0 : 0.5) << c.family;  // still shown
+  }
+  for (const JobResultRow& j : kept) {
+    EXPECT_EQ(j.config_key.find("lr_factor"), std::string::npos) << j.id;
+  }
+  EXPECT_EQ(kept.size(), 12u);  // s: dense and 3 X-MoD; m: dense and X-MoD; two seeds
+  const QueryResult t = LrScanTable(jobs);
+  int notes = 0;
+  for (const auto& row : t.rows) {
+    notes += std::get<std::string>(row[5]).find("not scanned at m") != std::string::npos;
+  }
+  EXPECT_EQ(notes, 2);
 }
 
 TEST(LrScan, AnIncompleteScanKeepsTheSweepsOwnLr) {

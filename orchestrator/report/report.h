@@ -70,6 +70,8 @@ struct AdviseCommandOptions {
   std::string format = "table";  // table or json
   std::string metric = "auto";
   AdviseOptions advise;
+  int calibrate = 0;     // --calibrate N: N simulated sweeps per truth (calibrate.h)
+  double misfit = -1.0;  // --misfit: the perturbed truth's RMS misfit (< 0: measured)
 };
 
 absl::Status RunAdviseCommand(const AdviseCommandOptions& options, std::ostream& out);
@@ -78,10 +80,11 @@ absl::Status RunAdviseCommand(const AdviseCommandOptions& options, std::ostream&
 // command's and the dashboard's: `metric` as --metric; a `compute` or `context`
 // of 0 in `options` becomes the largest training compute the runs reached
 // (6 · N_active · D) or their largest context. `runs` (optional) receives how
-// many runs the laws read. INVALID_ARGUMENT before any run finished.
+// many runs the laws read, `points` (optional) the runs. INVALID_ARGUMENT before
+// any run finished.
 absl::StatusOr<Advice> AdviseSweep(StoreReader& store, const std::string& sweep,
                                    AdviseOptions options, const std::string& metric,
-                                   int* runs = nullptr);
+                                   int* runs = nullptr, std::vector<LawPoint>* points = nullptr);
 
 // Which number of a job a law reads.
 struct PointOptions {
@@ -133,14 +136,24 @@ struct LrScanChoice {
   std::string family, scale;
   std::map<double, double> mean_loss;  // factor -> mean over the configurations
   int configurations = 0;              // that scanned
-  double factor = 1.0;
+  double factor = 1.0;                 // the scan's best factor there
   bool complete = false;
+  // Whether the runs are read at `factor`: only when the family's scan covers every
+  // scale at which it has finished runs (one lr protocol at every scale the laws
+  // read); otherwise every scale reads the sweep's own lr (the rule) and
+  // `unscanned` names the scales the scan missed.
+  bool applied = false;
+  std::vector<std::string> unscanned;
 };
 
 // The runs the laws, pairs and slopes read: `jobs` as they are for a sweep without
-// an lr scan; with one, at each family and scale that scanned, each configuration
-// at the family's best factor there (its sweep lr where it has no finished run at
-// that factor), the other factors left out. `choices` (optional) gets the choices.
+// an lr scan; with one, one protocol per family: where its scan covers every
+// scale it has finished runs at, each configuration at the family's best factor
+// at each scale (its sweep lr where it has no finished run at that factor); else
+// every configuration at the sweep's own lr everywhere (a tuned lr at the small
+// scales and the rule's at the large ones would bias the exponents:
+// docs/laws.md, "One lr protocol"). The other factors are left out. `choices`
+// (optional) gets the choices.
 std::vector<JobResultRow> BestLrRuns(const std::vector<JobResultRow>& jobs,
                                      std::vector<LrScanChoice>* choices = nullptr);
 

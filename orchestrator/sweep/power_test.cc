@@ -1,6 +1,7 @@
-// The power check (power.h) on the demo's design: it simulates, fits and advises
-// every draw, reports a spread per free parameter that grows with the noise, takes
-// design.fix's parameters as known, and refuses an unknown assumption.
+// The power check (power.h) on the demo's design: it assumes the law fitted at the
+// demo's own scale, simulates, fits and advises every draw under it and under it
+// with a misfit, reports a spread per free parameter that grows with the noise,
+// takes design.fix's parameters as known, and refuses an unknown assumption.
 #include "orchestrator/sweep/power.h"
 
 #include <gtest/gtest.h>
@@ -21,7 +22,7 @@ SweepSpec Demo() {
   return *spec;
 }
 
-TEST(Power, SimulatesTheDesignAndItsSpreadGrowsWithTheNoise) {
+TEST(Power, SimulatesTheDesignAtItsOwnScaleAndItsSpreadGrowsWithTheNoise) {
   const SweepSpec spec = Demo();
   const auto jobs = ExpandSweep(spec);
   ASSERT_TRUE(jobs.ok()) << jobs.status();
@@ -32,7 +33,17 @@ TEST(Power, SimulatesTheDesignAndItsSpreadGrowsWithTheNoise) {
   o.noise = 0.002;
   const absl::StatusOr<PowerReport> quiet = PowerCheck(spec, *jobs, o);
   ASSERT_TRUE(quiet.ok()) << quiet.status();
-  EXPECT_EQ(quiet->fitted, 4) << quiet->failure;
+  ASSERT_EQ(quiet->calibration.cases.size(), 2u);  // the law, and the law with a misfit
+  const CalibrationCase& law = quiet->calibration.cases[0];
+  EXPECT_EQ(law.advised, 4) << law.failure;
+  // The demo's tiny models get the law fitted at their own scale, not Chinchilla's
+  // (which gives them 20-41-nat losses).
+  EXPECT_NE(quiet->truth_source.find("sweeps/demo.yaml"), std::string::npos);
+  EXPECT_LT(quiet->truth_n_min, 1e6);
+  for (const auto& [name, loss] : law.truth_loss) {
+    EXPECT_GT(loss, 1.0) << name;
+    EXPECT_LT(loss, 4.0) << name;
+  }
   EXPECT_EQ(quiet->fixed, (std::vector<std::string>{"beta_T", "psi"}));  // the demo's design.fix
   std::map<std::string, double> quiet_sd;
   for (const PowerParameter& p : quiet->parameters) {
@@ -41,12 +52,19 @@ TEST(Power, SimulatesTheDesignAndItsSpreadGrowsWithTheNoise) {
     quiet_sd[p.name] = p.sd;
   }
   EXPECT_EQ(quiet_sd.count("eta"), 1u);
-  EXPECT_FALSE(quiet->truth_best.empty());
-  EXPECT_EQ(quiet->advised, 4);
+  EXPECT_FALSE(law.truth_best.empty());
   int picked = 0;
-  for (const auto& [name, count] : quiet->picks) picked += count;
-  EXPECT_EQ(picked, quiet->advised);
+  for (const auto& [name, count] : law.picks) picked += count;
+  EXPECT_EQ(picked, law.advised);
+  const CalibrationCase& misfit = quiet->calibration.cases[1];
+  EXPECT_DOUBLE_EQ(misfit.misfit, 0.004);  // twice the noise by default
+  EXPECT_EQ(misfit.advised, 4) << misfit.failure;
+  // The lack-of-fit test runs on the design's replicates under both truths.
+  EXPECT_EQ(law.lof_tested, 4);
+  EXPECT_EQ(misfit.lof_tested, 4);
+  EXPECT_EQ(quiet->powered, law.hits >= 0.8 * law.advised);
   o.noise = 0.03;
+  o.misfit = 0;  // the spread alone: no second truth
   const absl::StatusOr<PowerReport> noisy = PowerCheck(spec, *jobs, o);
   ASSERT_TRUE(noisy.ok()) << noisy.status();
   std::map<std::string, double> noisy_sd;
@@ -57,6 +75,11 @@ TEST(Power, SimulatesTheDesignAndItsSpreadGrowsWithTheNoise) {
   EXPECT_NE(text.find("expected se"), std::string::npos) << text;
   EXPECT_NE(text.find("advise at C = "), std::string::npos) << text;
   EXPECT_NE(text.find("frozen by design.fix"), std::string::npos) << text;
+  EXPECT_NE(text.find("under the law with a misfit of 0.4% of the loss"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find(quiet->powered ? "the decision is powered" : "NOT powered"),
+            std::string::npos)
+      << text;
 }
 
 TEST(Power, RefusesAnUnknownAssumptionAndADesignWithoutXmodJobs) {

@@ -26,6 +26,15 @@ let passed = 0, failed = 0;
 function run(args) {
   return execFileSync(xmod, args, { encoding: 'utf8' });
 }
+// A command that must fail: its stderr.
+function runFails(args) {
+  try {
+    execFileSync(xmod, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (e) {
+    return String(e.stderr);
+  }
+  throw new Error(`xmod ${args.join(' ')} succeeded`);
+}
 function sql(query) {
   return JSON.parse(run(['sql', '--db', db, '--format', 'json', query]));
 }
@@ -242,6 +251,18 @@ design: {laws: []}
     const rows = await page.locator('table#advise tbody tr').count();
     assert.equal(rows, cli.configurations.length);
     assert.equal(await cell(page, 'advise', 'configuration', cli.configurations[0].configuration, 'law'), cli.configurations[0].law);
+    // Calibration on request: this sweep has one seed per configuration, so the
+    // page shows why it cannot run, as the command says it.
+    await page.fill('#advise-calibrate-n', '2');
+    await page.click('#advise-calibrate');
+    const calibration = await waitFor('the calibration', async () => {
+      const c = page.locator('#advise-calibration');
+      return (await c.count()) ? c.textContent() : null;
+    }, 180000);
+    const refused = runFails(['advise', 'dashboard-run', '--db', db, '--compute', String(answer.compute),
+      '--context', String(answer.context), '--calibrate', '2']);
+    assert.ok(refused.includes('no seed replicates'), refused);
+    assert.ok(calibration.includes('no seed replicates'), calibration);
   });
 
   await check('curves overlay by the axis chosen, one line per job', async () => {

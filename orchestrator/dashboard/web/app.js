@@ -288,12 +288,33 @@ function pairsSection(compare) {
 // The decision (xmod advise) at a compute and context, asked for on request or
 // once the sweep has nothing left to run: it refits the laws with their bootstrap
 // (seconds to a minute), so a running sweep does not recompute it at every poll.
-const advise = { sweep: null, url: null, compute: '', context: '', requested: false, answer: null };
+const advise = { sweep: null, url: null, compute: '', context: '', calibrate: '', requested: false, answer: null };
 function adviseUrl(name) {
   const q = [`sweep=${encodeURIComponent(name)}`];
   if (advise.compute) q.push(`compute=${encodeURIComponent(advise.compute)}`);
   if (advise.context) q.push(`context=${encodeURIComponent(advise.context)}`);
+  if (advise.calibrate) q.push(`calibrate=${encodeURIComponent(advise.calibrate)}`);
   return `/api/advise?${q.join('&')}`;
+}
+// The calibration (xmod advise --calibrate): one row per truth.
+function calibrationSection(c) {
+  if (!c) return '';
+  if (c.error) return `<p id="advise-calibration" class="note">calibration: ${esc(c.error)}</p>`;
+  const share = (k, n) => (n ? `${k} of ${n} (${Math.round(100 * k / n)}%)` : '-');
+  const rows = c.cases.map((k) => ({
+    truth: k.truth === 'law' ? 'the fitted law' : `the law + an N x D misfit of ${fmt(100 * k.misfit_rms)}%`,
+    'truth best': k.truth_best,
+    'hit rate': share(k.hits, k.advised),
+    'mean P(best)': k.mean_p_best,
+    'P(best)': k.p_best_verdict ?? '',
+    'loss coverage': share(k.covered, k.intervals),
+    intervals: k.coverage_verdict ?? '',
+    'hold-out caught': share(k.caught, k.wrong),
+    'lack of fit rejects': share(k.lack_of_fit_rejected, k.lack_of_fit_tested),
+    'said uncalibrated': share(k.uncalibrated, k.advised),
+  }));
+  return `<h4>Calibration at this design (${c.cases[0]?.sweeps ?? 0} simulated sweeps per truth, ${fmt(100 * c.noise)}% seed noise)</h4>`
+    + `<div id="advise-calibration">${table('advise-calibration-table', Object.keys(rows[0] || { truth: '' }), rows)}</div>`;
 }
 // Asks once per press (or once per finished sweep and request): not at every
 // poll, since a running sweep's data change at every poll.
@@ -305,7 +326,7 @@ function askAdvice(url) {
     .finally(() => { if (advise.url === url) redraw(); });
 }
 function adviseSection(name, answer, finished) {
-  const form = `<p>C <input id="advise-compute" size="10" placeholder="largest run" value="${esc(advise.compute)}"> FLOPs, T <input id="advise-context" size="6" placeholder="largest" value="${esc(advise.context)}"> <button id="advise-go">advise</button></p>`;
+  const form = `<p>C <input id="advise-compute" size="10" placeholder="largest run" value="${esc(advise.compute)}"> FLOPs, T <input id="advise-context" size="6" placeholder="largest" value="${esc(advise.context)}"> <button id="advise-go">advise</button> <input id="advise-calibrate-n" size="4" placeholder="20" value="${esc(advise.calibrate)}"> sweeps <button id="advise-calibrate">calibrate</button></p>`;
   let html = '<h3>Which configuration to train</h3>' + form;
   if (!advise.requested && !finished) return html + '<p class="note">the sweep is still running: press advise to refit now</p>';
   if (!answer) return html + '<p class="note">refitting the laws…</p>';
@@ -332,7 +353,7 @@ function adviseSection(name, answer, finished) {
   html += h.available
     ? `<p id="advise-holdout">decision hold-out at scale ${esc(h.scale)} among ${esc((h.compared || []).join(', '))}: chosen ${esc(h.chosen)}, best observed ${esc(h.observed_best)}: ${h.holds ? 'the decision holds' : h.fails ? 'the decision FAILS' : 'the hold-out cannot tell'}</p>`
     : `<p id="advise-holdout">decision hold-out: ${esc(h.why)}</p>`;
-  return html;
+  return html + calibrationSection(a.calibration);
 }
 
 // Overlaid curves load with the page up to this many jobs; beyond, on request.
@@ -369,7 +390,7 @@ async function sweepPage(name, force) {
     + predictedSection(fits.data, byId)
     + (compare.data ? relativeSection(compare.data) + pairsSection(compare.data) : `<h3>Sparse runs against FLOP-matched dense</h3>${loading}`);
   const finished = summary.total > 0 && ['pending', 'leased', 'running'].every((k) => !summary[k]);
-  if (advise.sweep !== name) Object.assign(advise, { sweep: name, url: null, compute: '', context: '', requested: false, answer: null });
+  if (advise.sweep !== name) Object.assign(advise, { sweep: name, url: null, compute: '', context: '', calibrate: '', requested: false, answer: null });
   if (finished && !advise.requested && advise.url !== adviseUrl(name)) askAdvice(adviseUrl(name));
   html += adviseSection(name, advise.answer, finished);
   html += `<h3>Fits</h3>` + (fits.data.length
@@ -438,9 +459,11 @@ async function render(force) {
 }
 
 document.addEventListener('click', (e) => {
-  if (e.target.id === 'advise-go') {
+  if (e.target.id === 'advise-go' || e.target.id === 'advise-calibrate') {
     advise.compute = document.getElementById('advise-compute').value.trim();
     advise.context = document.getElementById('advise-context').value.trim();
+    advise.calibrate = e.target.id === 'advise-calibrate'
+      ? (document.getElementById('advise-calibrate-n').value.trim() || '20') : '';
     advise.requested = true;
     askAdvice(adviseUrl(advise.sweep));
     return;
