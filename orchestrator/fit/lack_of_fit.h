@@ -9,6 +9,13 @@
 // and p_value = P(F(df_lack, df_pure) > F). The form is rejected when p_value <
 // alpha. The test needs replicates (df_pure > 0) and more configurations than
 // parameters (df_lack > 0); otherwise it is unavailable and says why.
+//
+// One configuration much noisier than the rest would dominate SS_pure and leave
+// the test without power (the demo had one at 2.7% against a 0.23% median).
+// Cochran's C = max s²_c / Σ s²_c over the configurations with replicates screens
+// for it (at level 0.01, three or more such configurations); a configuration it
+// flags is left out of both sums (its seeds and its mean), and the test runs on
+// the others, saying so.
 #ifndef XMOD_ORCHESTRATOR_FIT_LACK_OF_FIT_H_
 #define XMOD_ORCHESTRATOR_FIT_LACK_OF_FIT_H_
 
@@ -40,6 +47,11 @@ struct LackOfFit {
   // F <= 1.
   double noise_rms = 0.0;
   double misfit_rms = 0.0;
+  // The configuration Cochran's screen left out ("" none), its seed sd over the
+  // others' pooled sd, and C against its critical value.
+  std::string excluded;
+  double excluded_ratio = 0.0;
+  double cochran_c = 0.0, cochran_critical = 0.0;
 };
 
 // The test on `residuals` (log-loss, one per point) whose configurations are

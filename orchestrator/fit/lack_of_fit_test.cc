@@ -50,6 +50,45 @@ TEST(LackOfFit, MatchesAHandComputedTable) {
   EXPECT_TRUE(j.at("rejected").get<bool>());
 }
 
+// Nine configurations of two seeds whose means miss the law by ±1% (a misfit five
+// times the seed noise of 0.14%), and one whose seeds differ by 7% (as the demo
+// had one 6.6x noisier than the median): pooled, that one's scatter hides the
+// misfit (F < 1); Cochran's screen leaves it out and the misfit is seen.
+TEST(LackOfFit, ScreensOutOneConfigurationMuchNoisierThanTheRest) {
+  std::vector<double> r;
+  std::vector<std::string> c;
+  for (int k = 0; k < 9; ++k) {
+    const double mean = k % 2 == 0 ? 0.01 : -0.01;
+    for (double seed : {-0.001, 0.001}) {
+      r.push_back(mean + seed);
+      c.push_back(absl::StrCat("c", k));
+    }
+  }
+  r.push_back(0.035);
+  r.push_back(-0.035);
+  c.push_back("noisy");
+  c.push_back("noisy");
+  const LackOfFit t = LackOfFitTest(r, c, 2);
+  ASSERT_TRUE(t.available) << t.why;
+  EXPECT_EQ(t.excluded, "noisy");
+  EXPECT_GT(t.cochran_c, t.cochran_critical);
+  EXPECT_NEAR(t.excluded_ratio, 35.0, 1e-9);  // sd 0.0495 against 0.00141
+  EXPECT_EQ(t.configurations, 9);
+  EXPECT_EQ(t.df_pure, 9);
+  EXPECT_TRUE(t.rejected) << t.f;
+  EXPECT_NE(DescribeLackOfFit(t).find("left out of the test: noisy"), std::string::npos)
+      << DescribeLackOfFit(t);
+  // Pooled with the noisy one (what the test did before), the misfit is hidden:
+  // the same residuals with the noisy configuration's scatter spread over all.
+  double pooled_ss = t.ss_pure + 2 * 0.035 * 0.035;
+  EXPECT_LT((t.ss_lack / (t.df_lack + 1)) / (pooled_ss / 10), 1.0);
+  // Equal scatter everywhere: nothing is left out.
+  const LackOfFit even =
+      LackOfFitTest({0.11, 0.09, -0.09, -0.11, 0.01, -0.01}, {"a", "a", "b", "b", "c", "c"}, 1);
+  EXPECT_TRUE(even.excluded.empty());
+  EXPECT_LT(even.cochran_c, even.cochran_critical);
+}
+
 TEST(LackOfFit, SaysWhyWhenItCannotTest) {
   EXPECT_FALSE(LackOfFitTest({0.1, 0.2, 0.3}, {"a", "b", "c"}, 1).available);
   EXPECT_NE(LackOfFitTest({0.1, 0.2}, {"a", "b"}, 1).why.find("no configuration has two"),
