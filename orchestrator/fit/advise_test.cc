@@ -133,6 +133,33 @@ TEST(Advise, RecoversTheConstantFormAndItsDecision) {
   EXPECT_TRUE(j.at("extrapolation").is_null());
 }
 
+// Losses far from any floor (E = 0, as the demo's and the MoL sweep's): the dense
+// law's E goes to its bound, and the advice says its law is not identified.
+TEST(Advise, SaysWhenItsLawIsNotIdentified) {
+  std::vector<LawPoint> points;
+  for (double n : {1e4, 3e4, 1e5}) {
+    for (double tpp : {20.0, 80.0, 320.0}) {
+      for (int seed = 0; seed < 2; ++seed) {
+        LawPoint x = Point(n, tpp, 1, 1);
+        x.loss = (2.0 / std::pow(n, 0.1) + 12.0 / std::pow(x.d, 0.15)) * (1 + 0.001 * seed);
+        x.config = absl::StrFormat("%g/%g", n, tpp);
+        x.id = absl::StrCat(x.config, "/", seed);
+        points.push_back(x);
+      }
+    }
+  }
+  AdviseOptions o = Options(6.0 * 3e4 * 80 * 3e4);
+  o.bootstrap = 0;
+  const absl::StatusOr<Advice> a = Advise(points, o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->unidentified.size(), 1u);
+  EXPECT_EQ(a->unidentified.front(), "dense: E->0");
+  EXPECT_NE(a->verdict.find("NOT IDENTIFIED by these runs: parameters on a bound (dense: E->0)"),
+            std::string::npos)
+      << a->verdict;
+  EXPECT_EQ(AdviceJson(*a).at("unidentified"), nlohmann::json({"dense: E->0"}));
+}
+
 TEST(Advise, RecoversTheScaledFormAndItsDecision) {
   const double compute = 3e17;
   ASSERT_EQ(TrueBest(compute, true), "xmod sparsity=0.875 stride=4");

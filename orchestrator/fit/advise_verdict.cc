@@ -96,9 +96,8 @@ void Verdict(Advice* a) {
     parts.push_back(absl::StrCat(
         "NOT IDENTIFIED by these runs: parameters on a bound (",
         absl::StrJoin(a->unidentified, "; "),
-        "): the fit fills the table, but differences between configurations inside their "
-        "intervals are noise, and runs that are longer, more seeds or more scales are needed to "
-        "read the law"));
+        "): the runs do not pin these parameters down, so read the configurations' intervals, "
+        "not their point predictions, and add longer runs, seeds or scales to read the law"));
   }
   if (a->answer_changes) {
     parts.push_back(a->forms_indistinguishable
