@@ -565,7 +565,7 @@ TEST_F(Cli, FitOfAMoeSweepRecoversTheMoeLawOneGranularityAtATime) {
   EXPECT_THAT(r.err, HasSubstr("law moe has no parameter 'psi'"));
 }
 
-TEST_F(Cli, ResultsByConfigReportTheSeedSpread) {
+TEST_F(Cli, ResultsByConfigReportTheSeedSpreadAndAdviseCalibratesOnIt) {
   const std::string db = Path("demo.db");
   ASSERT_EQ(Xmod({"submit", Sweep("demo"), "--db", db}).code, 0);
   FinishWithLawLosses(db, "demo", 0.01, 4);
@@ -586,6 +586,30 @@ TEST_F(Cli, ResultsByConfigReportTheSeedSpread) {
   // The demo's dense configurations and its X-MoD ones at s32, two seeds each.
   EXPECT_EQ(replicated, 9 + 4);
   EXPECT_EQ(rows.size(), 9u + 12u + 3u);  // + X-MoD elsewhere and MoD, one seed
+  // The advice's calibration at this design (xmod advise --calibrate): two
+  // simulated sweeps per truth, the pooled seed noise of the replicates above.
+  r = Xmod({"advise", "demo", "--db", db, "--compute", "3e11", "--context", "128", "--bootstrap",
+            "4", "--calibrate", "2", "--format", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto calibration = nlohmann::json::parse(r.out)["calibration"];
+  ASSERT_EQ(calibration["cases"].size(), 2u) << calibration;
+  EXPECT_EQ(calibration["cases"][0]["truth"], "law");
+  EXPECT_EQ(calibration["cases"][1]["truth"], "law + misfit");
+  for (const auto& c : calibration["cases"]) {
+    EXPECT_EQ(c["sweeps"], 2);
+    EXPECT_FALSE(c["truth_best"].get<std::string>().empty());
+  }
+  EXPECT_GT(calibration["noise"].get<double>(), 0.0);
+  EXPECT_GE(calibration["cases"][1]["misfit_rms"].get<double>(),
+            calibration["noise"].get<double>());  // at least the seed noise by default
+  r = Xmod(
+      {"advise", "demo", "--db", db, "--compute", "3e11", "--context", "128", "--calibrate", "1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--calibrate: at least 2 simulated sweeps"));
+  r = Xmod(
+      {"advise", "demo", "--db", db, "--compute", "3e11", "--context", "128", "--misfit", "0.01"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--misfit: only with --calibrate"));
   // The per-job view does not print the grouping key.
   r = Xmod({"results", "demo", "--db", db});
   ASSERT_EQ(r.code, 0) << r.err;

@@ -12,6 +12,7 @@
 #include "common/family.h"
 #include "common/status_macros.h"
 #include "orchestrator/fit/calibrate.h"
+#include "orchestrator/fit/law_registry.h"
 #include "orchestrator/report/output.h"
 #include "orchestrator/report/report.h"
 
@@ -35,9 +36,12 @@ absl::StatusOr<std::vector<LawPoint>> AdvicePoints(const std::vector<JobResultRo
                                                    std::vector<std::string>* notes) {
   std::vector<LawPoint> points;
   std::set<std::string> seen;
-  for (const char* law : {"xmod", "moe", "mol", "gdn"}) {
+  // Every law that judges a family against the dense reference (the registry's
+  // two-stage laws) reads its family's runs and the dense ones.
+  for (const LawSpec& law : Laws()) {
+    if (!law.two_stage) continue;
     PointOptions o = base;
-    o.law = law;
+    o.law = law.name;
     for (LawPoint& x : FitPoints(jobs, o)) {
       if (seen.insert(x.id).second) points.push_back(std::move(x));
     }
