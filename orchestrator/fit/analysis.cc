@@ -595,6 +595,20 @@ std::vector<double> LeastSquaresLogLoss(const LawReport& report, const LawSpec& 
   return PredictedLogLoss(ls, report.points);
 }
 
+// A run's configuration for people: family, scale, the routing axes that are set,
+// context and tokens per parameter ("xmod s32 capacity=0.5 stride=4 T=128
+// D/N=20").
+std::string PointLabel(const LawPoint& x) {
+  std::string label = x.family.empty() ? std::string(x.dense() ? "dense" : "sparse") : x.family;
+  if (!x.scale.empty()) absl::StrAppend(&label, " ", x.scale);
+  if (!x.dense()) {
+    absl::StrAppend(&label, absl::StrFormat(" capacity=%g stride=%g", x.capacity, x.stride));
+  }
+  if (x.expansion > 1.0) absl::StrAppend(&label, absl::StrFormat(" E/k=%g", x.expansion));
+  absl::StrAppend(&label, absl::StrFormat(" T=%g D/N=%.3g", x.context, x.n > 0 ? x.d / x.n : 0.0));
+  return label;
+}
+
 // The lack-of-fit test on the points `report` was fitted to, from the residuals
 // of LeastSquaresLogLoss. Also fills `information` from the same residuals (least
 // squares being the Gaussian maximum likelihood the criterion assumes).
@@ -627,6 +641,9 @@ LackOfFit TestLackOfFit(const LawReport& report, const LawSpec& law, const Fixed
     configurations.push_back(keys[i]);
   }
   LackOfFit test = LackOfFitTest(residuals, configurations, parameters);
+  for (size_t i = 0; i < report.points.size() && !test.excluded.empty(); ++i) {
+    if (keys[i] == test.excluded) test.excluded = PointLabel(report.points[i]);
+  }
   *information = Information(residuals, test, parameters);
   if (test.available && !why.empty()) test.why = why;
   return test;

@@ -56,7 +56,7 @@ AdviseOptions Options() {
   AdviseOptions o;
   o.compute = 6.0 * 6e7 * 20 * 6e7;  // the largest scale at 20 tokens per parameter
   o.context = kContext;
-  o.bootstrap = 30;
+  o.bootstrap = 20;
   o.forms = {"xmod"};
   o.fixed = {{"xmod", {{"beta_T", 0.5}, {"psi", 1.0}}}};
   o.holdout = false;
