@@ -20,13 +20,6 @@ namespace xmod {
 
 namespace advise_parts {
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
 // The configuration a point belongs to, by name ("" for a point no law ranks).
 std::string ConfigurationName(const LawPoint& x) {
   if (x.dense()) return "dense";

@@ -14,13 +14,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/stats.h"
 #include "orchestrator/fit/advise.h"
 #include "orchestrator/fit/analysis.h"
 #include "orchestrator/fit/law.h"
 
 namespace xmod::advise_parts {
 
-double Median(std::vector<double> v);
 // The configuration a point belongs to, by name ("" for a point no law ranks).
 std::string ConfigurationName(const LawPoint& x);
 // The loss `model` predicts at `x`, or +inf where it gives none.
@@ -37,9 +37,6 @@ void HoldOut(const std::vector<LawPoint>& points, const std::string& moe_law,
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kGrid = 97;  // N_active values searched per configuration (log-spaced)
-
-// The q-quantile of `v` (linear interpolation), NaN when empty.
-double Quantile(std::vector<double> v, double q);
 
 // advise_support.cc: the configurations `points` hold (dense first).
 std::vector<Configuration> Configurations(const std::vector<LawPoint>& points);

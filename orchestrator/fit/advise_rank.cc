@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 
+#include "common/stats.h"
 #include "common/status_macros.h"
 #include "orchestrator/fit/advise.h"
 #include "orchestrator/fit/advise_parts.h"
@@ -14,15 +15,6 @@
 namespace xmod {
 
 namespace advise_parts {
-
-double Quantile(std::vector<double> v, double q) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(v.size() - 1, lo + 1);
-  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
-}
 
 // A fitted law reduced to what prediction needs; one per refit (`b`, or -1 for
 // the full fit). `context_law` (the dense-context law, or null) supplies the dense

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/stats.h"
 #include "orchestrator/fit/advise.h"
 #include "orchestrator/fit/advise_parts.h"
 

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/id.h"
+#include "common/stats.h"
 #include "common/status_macros.h"
 #include "orchestrator/fit/dense_law.h"
 #include "orchestrator/fit/law_registry.h"
@@ -57,14 +58,6 @@ absl::StatusOr<std::vector<std::optional<double>>> ResolveFixed(
     out[index] = raw;
   }
   return out;
-}
-
-double Quantile(std::vector<double> values, double q) {
-  std::sort(values.begin(), values.end());
-  const double at = q * static_cast<double>(values.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(at));
-  const size_t hi = std::min(values.size() - 1, lo + 1);
-  return values[lo] + (at - static_cast<double>(lo)) * (values[hi] - values[lo]);
 }
 
 // Points grouped by `config` (the replicates of one configuration), or with
@@ -134,13 +127,6 @@ std::vector<LawPoint> Resample(const std::vector<Stratum>& strata, uint64_t seed
     }
   }
   return out;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
 NoiseSummary Noise(const std::vector<LawPoint>& points) {

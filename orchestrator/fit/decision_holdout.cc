@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/stats.h"
 #include "orchestrator/fit/advise_parts.h"
 
 namespace xmod::advise_parts {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/family.h"
+#include "common/stats.h"
 #include "orchestrator/report/report.h"
 
 namespace xmod {
@@ -40,12 +41,6 @@ ScanPlace Place(const JobResultRow& j) {
   for (const char* key : {"lr", "min_lr", "lr_factor"}) config.erase(key);
   p.siblings = config.dump();
   return p;
-}
-
-double Mean(const std::vector<double>& v) {
-  double m = 0.0;
-  for (double x : v) m += x / static_cast<double>(v.size());
-  return m;
 }
 
 struct Scan {

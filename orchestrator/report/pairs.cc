@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/family.h"
+#include "common/stats.h"
 #include "orchestrator/report/report.h"
 
 namespace xmod {
@@ -23,12 +24,6 @@ struct Group {
   int with_capacity = 0;
   int jobs = 0;
 };
-
-double Mean(const std::vector<double>& v) {
-  double m = 0.0;
-  for (double x : v) m += x / static_cast<double>(v.size());
-  return m;
-}
 
 // What a family's sparsity counts.
 std::string SparsityKind(const JobResultRow& j) {

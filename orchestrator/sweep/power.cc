@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/stats.h"
 #include "common/status_macros.h"
 #include "orchestrator/fit/advise.h"
 #include "orchestrator/fit/analysis.h"
@@ -79,14 +80,6 @@ double Distance(const AssumedLaw& law, double lo, double hi) {
   if (hi < law.n_min) return std::log(law.n_min / hi);
   if (lo > law.n_max) return std::log(lo / law.n_max);
   return 0.0;
-}
-
-double Sd(const std::vector<double>& v, double* mean) {
-  *mean = 0.0;
-  for (double x : v) *mean += x / static_cast<double>(v.size());
-  double ss = 0.0;
-  for (double x : v) ss += (x - *mean) * (x - *mean);
-  return v.size() > 1 ? std::sqrt(ss / static_cast<double>(v.size() - 1)) : 0.0;
 }
 
 // The planned dense and X-MoD runs the laws would read (no trunk, no lr scan).
@@ -161,7 +154,8 @@ void Parameters(const LawSpec& law, const std::map<std::string, double>& fixed, 
     PowerParameter p;
     p.name = name;
     p.truth = r->truth.at(name);
-    p.sd = Sd(it->second, &p.mean);
+    p.mean = Mean(it->second);
+    p.sd = SampleSd(it->second);
     r->parameters.push_back(p);
   }
 }
