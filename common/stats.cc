@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace xmod {
 
@@ -33,6 +34,12 @@ double SampleSd(const std::vector<double>& v) {
   double ss = 0.0;
   for (double x : v) ss += (x - mean) * (x - mean);
   return std::sqrt(ss / static_cast<double>(v.size() - 1));
+}
+
+double Share(int k, int n) { return n > 0 ? static_cast<double>(k) / n : 0.0; }
+
+double BinomialSe(double p, int n) {
+  return n > 0 ? std::sqrt(p * (1.0 - p) / n) : std::numeric_limits<double>::infinity();
 }
 
 }  // namespace xmod

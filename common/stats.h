@@ -21,6 +21,12 @@ double Quantile(std::vector<double> v, double q);
 // The sample standard deviation (n - 1 in the denominator); 0 below two values.
 double SampleSd(const std::vector<double>& v);
 
+// k of n as a share; 0 when n is 0.
+double Share(int k, int n);
+
+// The binomial standard error of a share p over n trials; +inf when n is 0.
+double BinomialSe(double p, int n);
+
 }  // namespace xmod
 
 #endif  // XMOD_COMMON_STATS_H_

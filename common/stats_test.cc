@@ -20,6 +20,8 @@ TEST(Stats, MatchHandComputedValues) {
   EXPECT_DOUBLE_EQ(Quantile(v, 1.0), 4.0);
   // Deviations -1.5, -0.5, 0.5, 1.5: 5 / 3.
   EXPECT_DOUBLE_EQ(SampleSd(v), std::sqrt(5.0 / 3.0));
+  EXPECT_DOUBLE_EQ(Share(3, 4), 0.75);
+  EXPECT_DOUBLE_EQ(BinomialSe(0.5, 100), 0.05);
 }
 
 TEST(Stats, EmptyAndSingleSamplesHaveStatedValues) {
@@ -28,6 +30,8 @@ TEST(Stats, EmptyAndSingleSamplesHaveStatedValues) {
   EXPECT_TRUE(std::isnan(Quantile({}, 0.5)));
   EXPECT_EQ(SampleSd({3.0}), 0.0);
   EXPECT_DOUBLE_EQ(Quantile({3.0}, 0.9), 3.0);
+  EXPECT_EQ(Share(1, 0), 0.0);
+  EXPECT_TRUE(std::isinf(BinomialSe(0.5, 0)));
 }
 
 }  // namespace

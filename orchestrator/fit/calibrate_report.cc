@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/stats.h"
 #include "orchestrator/fit/calibrate.h"
 
 namespace xmod {
@@ -16,10 +17,8 @@ namespace {
 constexpr double kPBestTolerance = 0.1;
 constexpr double kCoverageLow = 0.90, kCoverageHigh = 0.98;
 
-double Share(int k, int n) { return n > 0 ? static_cast<double>(k) / n : 0.0; }
-
 // Two binomial standard errors of a share p over n trials.
-double TwoSe(double p, int n) { return n > 0 ? 2.0 * std::sqrt(p * (1.0 - p) / n) : 1.0; }
+double TwoSe(double p, int n) { return 2.0 * BinomialSe(p, n); }
 
 // "calibrated", "OVERCONFIDENT" or "underconfident": P(best) against the hit rate.
 std::string PBestVerdict(const CalibrationCase& c) {

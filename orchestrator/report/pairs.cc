@@ -32,6 +32,20 @@ std::string SparsityKind(const JobResultRow& j) {
   return "-";
 }
 
+// The seed noise, pooled over every configuration with two or more seeds (0:
+// none has).
+double PooledSd(const std::map<std::string, Group>& groups) {
+  double pooled = 0.0;
+  int df = 0;
+  for (const auto& [key, g] : groups) {
+    if (g.losses.size() < 2) continue;
+    const double m = Mean(g.losses);
+    for (double v : g.losses) pooled += (v - m) * (v - m);
+    df += static_cast<int>(g.losses.size()) - 1;
+  }
+  return df > 0 ? std::sqrt(pooled / df) : 0.0;
+}
+
 }  // namespace
 
 QueryResult PairedDifferences(const std::vector<JobResultRow>& all) {
@@ -57,16 +71,7 @@ QueryResult PairedDifferences(const std::vector<JobResultRow>& all) {
       ++g.with_capacity;
     }
   }
-  // The seed noise, pooled over every configuration with two or more seeds.
-  double pooled = 0.0;
-  int df = 0;
-  for (const auto& [key, g] : groups) {
-    if (g.losses.size() < 2) continue;
-    const double m = Mean(g.losses);
-    for (double v : g.losses) pooled += (v - m) * (v - m);
-    df += static_cast<int>(g.losses.size()) - 1;
-  }
-  const double sd = df > 0 ? std::sqrt(pooled / df) : 0.0;
+  const double sd = PooledSd(groups);
   QueryResult t;
   t.columns = {"family",       "scale",
                "context",      "budget",

@@ -211,8 +211,6 @@ absl::StatusOr<PowerReport> PowerCheck(const SweepSpec& spec, const std::vector<
 
 namespace {
 
-double Share(int k, int n) { return n > 0 ? static_cast<double>(k) / n : 0.0; }
-
 // The decision and the lack-of-fit test under one truth, for people.
 std::string CaseText(const CalibrationCase& c) {
   std::vector<std::string> picks;
@@ -226,7 +224,7 @@ std::string CaseText(const CalibrationCase& c) {
     return out;
   }
   const double rate = Share(c.lof_rejected, c.lof_tested);
-  const bool inflated = rate > 0.05 + 2.0 * std::sqrt(0.05 * 0.95 / c.lof_tested);
+  const bool inflated = rate > 0.05 + 2.0 * BinomialSe(0.05, c.lof_tested);
   absl::StrAppend(
       &out, absl::StrFormat("  lack of fit rejects the form in %d of %d fits (%.0f%%): %s\n",
                             c.lof_rejected, c.lof_tested, 100.0 * rate,
